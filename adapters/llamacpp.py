@@ -1,0 +1,226 @@
+"""llama.cpp `llama-server`: probe the build's dialect, plan -> argv/env, draft counters.
+
+Builds since spring 2026 turn drafting on with `--spec-type draft-simple` and name the knobs
+`--spec-draft-n-max/-n-min/-p-min`; older builds use `--draft-max/--draft-min/--draft-p-min` and
+draft whenever `-md` is given. The dialect is read from `--help`; a flag the build lacks is an
+error before launch.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
+
+from specctl.adapters import prometheus
+from specctl.adapters.base import Endpoint, Installed, Launch, SpecStats
+from specctl.orchestrator.errors import BackendError
+from specctl.orchestrator.models import ModelInfo
+from specctl.orchestrator.plan import Plan
+
+NAME = "llamacpp"
+SPEC_TYPE_DIALECT = "spec-type"
+LEGACY_DIALECT = "legacy"
+HOMEBREW = (Path("/opt/homebrew/bin/llama-server"), Path("/usr/local/bin/llama-server"))
+ALL_LAYERS = "999"
+_GAP = re.compile(r"\s{2,}")
+
+# Flag names per dialect (the 2026 names first, the older ones where they differ).
+FLAGS = {
+    SPEC_TYPE_DIALECT: {"n_max": "--spec-draft-n-max", "n_min": "--spec-draft-n-min",
+                        "p_min": "--spec-draft-p-min", "ctk_draft": "--spec-draft-type-k",
+                        "ctv_draft": "--spec-draft-type-v"},
+    LEGACY_DIALECT: {"n_max": "--draft-max", "n_min": "--draft-min", "p_min": "--draft-p-min",
+                     "ctk_draft": "-ctkd", "ctv_draft": "-ctvd"},
+}
+
+
+@dataclass(frozen=True)
+class Help:
+    flags: frozenset[str]
+    removed: frozenset[str]
+    spec_types: frozenset[str]
+
+    @property
+    def dialect(self) -> str:
+        return SPEC_TYPE_DIALECT if "--spec-type" in self.flags else LEGACY_DIALECT
+
+
+def parse_help(text: str) -> Help:
+    """Flags (with aliases) that `llama-server --help` lists; removed ones set apart."""
+    flags: set[str] = set()
+    removed: set[str] = set()
+    spec_types: set[str] = set()
+    current: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("-"):
+            head = []
+            for chunk in _GAP.split(line.rstrip()):  # "-m,", "--model FNAME", "description"
+                if not chunk.startswith("-"):
+                    break
+                head.append(chunk)
+            words = " ".join(head).replace(",", " ").split()
+            current = [w for w in words if w.startswith("-")]
+            flags.update(current)
+            if "--spec-type" in current:
+                spec_types.update(words[words.index("--spec-type") + 1].split(","))
+        if current and "has been removed" in line:
+            removed.update(current)
+    return Help(frozenset(flags - removed), frozenset(removed), frozenset(spec_types))
+
+
+def parse_version(text: str) -> str:
+    """'0.5.0-dev (build 1, commit 0c1e570)' or '5460 (a1b2c3d)' from `--version`."""
+    m = re.search(r"version:\s*(.+)", text)
+    return m.group(1).strip() if m else "unknown"
+
+
+def methods_of(help_: Help) -> frozenset[str]:
+    methods = {"none", "draft"}
+    if any(t.startswith("ngram-simple") for t in help_.spec_types):
+        methods.add("ngram")
+    if "draft-eagle3" in help_.spec_types:
+        methods.add("eagle3")
+    if "draft-mtp" in help_.spec_types:
+        methods.add("mtp")
+    return frozenset(methods)
+
+
+def installed_from(help_text: str, version_text: str, path: str | None,
+                   assumed: bool = False) -> Installed:
+    help_ = parse_help(help_text)
+    return Installed(backend=NAME, version=parse_version(version_text), dialect=help_.dialect,
+                     path=path, flags=help_.flags, methods=methods_of(help_), assumed=assumed)
+
+
+class _Argv:
+    """argv that refuses flags the installed build does not have."""
+
+    def __init__(self, installed: Installed, program: str) -> None:
+        self.installed, self.argv = installed, [program]
+
+    def add(self, flag: str, *values: Any) -> None:
+        if flag not in self.installed.flags:
+            raise BackendError(
+                f"llama-server {self.installed.version} has no {flag}; update llama.cpp "
+                "(`specctl backend install llama.cpp --rebuild`) or change the profile")
+        self.argv += [flag, *(str(v) for v in values)]
+
+
+class LlamaCpp:
+    name: ClassVar[str] = NAME
+    default_quant: ClassVar[str] = "Q4_K_M"
+    vocab_rule: ClassVar[str] = "near"
+    cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
+    runs_on: ClassVar[frozenset[str]] = frozenset({"cuda", "metal", "cpu"})
+
+    def __init__(self, configured: Path | None = None, built: Path | None = None,
+                 search_path: Iterable[Path] = HOMEBREW) -> None:
+        self.configured, self.built, self.search_path = configured, built, tuple(search_path)
+
+    def locate(self) -> Path | None:
+        on_path = shutil.which("llama-server")
+        for candidate in (self.configured, self.built, Path(on_path) if on_path else None,
+                          *self.search_path):
+            if candidate is not None and candidate.is_file():
+                return candidate
+        return None
+
+    def probe(self) -> Installed | None:
+        path = self.locate()
+        if path is None:
+            return None
+        try:
+            help_ = subprocess.run([str(path), "--help"], capture_output=True, text=True,
+                                   timeout=30, check=False)
+            version = subprocess.run([str(path), "--version"], capture_output=True, text=True,
+                                     timeout=30, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BackendError(f"{path} does not run ({exc}); reinstall it with "
+                               "`specctl backend install llama.cpp --rebuild`") from None
+        return installed_from(help_.stdout + help_.stderr, version.stdout + version.stderr,
+                              str(path))
+
+    def assumed(self) -> Installed:
+        folder = resources.files("specctl.adapters") / "dialects"
+        return installed_from((folder / "llama-server-0c1e570.help").read_text(),
+                              (folder / "llama-server-0c1e570.version").read_text(),
+                              None, assumed=True)
+
+    def launch(self, plan: Plan, installed: Installed) -> Launch:
+        if plan.method not in installed.methods:
+            raise BackendError(f"llama-server {installed.version} cannot do '{plan.method}' "
+                               f"speculation (it has: {', '.join(sorted(installed.methods))})")
+        a = _Argv(installed, installed.path or "llama-server")
+        _model(a, plan.target, "-m", "-hf")
+        a.add("--host", plan.host)
+        a.add("--port", plan.port)
+        a.add("-c", plan.context)
+        a.add("-np", plan.parallel)
+        if plan.threads:
+            a.add("-t", plan.threads)
+        a.add("-ngl", plan.gpu_layers)
+        a.add("--metrics")
+        if plan.cache_type != "f16":
+            a.add("-ctk", plan.cache_type)
+            a.add("-ctv", plan.cache_type)
+        self._speculative(a, plan, installed.dialect)
+        env_from = {"LLAMA_API_KEY": plan.api_key_env} if plan.api_key_env else {}
+        url = f"http://{_url_host(plan.host)}:{plan.port}"
+        return Launch(argv=tuple(a.argv), env={}, health_url=f"{url}/health",
+                      base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from)
+
+    @staticmethod
+    def _speculative(a: _Argv, plan: Plan, dialect: str) -> None:
+        names = FLAGS[dialect]
+        if plan.method == "ngram" and plan.k > 0:
+            a.add("--spec-type", "ngram-simple")
+            a.add("--spec-ngram-simple-size-n", plan.ngram_max)
+            a.add("--spec-ngram-simple-size-m", plan.k)
+            return
+        if plan.method != "draft" or plan.k <= 0 or plan.draft is None:
+            return
+        if dialect == SPEC_TYPE_DIALECT:
+            a.add("--spec-type", "draft-simple")
+        _model(a, plan.draft, "-md", "-hfd")
+        a.add(names["n_max"], plan.k)
+        if plan.n_min is not None:
+            a.add(names["n_min"], plan.n_min)
+        if plan.p_min is not None:
+            a.add(names["p_min"], plan.p_min)
+        if plan.gpu_layers:
+            a.add("-ngld", plan.gpu_layers)
+        if plan.cache_type != "f16":
+            a.add(names["ctk_draft"], plan.cache_type)
+            a.add(names["ctv_draft"], plan.cache_type)
+
+    def spec_stats(self, endpoint: Endpoint) -> SpecStats:
+        return prometheus.spec_stats(prometheus.fetch(endpoint), "llamacpp:", "llamacpp /metrics")
+
+
+def request_stats(response: dict[str, Any]) -> SpecStats:
+    """Per-request counters `timings.draft_n`/`draft_n_accepted` (absent if nothing drafted)."""
+    timings = response.get("timings") or {}
+    return SpecStats(drafted=int(timings.get("draft_n", 0)),
+                     accepted=int(timings.get("draft_n_accepted", 0)), source="llamacpp timings")
+
+
+def _model(a: _Argv, info: ModelInfo, file_flag: str, hf_flag: str) -> None:
+    """A local file; a model not on disk by its Hugging Face id, which llama-server downloads."""
+    if info.path is not None:
+        a.add(file_flag, info.path)
+    elif info.ref.startswith("hf:"):
+        a.add(hf_flag, info.ref.removeprefix("hf:"))
+    else:
+        raise BackendError(f"{info.ref} is not on disk; fetch it first")
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,1 @@
+"""The core of specctl: hardware, profiles, models, planning, supervision, bench and tuning."""

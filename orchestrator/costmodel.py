@@ -1,0 +1,62 @@
+"""The speculative-decoding cost model (Leviathan et al. 2023, Theorem 3.8), with verification cost.
+
+With acceptance rate a, draft/target step cost ratio c and draft length k:
+  E(k) = (1 - a^(k+1)) / (1 - a)          expected tokens per verification step
+  S(k) = E(k) / (k*c + v(k))              speedup over the target alone
+where v(k) is the cost of verifying k+1 tokens in units of one target step (1 in the paper; more on
+CPUs, Apple Ultra chips, or at batch > 1).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+Verify = Callable[[int], float]
+
+
+def tokens_per_step(alpha: float, k: int) -> float:
+    if not 0 <= alpha <= 1:
+        raise ValueError("alpha must be in [0, 1]")
+    if alpha == 1:
+        return float(k + 1)
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def speedup(alpha: float, c: float, k: int, verify: Verify = lambda _k: 1.0) -> float:
+    if k == 0:
+        return 1.0
+    return tokens_per_step(alpha, k) / (k * c + verify(k))
+
+
+@dataclass(frozen=True)
+class Point:
+    k: int
+    tokens_per_step: float
+    speedup: float
+
+
+def curve(alpha: float, c: float, max_k: int = 16, verify: Verify = lambda _k: 1.0) -> list[Point]:
+    return [Point(k, tokens_per_step(alpha, k), speedup(alpha, c, k, verify))
+            for k in range(1, max_k + 1)]
+
+
+def best(points: Sequence[Point]) -> Point:
+    return max(points, key=lambda p: p.speedup)
+
+
+def linear_verify(samples: dict[int, float]) -> Verify:
+    """v(k) from measured verification costs at some k (1 at k=0), linearly interpolated."""
+    pts = sorted({0: 1.0, **samples}.items())
+
+    def v(k: int) -> float:
+        for (k0, v0), (k1, v1) in itertools.pairwise(pts):
+            if k <= k1:
+                return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
+        if len(pts) == 1:
+            return pts[0][1]
+        (k0, v0), (k1, v1) = pts[-2], pts[-1]
+        return v1 + (v1 - v0) / (k1 - k0) * (k - k1)
+
+    return v

@@ -1,0 +1,47 @@
+"""One exception family. Every message says what happened and what to do next.
+
+The CLI turns these (and profile validation errors) into a one-line message and an exit code;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class SpecctlError(Exception):
+    """Base of every error a user can act on."""
+
+    exit_code = 1
+
+
+class ProfileError(SpecctlError):
+    """A profile is missing, malformed or invalid."""
+
+    exit_code = 2
+
+
+class HardwareError(SpecctlError):
+    """Hardware could not be detected or a recorded machine could not be read."""
+
+
+class ModelError(SpecctlError):
+    """A model reference cannot be resolved, or a model file is missing or not a GGUF."""
+
+
+class IncompatibleDraftError(SpecctlError):
+    """The draft model cannot speculate for the target (tokenizers differ)."""
+
+
+class DoesNotFitError(SpecctlError):
+    """The plan needs more memory than the machine has."""
+
+
+class BackendError(SpecctlError):
+    """A backend is missing, too old for a flag, failed to build, or crashed."""
+
+
+class ServerError(SpecctlError):
+    """Launching or supervising a server failed (port in use, crash loop, unhealthy)."""
+
+
+class StateError(SpecctlError):
+    """State or tuning files could not be read or written."""

@@ -1,0 +1,134 @@
+"""planner.resolve(): profile + hardware + installed backends + models -> an explained Plan."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from specctl.adapters.base import Backend, Installed
+from specctl.orchestrator import compat, costmodel, memory
+from specctl.orchestrator.backends import choose
+from specctl.orchestrator.errors import IncompatibleDraftError, ProfileError, SpecctlError
+from specctl.orchestrator.hardware import Hardware
+from specctl.orchestrator.models import ModelInfo, Resolver
+from specctl.orchestrator.plan import Method, Plan
+from specctl.orchestrator.profiles import Profile
+
+ASSUMED_ALPHA = 0.7  # until `specctl tune` measures it
+DEFAULT_K = {"ngram": 4, "eagle": 3, "eagle3": 4, "mtp": 1}
+MAX_AUTO_K = 8
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """What `specctl tune` found for this machine and these models."""
+
+    method: Method
+    k: int
+    p_min: float | None
+    speedup: float
+    summary: str
+
+
+TunedLookup = Callable[[Plan], Tuned | None]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _method(profile: Profile) -> Method:
+    if profile.draft == "none":
+        return "none"
+    if profile.draft == "ngram":
+        return "ngram"
+    return profile.draft_method
+
+
+def _check_draft(backend: Backend, target: ModelInfo, draft: ModelInfo, hetero: bool) -> str:
+    reason = compat.RULES[backend.vocab_rule](target, draft, compat.file_tokens, hetero)
+    if reason is not None:
+        raise IncompatibleDraftError(
+            f"draft {draft.name} cannot speculate for {target.name} on {backend.name}: {reason}; "
+            "pick a draft of the same model family (`specctl drafts --target ...`)")
+    how = "token lists compared" if target.path and draft.path else "catalog tokenizers"
+    return f"Draft {draft.name} is compatible with {target.name} ({backend.vocab_rule} vocab " \
+           f"rule, {how})."
+
+
+def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None) -> tuple[int, str]:
+    if method != "draft" or draft is None:
+        k = DEFAULT_K.get(method, 4)
+        return k, f"k={k}: the usual best for {method}; `specctl tune` measures it here"
+    c = draft.size_bytes / max(target.size_bytes, 1)  # decode is memory-bound: cost ~ bytes read
+    pick = costmodel.best(costmodel.curve(ASSUMED_ALPHA, c, MAX_AUTO_K))
+    return pick.k, (f"k={pick.k} from the cost model with assumed acceptance {ASSUMED_ALPHA} and "
+                    f"draft/target cost {c:.2f} (weights ratio): predicted {pick.speedup:.2f}x; "
+                    "`specctl tune` measures both here")
+
+
+def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
+            probed: Mapping[str, Installed | None] | None, resolver: Resolver,
+            tuned: TunedLookup = lambda _p: None) -> tuple[Plan, Installed]:
+    """The plan and the backend installation it is for. Raises a SpecctlError with what to do."""
+    srv = profile.server
+    if not _is_loopback(srv.host) and not srv.api_key_env:
+        raise ProfileError(f"{profile.name}: server.host = {srv.host} exposes the server beyond "
+                           "this machine; set server.api_key_env too, or bind to 127.0.0.1")
+    choice = choose(list(profile.backend), hw, backends, probed)
+    backend = backends[choice.name]
+    reasons = list(choice.reasons)
+    target = resolver.resolve(profile.target, backend.default_quant)
+    method = _method(profile)
+    draft = None
+    if method in ("draft", "eagle", "eagle3"):
+        if profile.draft == "auto":
+            raise ProfileError(f"{profile.name}: draft = \"auto\" needs draft selection; name a "
+                               "draft model in the profile")
+        draft = resolver.resolve(profile.draft, backend.default_quant)
+        if method == "draft":
+            reasons.append(_check_draft(backend, target, draft,
+                                        profile.speculative.heterogeneous_vocab))
+    budget = memory.budget_for(hw, profile.memory,
+                               profile.parallel.tensor * profile.parallel.pipeline)
+    try:
+        mem, notes = memory.plan(target, draft, srv.context, profile.memory, budget,
+                                 backend.cache_types)
+    except SpecctlError as exc:
+        raise type(exc)(f"{profile.name} on {hw.name}: {exc}") from None
+    reasons += notes
+    if profile.k == "auto":
+        k, why = _auto_k(method, target, draft)
+        k_source = "cost model"
+    else:
+        k, why, k_source = profile.k, f"k={profile.k} from the profile", "profile"
+    plan = Plan(
+        profile=profile.name, backend=choice.name, hardware=hw, target=target, draft=draft,
+        method=method, k=0 if method == "none" else k, k_source=k_source, memory=mem,
+        host=srv.host, port=srv.port, threads=srv.threads or (hw.cpu.cores
+                                                              if hw.kind == "cpu" else None),
+        parallel=srv.parallel, gpu_layers=0 if hw.kind == "cpu" else 999,
+        gpu_utilization=profile.memory.gpu_utilization, p_min=profile.speculative.p_min,
+        n_min=profile.speculative.n_min, ngram_min=profile.speculative.ngram_min,
+        ngram_max=profile.speculative.ngram_max, tensor_parallel=profile.parallel.tensor,
+        pipeline_parallel=profile.parallel.pipeline,
+        draft_tensor_parallel=profile.parallel.draft_tensor,
+        heterogeneous_vocab=profile.speculative.heterogeneous_vocab,
+        api_key_env=srv.api_key_env,
+    )
+    found = tuned(plan) if profile.k == "auto" and method != "none" else None
+    if found is not None:
+        draft_kept = draft if found.method == "draft" else None
+        plan = plan.but(method=found.method, k=found.k, p_min=found.p_min, draft=draft_kept,
+                        k_source="tuned")
+        why = f"tuned on this machine: {found.summary}"
+    if method == "none":
+        why = "speculation off (draft = \"none\")"
+    reasons.append(f"Speculation: {plan.describe_spec()}; {why}.")
+    return plan.but(reasons=tuple(reasons)), choice.installed

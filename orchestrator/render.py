@@ -1,0 +1,64 @@
+"""Turn plans, machines and profiles into rich tables and JSON. No decisions here."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from specctl.adapters.base import Installed, Launch
+from specctl.orchestrator.hardware import Hardware
+from specctl.orchestrator.models import ModelInfo
+from specctl.orchestrator.plan import Plan
+
+
+def model_json(info: ModelInfo | None) -> dict[str, Any] | None:
+    if info is None:
+        return None
+    return {"ref": info.ref, "name": info.name, "path": str(info.path) if info.path else None,
+            "quant": info.quant, "size_gb": round(info.weights_gb, 2),
+            "architecture": info.architecture, "layers": info.layers,
+            "kv_heads": info.kv_heads, "head_dim": info.head_dim, "vocab_size": info.vocab_size}
+
+
+def plan_json(plan: Plan, installed: Installed, launch: Launch) -> dict[str, Any]:
+    return {
+        "profile": plan.profile, "hardware": plan.hardware.name, "backend": plan.backend,
+        "backend_version": installed.version, "dialect": installed.dialect,
+        "target": model_json(plan.target), "draft": model_json(plan.draft),
+        "method": plan.method, "k": plan.k, "k_source": plan.k_source, "p_min": plan.p_min,
+        "context": plan.context, "argv": list(launch.argv), "env": dict(launch.env),
+        "env_from": dict(launch.env_from), "url": launch.base_url,
+        "memory": plan.memory.to_json(), "reasons": list(plan.reasons),
+    }
+
+
+def show_plan(console: Console, plan: Plan, installed: Installed, launch: Launch) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("profile", plan.profile)
+    table.add_row("machine", f"{plan.hardware.name}: {plan.hardware.describe()}")
+    table.add_row("backend", installed.describe())
+    table.add_row("target", plan.target.describe())
+    table.add_row("draft", plan.draft.describe() if plan.draft else "-")
+    table.add_row("speculation", plan.describe_spec())
+    m = plan.memory
+    table.add_row("memory", f"{m.total_gb:.1f} GB of {m.budget.gb:.1f} GB: {m.breakdown()}")
+    table.add_row("url", launch.base_url)
+    console.print(table)
+    console.print("\n[bold]argv[/bold]")
+    console.print(shlex.join(launch.argv), soft_wrap=True, highlight=False)
+    console.print("\n[bold]why[/bold]")
+    for reason in plan.reasons:
+        console.print(f"- {reason}", highlight=False)
+
+
+def show_hardware(console: Console, hw: Hardware) -> None:
+    console.print(f"[bold]machine[/bold]  {hw.name} ({hw.os}/{hw.arch}): {hw.describe()}")
+    console.print(f"[bold]cpu[/bold]      {hw.cpu.model}, {hw.cpu.cores} cores, "
+                  f"{hw.cpu.ram_gb:.1f} GB RAM, SIMD: {', '.join(hw.cpu.flags) or '-'}")
+    for g in hw.gpus:
+        console.print(f"[bold]gpu {g.index}[/bold]    {g.name}, {g.memory_gb:.1f} GB")

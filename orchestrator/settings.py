@@ -1,0 +1,16 @@
+"""Machine-wide settings (not per profile), from SPECCTL_* variables. Passed in, never global."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
+
+    llama_server: Path | None = None  # use this llama-server instead of finding one
+    vllm_python: Path | None = None  # interpreter of a separate vLLM environment
+    ollama_url: str = "http://127.0.0.1:11434"
+    allow_download: bool = True  # fetch missing test models and backends when `up` needs them

@@ -1,0 +1,3 @@
+from specctl.orchestrator.cli import main
+
+main()
