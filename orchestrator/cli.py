@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from specctl import __version__
+from specctl.orchestrator import procs, provision, render, runs, state, testbed
 from specctl.orchestrator import profiles as profiles_mod
-from specctl.orchestrator import render
 from specctl.orchestrator.app import App
 from specctl.orchestrator.backends import INSTALL_HINT, probe_all
 from specctl.orchestrator.errors import SpecctlError
@@ -102,6 +102,116 @@ def plan(profile_ref: str, hardware: Path | None, as_json: bool) -> None:
                               indent=2))
     else:
         render.show_plan(console, resolved.plan, resolved.installed, launch)
+
+
+@cli.group()
+def backend() -> None:
+    """Install and inspect serving backends."""
+
+
+@backend.command("install")
+@click.argument("name", type=click.Choice(["llama.cpp"]))
+@click.option("--rebuild", is_flag=True, help="Build again even if a cached build exists.")
+def backend_install(name: str, rebuild: bool) -> None:
+    """Use an installed llama-server, or build one from source (cached; ~6-13 min on 2 cores).
+
+    The source is the llama.cpp tree inside the llama-cpp-python sdist on PyPI. Metal on macOS,
+    CUDA when nvcc and an NVIDIA GPU are present, CPU otherwise; rpc-server is built too."""
+    app = App.from_env()
+    found = app.backends()["llamacpp"].probe()
+    if found is not None and not rebuild:
+        console.print(f"using {found.describe()}", highlight=False)
+        return
+    bindir = provision.install_llamacpp(app.dirs, rebuild=rebuild)
+    found = app.backends()["llamacpp"].probe()
+    console.print(f"llama.cpp ready in {bindir}: "
+                  f"{found.describe() if found else 'not runnable?'}", highlight=False)
+
+
+@cli.group()
+def models() -> None:
+    """Models: the real test models this project serves in its tests and demos."""
+
+
+@models.command("testbed")
+def models_testbed() -> None:
+    """Fetch the testbed GGUF models from PyPI, check their SHA-256, make the F16 target.
+
+    Needs ~5.3 GB in the cache dir; the F16 target needs llama-quantize (from
+    `specctl backend install llama.cpp`)."""
+    app = App.from_env()
+    paths = provision.testbed_models(app.dirs, tuple(testbed.BY_KEY), console.print)
+    for key, path in paths.items():
+        console.print(f"{key:14} {path}", highlight=False)
+
+
+@cli.command()
+@PROFILE
+@click.option("--foreground", is_flag=True,
+              help="Supervise in this process until stopped (for systemd/launchd).")
+@click.option("--no-provision", is_flag=True,
+              help="Fail instead of building llama.cpp or fetching test models.")
+def up(profile_ref: str, foreground: bool, no_provision: bool) -> None:
+    """Launch the profile's server, wait until healthy, print the OpenAI-compatible URL.
+
+    Without --foreground a detached supervisor keeps the server up (restarting it after a crash)
+    until `specctl down`."""
+    app = App.from_env()
+    if not no_provision and not foreground:
+        profile = profiles_mod.load(profile_ref, app.dirs)
+        needs = not profile.backend or "llamacpp" in profile.backend
+        provision.for_profile(profile, app.dirs, needs, console.print)
+    resolved = app.resolve(profile_ref)
+    if foreground:
+        sys.exit(runs.serve_foreground(app, resolved, console.print))
+    console.print(f"starting {resolved.plan.profile}: {resolved.plan.describe_spec()}",
+                  highlight=False)
+    run = runs.start_detached(app, resolved, profile_ref, console.print)
+    console.print(f"[bold green]{run.profile} is up[/bold green] at {run.url}", highlight=False)
+    console.print(f"speculation: {run.spec}", highlight=False)
+    console.print(f"logs: specctl logs {run.profile} -f    stop: specctl down {run.profile}")
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--all", "all_", is_flag=True, help="Stop every running profile.")
+def down(name: str | None, all_: bool) -> None:
+    """Stop a profile's server (the whole process group) and its supervisor."""
+    app = App.from_env()
+    names = state.all_profiles(app.dirs.runs) if all_ else [name] if name else []
+    if not names:
+        raise click.UsageError("name a profile, or pass --all")
+    for profile in names:
+        stopped = runs.down(app, profile)
+        console.print(f"{profile}: {'stopped' if stopped else 'was not running'}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def status(as_json: bool) -> None:
+    """Running profiles: URL, uptime, restarts and the live draft acceptance rate."""
+    rows = runs.status(App.from_env())
+    if as_json:
+        click.echo(json.dumps([render.status_json(r) for r in rows], indent=2))
+        return
+    if not rows:
+        console.print("nothing running (`specctl up --profile NAME`)")
+        return
+    render.show_status(console, rows)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("-n", "--lines", default=50, show_default=True, help="Lines to show first.")
+def logs(name: str, follow: bool, lines: int) -> None:
+    """Print a profile's server log."""
+    path = App.from_env().dirs.logs / f"{name}.log"
+    if not path.is_file():
+        raise SpecctlError(f"no log for {name} in {path.parent}; has it been started?")
+    click.echo(procs.tail(str(path), lines))
+    if follow:
+        procs.follow(str(path), click.echo)
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -12,6 +12,9 @@ from specctl.adapters.base import Installed, Launch
 from specctl.orchestrator.hardware import Hardware
 from specctl.orchestrator.models import ModelInfo
 from specctl.orchestrator.plan import Plan
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.runs import Row
 
 
 def model_json(info: ModelInfo | None) -> dict[str, Any] | None:
@@ -54,6 +57,29 @@ def show_plan(console: Console, plan: Plan, installed: Installed, launch: Launch
     console.print("\n[bold]why[/bold]")
     for reason in plan.reasons:
         console.print(f"- {reason}", highlight=False)
+
+
+def status_json(row: Row) -> dict[str, Any]:
+    stats = row.stats
+    return {"profile": row.profile, "status": row.status, "url": row.url,
+            "uptime_s": round(row.uptime_s), "restarts": row.restarts, "speculation": row.spec,
+            "drafted": stats.drafted if stats else None,
+            "accepted": stats.accepted if stats else None,
+            "acceptance_rate": stats.acceptance_rate if stats else None, "note": row.note}
+
+
+def show_status(console: Console, rows: list[Row]) -> None:
+    table = Table("profile", "status", "url", "uptime", "restarts", "speculation", "acceptance")
+    for r in rows:
+        rate = r.stats.acceptance_rate if r.stats else None
+        acc = (f"{rate:.0%} ({r.stats.accepted}/{r.stats.drafted})" if r.stats and rate is not None
+               else "-")
+        table.add_row(r.profile, r.status, r.url, f"{r.uptime_s / 60:.0f} min", str(r.restarts),
+                      r.spec, acc)
+    console.print(table)
+    for r in rows:
+        if r.note:
+            console.print(f"{r.profile}: {r.note}", highlight=False)
 
 
 def show_hardware(console: Console, hw: Hardware) -> None:

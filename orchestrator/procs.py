@@ -1,0 +1,96 @@
+"""Process groups: find, signal and reap every process of a server's group, and free ports."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+
+import psutil
+
+from specctl.orchestrator.errors import ServerError
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return members
+
+
+def stop_group(pgid: int, grace: float = 10.0, sleep: Callable[[float], None] = time.sleep) -> bool:
+    """SIGTERM the whole group, SIGKILL what is left after `grace` s. True if any was running.
+
+    vLLM's EngineCore and workers outlive a killed API server, so the group, not the parent."""
+    if not group_members(pgid):
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not group_members(pgid):
+            return True
+        sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while group_members(pgid) and time.monotonic() < deadline:
+        sleep(0.05)
+    return True
+
+
+def port_owner(port: int) -> str:
+    with contextlib.suppress(psutil.Error, PermissionError):
+        for conn in psutil.net_connections(kind="inet"):
+            listening = conn.laddr and conn.laddr.port == port and conn.status == "LISTEN"
+            if listening and conn.pid:
+                with contextlib.suppress(psutil.Error):
+                    return f" by {psutil.Process(conn.pid).name()} (pid {conn.pid})"
+    return ""
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise ServerError(
+                    f"port {port} on {host} is in use{port_owner(port)}; stop that server or "
+                    f"pick another port (server.port in the profile, or SPECCTL_SERVER__PORT)"
+                ) from None
+            raise ServerError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+
+
+def tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def follow(path: str, emit: Callable[[str], None], sleep: Callable[[float], None] = time.sleep,
+           until: Callable[[], bool] = lambda: False) -> None:
+    """Print lines appended to `path` until interrupted (or `until()` says so)."""
+    with open(path, errors="replace") as fh:
+        fh.seek(0, os.SEEK_END)
+        while not until():
+            line = fh.readline()
+            if line:
+                emit(line.rstrip("\n"))
+            else:
+                sleep(0.25)

@@ -1,0 +1,158 @@
+"""up / down / status / logs: run a profile's server under a supervisor, find it, stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specctl.adapters.base import Endpoint, SpecStats
+from specctl.orchestrator import procs, render, state
+from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.errors import ServerError, SpecctlError
+from specctl.orchestrator.supervise import Policy, Supervisor
+
+Say = Callable[[str], None]
+
+
+def _clean_leftover(runs: Path, profile: str, say: Say) -> None:
+    """A previous supervisor that died (SIGKILL, reboot) may have left its server group."""
+    old = state.load(runs, profile)
+    if old is None:
+        return
+    if state.alive(old.supervisor_pid, old.supervisor_started):
+        raise ServerError(f"profile {profile} is already up at {old.url} (supervisor pid "
+                          f"{old.supervisor_pid}); `specctl down {profile}` first")
+    if old.server_pgid and state.alive(old.server_pid, old.server_started):
+        say(f"stopping a leftover {profile} server (pid {old.server_pid}) from an earlier run")
+        procs.stop_group(old.server_pgid)
+    state.remove(runs, profile)
+
+
+def preflight(app: App, resolved: Resolved, say: Say) -> None:
+    plan, runs = resolved.plan, app.dirs.runs
+    runs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _clean_leftover(runs, plan.profile, say)
+    resolver = app.resolver()
+    resolver.require_file(plan.target)
+    if plan.draft is not None:
+        resolver.require_file(plan.draft)
+    procs.ensure_port_free(plan.host, plan.port)
+
+
+def serve_foreground(app: App, resolved: Resolved, say: Say, policy: Policy | None = None) -> int:
+    """Run the supervisor in this process (for systemd/launchd and for the detached `up`)."""
+    preflight(app, resolved, say)
+    launch, plan = resolved.launch(), resolved.plan
+    app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    me = os.getpid()
+    run = state.RunState(
+        profile=plan.profile, supervisor_pid=me, supervisor_started=state.create_time(me) or 0.0,
+        url=launch.base_url, port=plan.port, host=plan.host,
+        log=str(app.dirs.logs / f"{plan.profile}.log"), spec=plan.describe_spec(),
+        plan=render.plan_json(plan, resolved.installed, launch))
+    state.save(app.dirs.runs, run)
+    return Supervisor(run, launch, app.dirs.runs, policy or Policy(), say).serve()
+
+
+def start_detached(app: App, resolved: Resolved, profile_ref: str, say: Say,
+                   timeout: float = Policy().health_timeout + 30) -> state.RunState:
+    """Start the supervisor in its own session, wait until the server is healthy, return."""
+    preflight(app, resolved, say)
+    app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sup_log = app.dirs.logs / f"{resolved.plan.profile}.supervisor.log"
+    ref = str(Path(profile_ref).resolve()) if profile_ref.endswith(".toml") else profile_ref
+    with sup_log.open("ab") as out:
+        child = subprocess.Popen([sys.executable, "-m", "specctl", "up", "--profile", ref,
+                                  "--foreground"], stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            run = state.load(app.dirs.runs, resolved.plan.profile)
+        except SpecctlError:
+            run = None
+        if run is not None and run.supervisor_pid == child.pid and run.status == "running":
+            return run
+        if child.poll() is not None:
+            raise ServerError(_why_it_stopped(sup_log, run))
+        time.sleep(0.25)
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=Policy().grace + 10)
+    raise ServerError(f"{resolved.plan.profile} did not become healthy in {timeout:.0f} s; "
+                      f"see `specctl logs {resolved.plan.profile}`")
+
+
+def _why_it_stopped(sup_log: Path, run: state.RunState | None) -> str:
+    if run is not None and run.error:
+        return run.error
+    lines = [ln for ln in procs.tail(str(sup_log), 40).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("specctl: error:")]
+    return errors[-1].removeprefix("specctl: error: ") if errors else "\n".join(lines[-15:])
+
+
+def down(app: App, profile: str, grace: float = Policy().grace) -> bool:
+    """Stop a profile's supervisor and its whole server group. True if something was running."""
+    runs = app.dirs.runs
+    run = state.load(runs, profile)
+    if run is None:
+        return False
+    stopped = False
+    if state.alive(run.supervisor_pid, run.supervisor_started):
+        os.kill(run.supervisor_pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace + 10
+        while time.monotonic() < deadline and state.alive(run.supervisor_pid,
+                                                          run.supervisor_started):
+            time.sleep(0.1)
+        if state.alive(run.supervisor_pid, run.supervisor_started):
+            os.kill(run.supervisor_pid, signal.SIGKILL)
+        stopped = True
+    if run.server_pgid and procs.stop_group(run.server_pgid, grace):
+        stopped = True
+    state.remove(runs, profile)
+    return stopped
+
+
+@dataclass(frozen=True)
+class Row:
+    profile: str
+    status: str
+    url: str
+    uptime_s: float
+    restarts: int
+    spec: str
+    stats: SpecStats | None
+    note: str = ""
+
+
+def status(app: App) -> list[Row]:
+    rows = []
+    registry = app.backends()
+    for profile in state.all_profiles(app.dirs.runs):
+        try:
+            run = state.load(app.dirs.runs, profile)
+        except SpecctlError as exc:
+            rows.append(Row(profile, "corrupt", "-", 0, 0, "-", None, str(exc)))
+            continue
+        if run is None:
+            continue
+        up = state.alive(run.supervisor_pid, run.supervisor_started)
+        stats, note = None, ""
+        backend = registry.get(str(run.plan.get("backend", "")))
+        if up and run.status == "running" and backend is not None:
+            key_env = run.plan.get("env_from", {})
+            key = next((os.environ.get(v) for v in key_env.values()), None)
+            base = run.url.removesuffix("/v1")
+            try:
+                stats = backend.spec_stats(Endpoint(base, key))
+            except SpecctlError as exc:
+                note = str(exc)
+        rows.append(Row(profile, run.status if up else "dead (run `specctl down`)", run.url,
+                        time.time() - run.started_at, run.restarts, run.spec, stats,
+                        note or (run.error or "")))
+    return rows
