@@ -1,0 +1,155 @@
+"""The real thing: `specctl up` serves the cpu-demo pair (Qwen2.5-Coder-1.5B F16 target, 0.5B
+Q4_K_M draft) with a real llama-server on 127.0.0.1, and the official openai client talks to it.
+
+Needs the provisioned build and models (.ci/run does `specctl backend install llama.cpp` and
+`specctl models testbed` first).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from openai import OpenAI
+
+from specctl.orchestrator import procs
+from tests.cli import specctl
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    base = tmp_path_factory.mktemp("server")
+    return {**os.environ, "SPECCTL_STATE_DIR": str(base / "state"),
+            "SPECCTL_CONFIG_DIR": str(base / "config"), "SPECCTL_SERVER__PORT": "18090"}
+
+
+@pytest.fixture(scope="module")
+def served(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    done = specctl("up", "--profile", "cpu-demo", "--no-provision", env=env)
+    assert done.returncode == 0, done.stderr + done.stdout
+    url = next(w for w in done.stdout.split() if w.startswith("http://"))
+    yield {"url": url}
+    specctl("down", "cpu-demo", env=env)
+
+
+def run_state(env: dict[str, str]) -> dict[str, object]:
+    data: dict[str, object] = json.loads(
+        (Path(env["SPECCTL_STATE_DIR"]) / "runs" / "cpu-demo.json").read_text())
+    return data
+
+
+def status(env: dict[str, str]) -> dict[str, object]:
+    done = specctl("status", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    rows: list[dict[str, object]] = json.loads(done.stdout)
+    return next(r for r in rows if r["profile"] == "cpu-demo")
+
+
+def complete(url: str, prompt: str = "Write a Python function that reverses a string.") -> str:
+    client = OpenAI(base_url=url, api_key="unused", timeout=300)
+    reply = client.chat.completions.create(
+        model="cpu-demo", messages=[{"role": "user", "content": prompt}], max_tokens=32,
+        temperature=0)
+    return reply.choices[0].message.content or ""
+
+
+def test_openai_client_gets_a_completion_and_drafts_are_accepted(
+        served: dict[str, str], env: dict[str, str]) -> None:
+    assert served["url"] == "http://127.0.0.1:18090/v1"
+    text = complete(served["url"])
+    assert len(text) > 10
+    row = status(env)
+    assert row["status"] == "running"
+    assert isinstance(row["accepted"], int) and row["accepted"] > 0
+    assert isinstance(row["drafted"], int) and row["drafted"] >= row["accepted"]
+    plan = run_state(env)["plan"]
+    assert isinstance(plan, dict)
+    assert "--spec-type" in plan["argv"] and "-md" in plan["argv"]
+
+
+def test_kill_9_of_the_server_is_restarted_and_serves_again(
+        served: dict[str, str], env: dict[str, str]) -> None:
+    before = run_state(env)
+    pid = before["server_pid"]
+    assert isinstance(pid, int)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        now = run_state(env)
+        if now["server_pid"] != pid and now["status"] == "running":
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"not restarted: {run_state(env)}")
+    assert status(env)["restarts"] == 1
+    assert len(complete(served["url"], "Say hello.")) > 0
+
+
+def test_down_leaves_no_process_of_the_group(env: dict[str, str],
+                                             served: dict[str, str]) -> None:
+    state = run_state(env)
+    pgid, sup = state["server_pgid"], state["supervisor_pid"]
+    assert isinstance(pgid, int) and isinstance(sup, int)
+    done = specctl("down", "cpu-demo", env=env)
+    assert done.returncode == 0 and "stopped" in done.stdout
+    assert procs.group_members(pgid) == []
+    assert not psutil.pid_exists(sup) or psutil.Process(sup).status() == psutil.STATUS_ZOMBIE
+    assert not (Path(env["SPECCTL_STATE_DIR"]) / "runs" / "cpu-demo.json").exists()
+
+
+def _llama_servers() -> set[int]:
+    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "llama-server"}
+
+
+def _one_line_failure(done: object, *needles: str) -> None:
+    import subprocess
+
+    assert isinstance(done, subprocess.CompletedProcess)
+    assert done.returncode != 0
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_up_on_a_port_in_use_fails_in_one_line(env: dict[str, str]) -> None:
+    before = _llama_servers()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 18095))
+        sock.listen()
+        done = specctl("up", "--profile", "cpu-demo-q4", "--no-provision",
+                       env={**env, "SPECCTL_SERVER__PORT": "18095"})
+    _one_line_failure(done, "port 18095", "in use")
+    assert _llama_servers() == before
+
+
+def test_up_with_a_missing_model_file_fails_in_one_line(env: dict[str, str],
+                                                        tmp_path: Path) -> None:
+    profile = tmp_path / "missing.toml"
+    profile.write_text('target = "/nonexistent/model.gguf"\ndraft = "none"\n'
+                       '[server]\nport = 18096\n')
+    before = _llama_servers()
+    done = specctl("up", "--profile", str(profile), "--no-provision", env=env)
+    _one_line_failure(done, "/nonexistent/model.gguf", "not found")
+    assert _llama_servers() == before
+
+
+def test_up_with_an_incompatible_draft_fails_in_one_line(env: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    profile = tmp_path / "smol-draft.toml"
+    profile.write_text('target = "testbed:qwen-1.5b-q4"\ndraft = "testbed:smollm2-135m"\n'
+                       '[server]\nport = 18097\n')
+    before = _llama_servers()
+    done = specctl("up", "--profile", str(profile), "--no-provision", env=env)
+    _one_line_failure(done, "cannot speculate", "vocab sizes differ")
+    assert _llama_servers() == before
