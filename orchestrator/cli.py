@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from specctl import __version__
@@ -17,8 +18,8 @@ from specctl.orchestrator.app import App
 from specctl.orchestrator.backends import INSTALL_HINT, probe_all
 from specctl.orchestrator.errors import SpecctlError
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 PROFILE = click.option("--profile", "-p", "profile_ref", required=True, metavar="NAME|FILE",
                        help="A profile name (`specctl profiles`) or a path to a .toml file.")
@@ -86,7 +87,17 @@ def doctor(hardware: Path | None, record: Path | None) -> None:
     console.print()
     for name, found in probe_all(app.backends()).items():
         line = found.describe() if found else f"not found ({INSTALL_HINT[name]})"
-        console.print(f"[bold]{name:9}[/bold] {line}", highlight=False)
+        console.print(f"[bold]{name:9}[/bold] {escape(line)}", highlight=False)
+    if hardware:
+        return
+    console.print("\n[bold]what would run here[/bold]")
+    for name in profiles_mod.available(app.dirs):
+        try:
+            plan = app.resolve(name).plan
+            verdict = f"{plan.backend}: {plan.describe_spec()}, {plan.memory.total_gb:.1f} GB"
+        except SpecctlError as exc:
+            verdict = f"no: {exc}"
+        console.print(f"  {name:26} {escape(verdict)}", highlight=False)
 
 
 @cli.command()
