@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from specctl import __version__
-from specctl.orchestrator import procs, provision, render, runs, state, testbed
+from specctl.orchestrator import bench as bench_mod
+from specctl.orchestrator import procs, provision, render, reports, runs, state, testbed
 from specctl.orchestrator import profiles as profiles_mod
 from specctl.orchestrator.app import App
 from specctl.orchestrator.backends import INSTALL_HINT, probe_all
@@ -223,6 +224,55 @@ def logs(name: str, follow: bool, lines: int) -> None:
     click.echo(procs.tail(str(path), lines))
     if follow:
         procs.follow(str(path), click.echo)
+
+
+def _ints(text: str | None) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()] if text else []
+    except ValueError:
+        raise click.BadParameter(f"expected numbers like 2,4,8, got {text!r}") from None
+
+
+@cli.command()
+@PROFILE
+@click.option("--suite", default=",".join(bench_mod.SUITES), show_default=True,
+              help="Prompt categories, comma-separated.")
+@click.option("--k", "ks", metavar="K,K,...", help="Draft lengths to compare (default: the "
+              "plan's k).")
+@click.option("--repeats", default=2, show_default=True, help="Passes over the prompts.")
+@click.option("--prompts", "per_suite", default=4, show_default=True,
+              help="Prompts per category (each suite has 12).")
+@click.option("--max-tokens", default=128, show_default=True)
+@click.option("--json", "json_out", type=click.Path(path_type=Path),
+              help="Also write the report here (it is always saved under the state dir).")
+@click.option("--plot", type=click.Path(path_type=Path), metavar="FILE.png",
+              help="Plot tokens/s and speedup per category (needs matplotlib).")
+def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, per_suite: int,
+          max_tokens: int, json_out: Path | None, plot: Path | None) -> None:
+    """Measure the speedup over the no-draft baseline on this machine, same prompts and build.
+
+    Baseline and speculative servers run side by side and get the same requests interleaved,
+    temperature 0. Reports decode tokens/s, speedup (median of paired ratios, with a bootstrap
+    95% interval), acceptance, accepted tokens per step and how many greedy outputs were
+    identical to the baseline's."""
+    app = App.from_env()
+    resolved = app.resolve(profile_ref)
+    configs = bench_mod.configs_for(resolved.plan, _ints(ks))
+    prompts = {name: bench_mod.load_suite(name)[:per_suite] for name in suite.split(",") if name}
+    with render.progress_bar(console, "bench") as step:
+        samples = bench_mod.measure(configs, resolved.backend, resolved.installed, prompts, repeats,
+                                max_tokens, app.dirs.logs, step)
+    settings = {"suites": list(prompts), "prompts_per_suite": per_suite, "repeats": repeats,
+                "max_tokens": max_tokens}
+    result = bench_mod.report(resolved.plan, resolved.installed, configs, samples, settings)
+    saved = reports.save(app.dirs.bench, resolved.plan.profile, result)
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2) + "\n")
+    render.show_bench(console, result)
+    if plot:
+        reports.plot_bench(result, plot)
+        console.print(f"plot: {plot}")
+    console.print(f"raw samples: {saved}", highlight=False)
 
 
 def main() -> None:

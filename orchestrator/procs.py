@@ -7,8 +7,9 @@ import errno
 import os
 import signal
 import socket
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import psutil
 
@@ -94,3 +95,13 @@ def follow(path: str, emit: Callable[[str], None], sleep: Callable[[float], None
                 emit(line.rstrip("\n"))
             else:
                 sleep(0.25)
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: str,
+          header: str) -> subprocess.Popen[bytes]:
+    """Start a server in its own session/process group, output appended to `log_path`."""
+    with open(log_path, "ab") as log:
+        log.write(f"\n=== specctl: {header} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        log.flush()
+        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, env=dict(env), start_new_session=True)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from specctl.adapters.base import Installed, Launch
@@ -80,6 +84,46 @@ def show_status(console: Console, rows: list[Row]) -> None:
     for r in rows:
         if r.note:
             console.print(f"{r.profile}: {r.note}", highlight=False)
+
+
+@contextmanager
+def progress_bar(console: Console, what: str) -> Iterator[Callable[[str], None]]:
+    """A spinner line that shows the latest step of long work."""
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task(what)
+        yield lambda msg: bar.update(task, description=f"{what}: {msg}")
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def _pct(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "-"
+
+
+def show_bench(console: Console, result: dict[str, Any]) -> None:
+    for label, rows in result["configs"].items():
+        table = Table(title=f"{result['profile']}: {label} vs baseline ({result['hardware']})")
+        for col in ("category", "base t/s", "spec t/s", "speedup", "95% CI", "range", "accept",
+                    "acc/step", "same", "n"):
+            table.add_column(col, justify="left" if col == "category" else "right")
+        for cat in [*result["categories"], "overall"]:
+            r = rows[cat]
+            table.add_row(
+                cat, f"{r['baseline_tps']:.1f}" if r["baseline_tps"] else "-",
+                f"{r['tps']:.1f}" if r["tps"] else "-", _x(r.get("speedup")) +
+                ("*" if r.get("noisy") else ""),
+                f"{_x(r.get('speedup_low'))}-{_x(r.get('speedup_high'))}".replace("x-", "-"),
+                f"{_x(r.get('speedup_min'))}-{_x(r.get('speedup_max'))}".replace("x-", "-"),
+                _pct(r["acceptance"]),
+                f"{r['accepted_per_step']:.2f}" if r["accepted_per_step"] else "-",
+                _pct(r["identical"]), str(r["n"]))
+        console.print(table)
+    console.print("speedup: median of paired ratios; * = noisy (wide interval or few samples); "
+                  "same = greedy output identical to the baseline's")
+    console.print(f"[bold]verdict:[/bold] {escape(result['verdict'])}")
 
 
 def show_hardware(console: Console, hw: Hardware) -> None:

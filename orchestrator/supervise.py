@@ -114,13 +114,8 @@ class Supervisor:
             self._pause(delay)
 
     def _spawn(self) -> None:
-        with open(self.run.log, "ab") as log:
-            log.write(f"\n=== specctl: starting {self.run.profile} at "
-                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(list(self.launch.argv), stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)
+        self.proc = procs.spawn(self.launch.argv, self.env, self.run.log,
+                                f"starting {self.run.profile}")
         self._set(server_pid=self.proc.pid, server_pgid=self.proc.pid,
                   server_started=state.create_time(self.proc.pid))
 
