@@ -67,8 +67,9 @@ def parse_help(text: str) -> Help:
             words = " ".join(head).replace(",", " ").split()
             current = [w for w in words if w.startswith("-")]
             flags.update(current)
-            if "--spec-type" in current:
-                spec_types.update(words[words.index("--spec-type") + 1].split(","))
+            values = re.search(r"--spec-type\s+(\S+)", " ".join(head))
+            if values:
+                spec_types.update(values.group(1).split(","))
         if current and "has been removed" in line:
             removed.update(current)
     return Help(frozenset(flags - removed), frozenset(removed), frozenset(spec_types))

@@ -13,8 +13,10 @@ from rich.table import Table
 
 from specctl import __version__
 from specctl.orchestrator import bench as bench_mod
-from specctl.orchestrator import procs, provision, render, reports, runs, state, testbed
+from specctl.orchestrator import costmodel, procs, provision, render, reports, runs, state, testbed
 from specctl.orchestrator import profiles as profiles_mod
+from specctl.orchestrator import tune as tune_mod
+from specctl.orchestrator import tuned as tuned_mod
 from specctl.orchestrator.app import App
 from specctl.orchestrator.backends import INSTALL_HINT, probe_all
 from specctl.orchestrator.errors import SpecctlError
@@ -273,6 +275,81 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, per_suite:
         reports.plot_bench(result, plot)
         console.print(f"plot: {plot}")
     console.print(f"raw samples: {saved}", highlight=False)
+
+
+@cli.command()
+@click.option("--profile", "-p", "profile_ref", metavar="NAME|FILE",
+              help="Profile to tune (not needed with --what-if).")
+@click.option("--what-if", is_flag=True, help="Only the cost model: the best k for --alpha and "
+              "--cost, with v(k) = 1 (the paper's assumption).")
+@click.option("--alpha", type=click.FloatRange(0, 1), help="Acceptance rate (with --what-if).")
+@click.option("--cost", type=click.FloatRange(0, min_open=True),
+              help="Draft/target step cost ratio c (with --what-if).")
+@click.option("--max-k", default=8, show_default=True, type=click.IntRange(1, 32))
+@click.option("--exhaustive", is_flag=True,
+              help="Measure every k in 1..max-k (slow; for checking the tuner itself).")
+@click.option("--show", is_flag=True, help="Print the saved result: predicted vs measured.")
+@click.option("--max-tokens", default=64, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: float | None,
+         max_k: int, exhaustive: bool, show: bool, max_tokens: int, as_json: bool) -> None:
+    """Choose k (and p-min, n-gram or off) for this machine; `plan` and `up` then use it.
+
+    Measures the target alone, the draft alone and one speculative run, fits the Leviathan cost
+    model (alpha, c, v(k)), measures the model's best k and its runner-up, tries n-gram and a
+    p-min, and keeps the best measured - or "off" when nothing beats the baseline by 5%."""
+    if what_if:
+        if alpha is None or cost is None:
+            raise click.UsageError("--what-if needs --alpha and --cost")
+        curve = costmodel.curve(alpha, cost, max_k)
+        best = costmodel.best(curve)
+        data = {"alpha": alpha, "cost": cost, "best_k": best.k, "speedup": round(best.speedup, 4),
+                "curve": [{"k": p.k, "tokens_per_step": round(p.tokens_per_step, 4),
+                           "speedup": round(p.speedup, 4)} for p in curve]}
+        if as_json:
+            click.echo(json.dumps(data, indent=2))
+        else:
+            render.show_curve(console, data)
+        return
+    if not profile_ref:
+        raise click.UsageError("--profile is required (or use --what-if)")
+    app = App.from_env()
+    resolved = app.resolve(profile_ref, use_tuned=False)
+    key = app.tuned_key(resolved.plan, resolved.installed)
+    if show:
+        found = tuned_mod.load(app.dirs.tuned, key)
+        if found is None:
+            raise SpecctlError(f"no tuning result for {resolved.plan.profile} on this machine; "
+                               f"run `specctl tune --profile {resolved.plan.profile}`")
+        click.echo(json.dumps(found.to_json(), indent=2)) if as_json else \
+            render.show_tuned(console, found)
+        return
+    with render.progress_bar(console, "tune") as step:
+        runner = tune_mod.Bench(resolved.backend, resolved.installed,
+                                tuple(tune_mod.tune_prompts()), max_tokens, app.dirs.logs, step)
+        if exhaustive:
+            results, base_tps, seconds = tune_mod.sweep(resolved.plan, runner,
+                                                        range(1, max_k + 1))
+        else:
+            result = tune_mod.tune(resolved.plan, runner, max_k)
+    if exhaustive:
+        previous = _safe_load(app, key)
+        data = render.sweep_json(results, base_tps, seconds, previous)
+        click.echo(json.dumps(data, indent=2)) if as_json else render.show_sweep(console, data)
+        return
+    result.key = key
+    path = tuned_mod.save(app.dirs.tuned, result)
+    click.echo(json.dumps(result.to_json(), indent=2)) if as_json else \
+        render.show_tuned(console, result)
+    console.print(f"saved: {path}; `specctl plan -p {resolved.plan.profile}` now uses it",
+                  highlight=False)
+
+
+def _safe_load(app: App, key: str) -> tuned_mod.Result | None:
+    try:
+        return tuned_mod.load(app.dirs.tuned, key)
+    except SpecctlError:
+        return None
 
 
 def main() -> None:

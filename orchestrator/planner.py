@@ -31,7 +31,7 @@ class Tuned:
     summary: str
 
 
-TunedLookup = Callable[[Plan], Tuned | None]
+TunedLookup = Callable[[Plan, Installed], Tuned | None]
 
 
 def _is_loopback(host: str) -> bool:
@@ -75,7 +75,7 @@ def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None) -> tuple
 
 def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
             probed: Mapping[str, Installed | None] | None, resolver: Resolver,
-            tuned: TunedLookup = lambda _p: None) -> tuple[Plan, Installed]:
+            tuned: TunedLookup = lambda _p, _i: None) -> tuple[Plan, Installed]:
     """The plan and the backend installation it is for. Raises a SpecctlError with what to do."""
     srv = profile.server
     if not _is_loopback(srv.host) and not srv.api_key_env:
@@ -122,12 +122,13 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
         heterogeneous_vocab=profile.speculative.heterogeneous_vocab,
         api_key_env=srv.api_key_env,
     )
-    found = tuned(plan) if profile.k == "auto" and method != "none" else None
+    found = tuned(plan, choice.installed) if profile.k == "auto" and method != "none" else None
     if found is not None:
         draft_kept = draft if found.method == "draft" else None
-        plan = plan.but(method=found.method, k=found.k, p_min=found.p_min, draft=draft_kept,
+        p_min = found.p_min if found.p_min is not None else plan.p_min
+        plan = plan.but(method=found.method, k=found.k, p_min=p_min, draft=draft_kept,
                         k_source="tuned")
-        why = f"tuned on this machine: {found.summary}"
+        why = f"`specctl tune` on this machine: {found.summary}"
     if method == "none":
         why = "speculation off (draft = \"none\")"
     reasons.append(f"Speculation: {plan.describe_spec()}; {why}.")

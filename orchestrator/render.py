@@ -16,6 +16,8 @@ from specctl.adapters.base import Installed, Launch
 from specctl.orchestrator.hardware import Hardware
 from specctl.orchestrator.models import ModelInfo
 from specctl.orchestrator.plan import Plan
+from specctl.orchestrator.tuned import Measured
+from specctl.orchestrator.tuned import Result as Tuned
 
 if TYPE_CHECKING:
     from specctl.orchestrator.runs import Row
@@ -124,6 +126,59 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
     console.print("speedup: median of paired ratios; * = noisy (wide interval or few samples); "
                   "same = greedy output identical to the baseline's")
     console.print(f"[bold]verdict:[/bold] {escape(result['verdict'])}")
+
+
+def show_curve(console: Console, data: dict[str, Any]) -> None:
+    table = Table("k", "tokens/step", "speedup", title=f"alpha {data['alpha']}, c {data['cost']}")
+    for p in data["curve"]:
+        mark = " <- best" if p["k"] == data["best_k"] else ""
+        table.add_row(str(p["k"]), f"{p['tokens_per_step']:.2f}", f"{p['speedup']:.2f}x{mark}")
+    console.print(table)
+
+
+def show_tuned(console: Console, result: Tuned) -> None:
+    predicted = {int(p["k"]): p["speedup"] for p in result.predicted}
+    table = Table("config", "predicted", "measured", "tok/s", "acceptance", "seconds",
+                  title=f"{result.profile}: alpha {result.alpha}, c {result.cost}, "
+                        f"v {result.verify}, baseline {result.baseline_tps:.1f} tok/s")
+    for m in result.measured:
+        pred = predicted.get(m.k) if m.method == "draft" and m.p_min is None else None
+        table.add_row(m.label, _x(pred), _x(m.speedup), f"{m.tps:.1f}", _pct(m.acceptance),
+                      f"{m.seconds:.0f}")
+    console.print(table)
+    console.print(f"[bold]result:[/bold] {escape(result.summary)} (tuning took "
+                  f"{result.seconds:.0f} s)")
+
+
+def sweep_json(results: list[Measured], base_tps: float, seconds: float,
+               tuned: Tuned | None) -> dict[str, Any]:
+    best = max(results, key=lambda m: m.speedup)
+    data: dict[str, Any] = {"baseline_tps": round(base_tps, 3), "seconds": round(seconds, 1),
+                            "best_k": best.k, "best_speedup": best.speedup,
+                            "sweep": [{"k": m.k, "speedup": m.speedup, "tps": m.tps,
+                                       "acceptance": m.acceptance} for m in results]}
+    if tuned is not None:
+        mine = next((m for m in results if m.k == tuned.k), None)
+        data["tuned"] = {"method": tuned.method, "k": tuned.k, "seconds": tuned.seconds,
+                         "time_ratio": round(tuned.seconds / seconds, 3) if seconds else None,
+                         "share_of_best": (round(mine.speedup / best.speedup, 3)
+                                           if mine and tuned.method == "draft" else None)}
+    return data
+
+
+def show_sweep(console: Console, data: dict[str, Any]) -> None:
+    table = Table("k", "speedup", "tok/s", "acceptance",
+                  title=f"exhaustive sweep (baseline {data['baseline_tps']:.1f} tok/s, "
+                        f"{data['seconds']:.0f} s)")
+    for row in data["sweep"]:
+        table.add_row(str(row["k"]), _x(row["speedup"]), f"{row['tps']:.1f}",
+                      _pct(row["acceptance"]))
+    console.print(table)
+    t = data.get("tuned")
+    if t:
+        console.print(f"tuned choice: {t['method']} k={t['k']} reaches "
+                      f"{_pct(t['share_of_best'])} of the best measured here (k={data['best_k']});"
+                      f" tuning took {_pct(t['time_ratio'])} of this sweep's time")
 
 
 def show_hardware(console: Console, hw: Hardware) -> None:

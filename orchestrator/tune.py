@@ -1,0 +1,162 @@
+"""`specctl tune`: choose k (and p-min, or n-gram, or off) from the cost model plus short runs.
+
+1. Measure the target alone (baseline), the draft alone (its step cost c), and one speculative run
+   at the cost model's first guess: per-position acceptance gives alpha, the step time gives the
+   verification cost v(k).
+2. The cost model with those numbers ranks k; measure its best and its runner-up.
+3. Try the draftless n-gram method and a p-min at the best k.
+4. The best measured wins, unless nothing beats the baseline by the margin: then "off".
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specctl.adapters.base import Backend, Installed, SpecStats
+from specctl.orchestrator import client, costmodel, servers, stats
+from specctl.orchestrator.bench import load_suite
+from specctl.orchestrator.errors import ProfileError
+from specctl.orchestrator.plan import Method, Plan
+from specctl.orchestrator.tuned import Measured, Result
+
+MARGIN = 0.05
+P_MIN_TRY = 0.5
+Say = Callable[[str], None]
+
+
+def tune_prompts() -> list[str]:
+    """One prompt per category: chat, code, and a copy-heavy one (where n-gram can win)."""
+    return [load_suite("code")[0], load_suite("chat")[0], load_suite("summarize")[1]]
+
+
+@dataclass(frozen=True)
+class Run:
+    label: str
+    plan: Plan
+    tps: tuple[float, ...]
+    spec: SpecStats
+    seconds: float
+
+    @property
+    def median_tps(self) -> float:
+        return statistics.median(self.tps)
+
+
+@dataclass(frozen=True)
+class Bench:
+    """How configurations are measured: the same prompts, one server at a time."""
+
+    backend: Backend
+    installed: Installed
+    prompts: tuple[str, ...]
+    max_tokens: int
+    logs: Path
+    say: Say = print
+
+    def run(self, plan: Plan, label: str) -> Run:
+        self.say(f"measuring {label}")
+        start = time.monotonic()
+        with servers.ephemeral(plan, self.backend, self.installed, self.logs,
+                               f"tune-{label.replace(' ', '').replace('=', '')}") as srv:
+            client.chat(srv.endpoint, "Hello", 4)  # warm-up, not counted
+            before = self.backend.spec_stats(srv.endpoint) if plan.speculative else SpecStats()
+            tps = tuple(client.chat(srv.endpoint, p, self.max_tokens).decode_tps
+                        for p in self.prompts)
+            after = self.backend.spec_stats(srv.endpoint) if plan.speculative else SpecStats()
+        return Run(label, plan, tps, after - before, time.monotonic() - start)
+
+
+def speedup(run: Run, baseline: Run) -> float:
+    return stats.summarize(stats.paired_ratios(list(run.tps), list(baseline.tps))).median
+
+
+def fit_alpha(accepted_per_step: float, k: int) -> float:
+    """Solve E[accepted] = a(1 - a^k)/(1 - a) for a (bisection; the mean is increasing in a)."""
+    target = min(max(accepted_per_step, 0.0), k - 1e-9)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        mean = costmodel.tokens_per_step(mid, k) - 1
+        lo, hi = (mid, hi) if mean < target else (lo, mid)
+    return round((lo + hi) / 2, 4)
+
+
+@dataclass(frozen=True)
+class Estimates:
+    alpha: float
+    cost: float
+    verify: dict[int, float]
+
+
+def estimate(baseline: Run, draft_alone: Run, probe: Run) -> Estimates:
+    """alpha from accepted tokens per step, c from step times, v(k) from the probe's step time."""
+    k = probe.plan.k
+    spec = probe.spec
+    per_step = spec.mean_accepted_length or 0.0
+    alpha = fit_alpha(per_step, k)
+    t_target, t_draft = 1 / baseline.median_tps, 1 / draft_alone.median_tps
+    step = (1 + per_step) / probe.median_tps
+    verify = max(0.5, (step - k * t_draft) / t_target)
+    return Estimates(alpha=alpha, cost=round(t_draft / t_target, 4), verify={k: round(verify, 3)})
+
+
+def measured(run: Run, baseline: Run) -> Measured:
+    return Measured(label=run.label, method=run.plan.method, k=run.plan.k, p_min=run.plan.p_min,
+                    speedup=round(speedup(run, baseline), 4), tps=round(run.median_tps, 3),
+                    acceptance=run.spec.acceptance_rate, seconds=round(run.seconds, 1))
+
+
+def tune(plan: Plan, bench: Bench, max_k: int = 8, margin: float = MARGIN) -> Result:
+    if plan.method != "draft" or plan.draft is None:
+        raise ProfileError(f"{plan.profile}: tune needs a draft model in the profile (it also "
+                           "tries n-gram and p-min itself)")
+    start = time.monotonic()
+    baseline = bench.run(plan.baseline(), "baseline")
+    draft_alone = bench.run(plan.baseline().but(target=plan.draft), "draft alone")
+    probe_k = max(1, min(plan.k, max_k))
+    runs = {probe_k: bench.run(plan.but(k=probe_k, p_min=None), f"draft k={probe_k}")}
+    est = estimate(baseline, draft_alone, runs[probe_k])
+    verify = costmodel.linear_verify({k: v for k, v in est.verify.items()})
+    curve = costmodel.curve(est.alpha, est.cost, max_k, verify)
+    ranked = sorted(curve, key=lambda p: p.speedup, reverse=True)
+    bench.say(f"alpha {est.alpha:.2f}, c {est.cost:.2f}, v({probe_k}) {est.verify[probe_k]:.2f}: "
+              f"the model ranks k = {', '.join(str(p.k) for p in ranked[:3])}")
+    for point in ranked[:2]:
+        if point.k not in runs:
+            runs[point.k] = bench.run(plan.but(k=point.k, p_min=None), f"draft k={point.k}")
+    results = [measured(r, baseline) for r in runs.values()]
+    best = max(results, key=lambda m: m.speedup)
+    extra = [bench.run(plan.but(method="ngram", draft=None, k=best.k), f"ngram k={best.k}"),
+             bench.run(plan.but(k=best.k, p_min=P_MIN_TRY), f"draft k={best.k} p-min {P_MIN_TRY}")]
+    results += [measured(r, baseline) for r in extra]
+    winner = max(results, key=lambda m: m.speedup)
+    predicted = [{"k": p.k, "tokens_per_step": round(p.tokens_per_step, 4),
+                  "speedup": round(p.speedup, 4)} for p in curve]
+    method: Method
+    if winner.speedup < 1 + margin:
+        method, k, p_min = "none", 0, None
+        summary = (f"nothing beat the baseline by {margin:.0%} (best {winner.label} "
+                   f"{winner.speedup:.2f}x): speculation off")
+    else:
+        method, k, p_min = winner.method, winner.k, winner.p_min
+        summary = f"{winner.label} measured {winner.speedup:.2f}x over the baseline"
+    return Result(profile=plan.profile, method=method, k=k, p_min=p_min,
+                  speedup=winner.speedup if method != "none" else 1.0, summary=summary,
+                  alpha=est.alpha, cost=est.cost, verify={str(k_): v for k_, v in
+                                                          est.verify.items()},
+                  baseline_tps=round(baseline.median_tps, 3), predicted=predicted,
+                  measured=results, seconds=round(time.monotonic() - start, 1),
+                  created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+def sweep(plan: Plan, bench: Bench, ks: Sequence[int]) -> tuple[list[Measured], float, float]:
+    """--exhaustive: every k measured the same way. Returns results, baseline tok/s, seconds."""
+    start = time.monotonic()
+    baseline = bench.run(plan.baseline(), "baseline")
+    results = [measured(bench.run(plan.but(k=k, p_min=None), f"draft k={k}"), baseline)
+               for k in ks]
+    return results, baseline.median_tps, time.monotonic() - start
