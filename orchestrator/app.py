@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.adapters.base import Backend, Installed, Launch
-from specctl.orchestrator import backends, hardware, planner, profiles, tuned
-from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator import (
+    backends,
+    drafts,
+    hardware,
+    ollama_store,
+    planner,
+    profiles,
+    tuned,
+)
+from specctl.orchestrator.errors import ModelError, SpecctlError
 from specctl.orchestrator.hardware import Hardware
-from specctl.orchestrator.models import Resolver, hf_cache_dir
+from specctl.orchestrator.models import ModelInfo, Resolver, hf_cache_dir
 from specctl.orchestrator.paths import Dirs
 from specctl.orchestrator.plan import Plan
 from specctl.orchestrator.profiles import Profile
@@ -37,7 +46,8 @@ class App:
         return cls(Dirs.from_env(), Settings())
 
     def resolver(self) -> Resolver:
-        return Resolver(models_dir=self.dirs.models, hf_hub=hf_cache_dir())
+        return Resolver(models_dir=self.dirs.models, hf_hub=hf_cache_dir(),
+                        ollama_models=ollama_store.models_dir(os.environ, Path.home()))
 
     def backends(self) -> dict[str, Backend]:
         return backends.registry(self.dirs, self.settings)
@@ -50,6 +60,8 @@ class App:
 
     def tuned_result(self, plan: Plan, installed: Installed) -> planner.Tuned | None:
         """The saved `specctl tune` result for this machine, build and model files."""
+        if not any(self.dirs.tuned.glob("*.json")):
+            return None  # nothing tuned yet: do not hash the model files
         try:
             found = tuned.load(self.dirs.tuned, self.tuned_key(plan, installed))
         except SpecctlError:
@@ -57,6 +69,31 @@ class App:
         if found is None:
             return None
         return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary)
+
+    def draft_candidates(self, target: ModelInfo, backend: Backend,
+                         extra: tuple[Path, ...] = ()) -> list[drafts.Candidate]:
+        """Every draft candidate for `target` on `backend`, judged and ranked."""
+        home = Path.home()
+        folders = [(self.dirs.models, "specctl"), *((f, "models-dir") for f in
+                                                   [*self.settings.model_folders(), *extra]),
+                   (home / ".lmstudio" / "models", "lm-studio"),
+                   (home / ".cache" / "lm-studio" / "models", "lm-studio")]
+        resolver = self.resolver()
+        found = [*drafts.scan_local(folders, resolver.hf_hub, resolver.ollama_models),
+                 *drafts.catalog_entries(target, backend.name)]
+        return drafts.rank(target, found, backend.vocab_rule, backend.default_quant)
+
+    def pick_draft(self, target: ModelInfo, backend: Backend) -> tuple[str, str]:
+        ranked = self.draft_candidates(target, backend)
+        best = drafts.best_on_disk(ranked)
+        if best is not None:
+            return best.model, (f"Draft \"auto\": {best.name} ({best.source}, {best.path}) is "
+                                f"the best compatible draft on disk: {best.reason}.")
+        get = drafts.best_to_download(ranked)
+        hint = (f"the best known draft for it is {get.model} ({get.reason}); download it, or "
+                if get else "")
+        raise ModelError(f"no compatible draft for {target.name} on this machine; {hint}name "
+                         "one in the profile (`specctl drafts --target ...` lists candidates)")
 
     def resolve(self, profile_ref: str, recorded: Path | None = None,
                 use_tuned: bool = True) -> Resolved:
@@ -66,5 +103,6 @@ class App:
         probed = None if recorded else backends.probe_all(
             {n: b for n, b in registry.items() if not profile.backend or n in profile.backend})
         lookup = self.tuned_result if use_tuned and recorded is None else (lambda _p, _i: None)
-        plan, installed = planner.resolve(profile, hw, registry, probed, self.resolver(), lookup)
+        plan, installed = planner.resolve(profile, hw, registry, probed, self.resolver(), lookup,
+                                          self.pick_draft)
         return Resolved(profile, plan, installed, registry[plan.backend])

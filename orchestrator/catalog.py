@@ -80,7 +80,7 @@ BYTES_PER_WEIGHT: dict[str, float] = {
 
 
 def _norm(name: str) -> str:
-    return name.lower().replace("_", "-").replace("meta-", "")
+    return name.lower().replace("_", "-").replace(" ", "-").replace("meta-", "")
 
 
 def lookup(name: str) -> Known | None:

@@ -228,6 +228,32 @@ def logs(name: str, follow: bool, lines: int) -> None:
         procs.follow(str(path), click.echo)
 
 
+@cli.command()
+@click.option("--target", required=True, metavar="REF",
+              help="Target model: .gguf path, hf:org/repo[:quant], ollama:name[:tag], testbed:KEY.")
+@click.option("--backend", "backend_name", type=click.Choice(["llamacpp", "vllm", "ollama"]),
+              default="llamacpp", show_default=True, help="Whose vocabulary rule applies.")
+@click.option("--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path),
+              help="Another folder of GGUF files to search (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def drafts(target: str, backend_name: str, models_dirs: tuple[Path, ...], as_json: bool) -> None:
+    """Compatible draft models for a target, ranked by expected speedup, with reasons.
+
+    Looks in specctl's cache, the Hugging Face cache, LM Studio's folder, Ollama's store,
+    SPECCTL_MODELS_DIRS and --models-dir, plus the catalog of known pairs. The filter is the
+    backend's real rule (llama.cpp: same vocab type and BOS/EOS, sizes within 128, same tokens
+    from id 5; vLLM: identical vocabularies)."""
+    app = App.from_env()
+    backend_obj = app.backends()[backend_name]
+    info = app.resolver().resolve(target, backend_obj.default_quant)
+    ranked = app.draft_candidates(info, backend_obj, models_dirs)
+    if as_json:
+        click.echo(json.dumps({"target": render.model_json(info),
+                               "candidates": [c.to_json() for c in ranked]}, indent=2))
+    else:
+        render.show_drafts(console, info.name, ranked)
+
+
 def _ints(text: str | None) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()] if text else []

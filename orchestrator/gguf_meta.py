@@ -90,9 +90,13 @@ def read_metadata(path: Path, keep: frozenset[str] = frozenset()) -> dict[str, A
     except FileNotFoundError:
         raise ModelError(f"model file {path} not found; fix the path in the profile or run "
                          "`specctl models testbed`") from None
+    except IsADirectoryError:
+        raise ModelError(f"{path} is a folder; point the profile at the .gguf file in it") from None
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}") from None
     except (EOFError, ValueError, struct.error) as exc:
-        raise ModelError(f"{path} is truncated or not a GGUF file ({exc or 'unexpected end'}); "
-                         "download it again") from None
+        raise ModelError(f"{path} is truncated or not a GGUF file "
+                         f"({str(exc) or 'unexpected end of file'}); download it again") from None
 
 
 def read_tokens(path: Path) -> list[str]:
@@ -106,6 +110,7 @@ def file_type_name(meta: dict[str, Any]) -> str | None:
     """'Q4_K_M', 'F16', ... from general.file_type."""
     ft = meta.get("general.file_type")
     try:
-        return LlamaFileType(ft).name.removeprefix("MOSTLY_") if ft is not None else None
+        name = LlamaFileType(ft).name if ft is not None else None
+        return name.removeprefix("MOSTLY_").removeprefix("ALL_") if name else None
     except ValueError:
         return None

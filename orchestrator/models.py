@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from specctl.orchestrator import catalog, testbed
+from specctl.orchestrator import catalog, ollama_store, testbed
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.gguf_meta import ArrayInfo, file_type_name, read_metadata
 
@@ -41,11 +41,13 @@ def parse_ref(text: str) -> ModelRef:
     scheme, sep, rest = text.partition(":")
     if sep and scheme == "hf":
         repo, _, quant = rest.partition(":")
-        if repo.count("/") != 1:
+        if repo.count("/") != 1 or not all(repo.split("/")):
             raise ModelError(f"'{text}': a Hugging Face reference is hf:org/repo[:quant]")
         return ModelRef("hf", repo, quant.upper() or None)
     if sep and scheme == "ollama":
         name, _, tag = rest.partition(":")
+        if not name:
+            raise ModelError(f"'{text}': an Ollama reference is ollama:name[:tag]")
         return ModelRef("ollama", f"{name}:{tag or 'latest'}")
     if sep and scheme == "testbed":
         if rest not in testbed.BY_KEY:
@@ -168,6 +170,7 @@ class Resolver:
 
     models_dir: Path
     hf_hub: Path
+    ollama_models: Path | None = None
     default_quant: str = "Q4_K_M"
 
     def locate(self, ref: ModelRef) -> Path | None:
@@ -177,6 +180,8 @@ class Resolver:
             return testbed.path_of(ref.name, self.models_dir)
         if ref.scheme == "hf":
             return find_hf_gguf(ref, self.hf_hub)
+        if self.ollama_models is not None:
+            return ollama_store.blob_for(ref.name, self.ollama_models)
         return None
 
     def resolve(self, text: str, default_quant: str | None = None) -> ModelInfo:

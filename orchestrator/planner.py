@@ -32,6 +32,12 @@ class Tuned:
 
 
 TunedLookup = Callable[[Plan, Installed], Tuned | None]
+# Picks a draft for draft = "auto": (target, backend) -> (model reference, why).
+DraftPicker = Callable[[ModelInfo, Backend], tuple[str, str]]
+
+
+def no_auto_draft(target: ModelInfo, backend: Backend) -> tuple[str, str]:
+    raise ProfileError("draft = \"auto\" needs a draft picker; name a draft model instead")
 
 
 def _is_loopback(host: str) -> bool:
@@ -75,7 +81,8 @@ def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None) -> tuple
 
 def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
             probed: Mapping[str, Installed | None] | None, resolver: Resolver,
-            tuned: TunedLookup = lambda _p, _i: None) -> tuple[Plan, Installed]:
+            tuned: TunedLookup = lambda _p, _i: None,
+            pick_draft: DraftPicker = no_auto_draft) -> tuple[Plan, Installed]:
     """The plan and the backend installation it is for. Raises a SpecctlError with what to do."""
     srv = profile.server
     if not _is_loopback(srv.host) and not srv.api_key_env:
@@ -88,10 +95,11 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
     method = _method(profile)
     draft = None
     if method in ("draft", "eagle", "eagle3"):
-        if profile.draft == "auto":
-            raise ProfileError(f"{profile.name}: draft = \"auto\" needs draft selection; name a "
-                               "draft model in the profile")
-        draft = resolver.resolve(profile.draft, backend.default_quant)
+        draft_ref = profile.draft
+        if draft_ref == "auto":
+            draft_ref, why_draft = pick_draft(target, backend)
+            reasons.append(why_draft)
+        draft = resolver.resolve(draft_ref, backend.default_quant)
         if method == "draft":
             reasons.append(_check_draft(backend, target, draft,
                                         profile.speculative.heterogeneous_vocab))

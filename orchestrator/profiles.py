@@ -7,6 +7,7 @@ single fields, e.g. `SPECCTL_SERVER__PORT=9000` or `SPECCTL_K=4`.
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Mapping
 from importlib import resources
@@ -145,7 +146,10 @@ def available(dirs: Dirs) -> dict[str, Path]:
 
 def _format_validation(exc: ValidationError, source: str) -> str:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    loc = [str(p) for p in err["loc"]]
+    if loc and loc[-1] in ("int", "str", "float", "literal['auto']"):
+        loc = loc[:-1]  # pydantic names the union member it tried; the user wrote the field
+    where = ".".join(loc) or "(top level)"
     if err["type"] == "extra_forbidden":
         return f"{source}: unknown key '{where}'; check the spelling (see `specctl profiles show`)"
     return f"{source}: '{where}': {err['msg']}"
@@ -173,7 +177,8 @@ def load(ref: str, dirs: Dirs) -> Profile:
     else:
         known = available(dirs)
         if ref not in known:
-            close = [n for n in known if ref.lower() in n or n in ref.lower()]
+            close = difflib.get_close_matches(ref, list(known), n=3, cutoff=0.6) or [
+                n for n in known if ref.lower() in n]
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise ProfileError(f"no profile named '{ref}'{hint} (`specctl profiles` lists them)")
         path = known[ref]

@@ -13,6 +13,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from specctl.adapters.base import Installed, Launch
+from specctl.orchestrator.drafts import Candidate
 from specctl.orchestrator.hardware import Hardware
 from specctl.orchestrator.models import ModelInfo
 from specctl.orchestrator.plan import Plan
@@ -179,6 +180,15 @@ def show_sweep(console: Console, data: dict[str, Any]) -> None:
         console.print(f"tuned choice: {t['method']} k={t['k']} reaches "
                       f"{_pct(t['share_of_best'])} of the best measured here (k={data['best_k']});"
                       f" tuning took {_pct(t['time_ratio'])} of this sweep's time")
+
+
+def show_drafts(console: Console, target: str, ranked: list[Candidate]) -> None:
+    table = Table("#", "draft", "where", "ok", "score", "reason", title=f"drafts for {target}")
+    for i, c in enumerate(ranked, 1):
+        where = str(c.path) if c.path else c.model
+        table.add_row(str(i), c.name, f"{c.source}: {where}", "yes" if c.compatible else "no",
+                      f"{c.score:.2f}x" if c.compatible else "-", escape(c.reason))
+    console.print(table)
 
 
 def show_hardware(console: Console, hw: Hardware) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -14,3 +15,7 @@ class Settings(BaseSettings):
     vllm_python: Path | None = None  # interpreter of a separate vLLM environment
     ollama_url: str = "http://127.0.0.1:11434"
     allow_download: bool = True  # fetch missing test models and backends when `up` needs them
+    models_dirs: str = ""  # extra GGUF folders for draft search, separated by os.pathsep
+
+    def model_folders(self) -> list[Path]:
+        return [Path(p).expanduser() for p in self.models_dirs.split(os.pathsep) if p]
