@@ -170,6 +170,8 @@ class LlamaCpp:
         if plan.cache_type != "f16":
             a.add("-ctk", plan.cache_type)
             a.add("-ctv", plan.cache_type)
+            if installed.dialect == LEGACY_DIALECT:
+                a.add("-fa")  # a quantised V cache needs flash attention (2026 builds: auto)
         self._speculative(a, plan, installed.dialect)
         env_from = {"LLAMA_API_KEY": plan.api_key_env} if plan.api_key_env else {}
         url = f"http://{_url_host(plan.host)}:{plan.port}"

@@ -108,8 +108,8 @@ def judge(target: ModelInfo, draft: ModelInfo, found: Found, rule: str, hetero: 
           tokens: compat.Tokens = compat.file_tokens,
           tuned: Callable[[ModelInfo], float | None] = lambda _d: None) -> Candidate:
     def cand(ok: bool, reason: str, score: float = 0.0, method: str = "draft") -> Candidate:
-        return Candidate(found.ref, draft.name, found.path, found.source, ok, reason, score,
-                         method)
+        return Candidate(found.ref, canonical(draft), found.path, found.source, ok, reason,
+                         score, method)
 
     if draft.kind == "eagle3":
         wanted = EAGLE3_FOR.get(draft.name)
