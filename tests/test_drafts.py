@@ -92,6 +92,6 @@ def test_draft_auto_without_a_draft_on_disk_names_one_to_download(tmp_path: Path
     monkeypatch.setenv("SPECCTL_CACHE_DIR", str(tmp_path / "cache"))
     app = App.from_env()
     target = app.resolver().resolve("hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M")
-    with pytest.raises(ModelError, match="best known draft for it is hf:bartowski/Llama-3.2"):
+    with pytest.raises(ModelError, match=r"best known draft for it is hf:bartowski/Llama-3\.2"):
         app.pick_draft(target, app.backends()["llamacpp"])
     assert drafts.best_on_disk(app.draft_candidates(target, app.backends()["llamacpp"])) is None
