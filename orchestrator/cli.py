@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,8 +16,19 @@ from rich.table import Table
 
 from specctl import __version__
 from specctl.orchestrator import bench as bench_mod
-from specctl.orchestrator import costmodel, procs, provision, render, reports, runs, state, testbed
+from specctl.orchestrator import (
+    costmodel,
+    procs,
+    provision,
+    render,
+    reports,
+    runs,
+    state,
+    testbed,
+    units,
+)
 from specctl.orchestrator import profiles as profiles_mod
+from specctl.orchestrator import service as service_mod
 from specctl.orchestrator import tune as tune_mod
 from specctl.orchestrator import tuned as tuned_mod
 from specctl.orchestrator.app import App
@@ -254,6 +268,79 @@ def drafts(target: str, backend_name: str, models_dirs: tuple[Path, ...], as_jso
         render.show_drafts(console, info.name, ranked)
 
 
+@cli.group()
+def service() -> None:
+    """Run a profile as a service: systemd (Linux) or launchd (macOS)."""
+
+
+MANAGER = click.option("--manager", type=click.Choice(["systemd", "launchd"]),
+                       help="Service manager (default: this platform's).")
+SCOPE = click.option("--system/--user", "system", default=False,
+                     help="A system service (root) or the user's own (default).")
+
+
+@service.command("install")
+@PROFILE
+@SCOPE
+@MANAGER
+@click.option("--dry-run", is_flag=True, help="Print the unit/plist; write nothing.")
+@click.option("--enable", is_flag=True,
+              help="Also run daemon-reload + enable --now (or launchctl bootstrap).")
+def service_install(profile_ref: str, system: bool, manager: str | None, dry_run: bool,
+                    enable: bool) -> None:
+    """Write a unit running `specctl up --profile NAME --foreground` (restart on failure,
+    whole-group stop, hardened). API keys go in <config>/service.env, never in the unit."""
+    app = App.from_env()
+    profile = profiles_mod.load(profile_ref, app.dirs)
+    mgr = manager or service_mod.default_manager()
+    spec = service_mod.spec_for(profile.name, profile_ref, app.dirs, system, dict(os.environ))
+    if dry_run:
+        click.echo(service_mod.render(spec, mgr), nl=False)
+        return
+    done = service_mod.install(spec, mgr, enable)
+    console.print(f"wrote {done.path}", highlight=False)
+    for cmd in done.ran:
+        console.print(f"ran: {' '.join(cmd)}", highlight=False)
+    if not enable:
+        cmds = units.activation(spec, mgr, done.path, os.getuid())
+        console.print("start it with: " + " && ".join(" ".join(c) for c in cmds),
+                      highlight=False)
+    if profile.server.api_key_env:
+        console.print(f"put {profile.server.api_key_env}=... in {spec.env_file} (mode 600)",
+                      highlight=False)
+
+
+@service.command("uninstall")
+@click.argument("name")
+@SCOPE
+@MANAGER
+def service_uninstall(name: str, system: bool, manager: str | None) -> None:
+    """Stop, disable and remove a profile's service."""
+    app = App.from_env()
+    mgr = manager or service_mod.default_manager()
+    spec = service_mod.spec_for(name, name, app.dirs, system, dict(os.environ))
+    path = service_mod.uninstall(spec, mgr)
+    console.print(f"removed {path}" if path else f"no {mgr} service for {name}", highlight=False)
+
+
+@service.command("status")
+@click.argument("name")
+@SCOPE
+@MANAGER
+def service_status(name: str, system: bool, manager: str | None) -> None:
+    """Show the service manager's view of a profile's service."""
+    app = App.from_env()
+    mgr = manager or service_mod.default_manager()
+    spec = service_mod.spec_for(name, name, app.dirs, system, dict(os.environ))
+    path = units.unit_path(spec, mgr, Path.home())
+    if not path.exists():
+        raise SpecctlError(f"no {mgr} service installed for {name} ({path}); "
+                           f"`specctl service install --profile {name}`")
+    cmd = units.status_command(spec, mgr, os.getuid())
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    click.echo(f"{path}\n{done.stdout or done.stderr}")
+
+
 def _ints(text: str | None) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()] if text else []
@@ -385,6 +472,13 @@ def main() -> None:
         err_console.print(f"specctl: error: {exc}", highlight=False, markup=False,
                           soft_wrap=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            raise  # anything else is a bug: keep the traceback
+        err_console.print(f"specctl: error: cannot write {exc.filename or ''}: {exc.strerror}; "
+                          "free some space or point SPECCTL_STATE_DIR elsewhere",
+                          highlight=False, markup=False, soft_wrap=True)
+        sys.exit(1)
     except click.exceptions.Abort:
         err_console.print("specctl: aborted")
         sys.exit(130)

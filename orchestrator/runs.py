@@ -45,7 +45,13 @@ def preflight(app: App, resolved: Resolved, say: Say) -> None:
     procs.ensure_port_free(plan.host, plan.port)
 
 
-def serve_foreground(app: App, resolved: Resolved, say: Say, policy: Policy | None = None) -> int:
+def policy_of(app: App) -> Policy:
+    s = app.settings
+    return Policy(health_timeout=s.health_timeout, max_restarts=s.max_restarts,
+                  backoff_base=s.restart_backoff, grace=s.stop_grace)
+
+
+def serve_foreground(app: App, resolved: Resolved, say: Say) -> int:
     """Run the supervisor in this process (for systemd/launchd and for the detached `up`)."""
     preflight(app, resolved, say)
     launch, plan = resolved.launch(), resolved.plan
@@ -57,11 +63,11 @@ def serve_foreground(app: App, resolved: Resolved, say: Say, policy: Policy | No
         log=str(app.dirs.logs / f"{plan.profile}.log"), spec=plan.describe_spec(),
         plan=render.plan_json(plan, resolved.installed, launch))
     state.save(app.dirs.runs, run)
-    return Supervisor(run, launch, app.dirs.runs, policy or Policy(), say).serve()
+    return Supervisor(run, launch, app.dirs.runs, policy_of(app), say).serve()
 
 
-def start_detached(app: App, resolved: Resolved, profile_ref: str, say: Say,
-                   timeout: float = Policy().health_timeout + 30) -> state.RunState:
+def start_detached(app: App, resolved: Resolved, profile_ref: str,
+                   say: Say) -> state.RunState:
     """Start the supervisor in its own session, wait until the server is healthy, return."""
     preflight(app, resolved, say)
     app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -71,6 +77,8 @@ def start_detached(app: App, resolved: Resolved, profile_ref: str, say: Say,
         child = subprocess.Popen([sys.executable, "-m", "specctl", "up", "--profile", ref,
                                   "--foreground"], stdin=subprocess.DEVNULL, stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True)
+    policy = policy_of(app)
+    timeout = policy.health_timeout + 30
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -83,7 +91,7 @@ def start_detached(app: App, resolved: Resolved, profile_ref: str, say: Say,
             raise ServerError(_why_it_stopped(sup_log, run))
         time.sleep(0.25)
     child.send_signal(signal.SIGTERM)
-    child.wait(timeout=Policy().grace + 10)
+    child.wait(timeout=policy.grace + 10)
     raise ServerError(f"{resolved.plan.profile} did not become healthy in {timeout:.0f} s; "
                       f"see `specctl logs {resolved.plan.profile}`")
 
@@ -96,9 +104,9 @@ def _why_it_stopped(sup_log: Path, run: state.RunState | None) -> str:
     return errors[-1].removeprefix("specctl: error: ") if errors else "\n".join(lines[-15:])
 
 
-def down(app: App, profile: str, grace: float = Policy().grace) -> bool:
+def down(app: App, profile: str) -> bool:
     """Stop a profile's supervisor and its whole server group. True if something was running."""
-    runs = app.dirs.runs
+    runs, grace = app.dirs.runs, app.settings.stop_grace
     run = state.load(runs, profile)
     if run is None:
         return False

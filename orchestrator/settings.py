@@ -16,6 +16,11 @@ class Settings(BaseSettings):
     ollama_url: str = "http://127.0.0.1:11434"
     allow_download: bool = True  # fetch missing test models and backends when `up` needs them
     models_dirs: str = ""  # extra GGUF folders for draft search, separated by os.pathsep
+    # supervision: a server that was healthy and dies is restarted with exponential backoff
+    max_restarts: int = 5
+    restart_backoff: float = 1.0  # seconds before the first restart; doubles, up to 30 s
+    health_timeout: float = 300.0  # a cold 3.5 GB F16 load took 54 s on 2 cores
+    stop_grace: float = 10.0  # SIGTERM, then SIGKILL of the server's process group
 
     def model_folders(self) -> list[Path]:
         return [Path(p).expanduser() for p in self.models_dirs.split(os.pathsep) if p]

@@ -1,0 +1,144 @@
+"""Service definitions: a systemd unit (Linux) or a launchd plist (macOS), built as objects and
+rendered separately, so they can be golden-tested and checked by `systemd-analyze verify`."""
+
+from __future__ import annotations
+
+import plistlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LABEL_PREFIX = "dev.specctl"
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart word, quoted the way systemd parses it (no shell is involved)."""
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    safe = escaped and all(c.isalnum() or c in "-_./:=+@," for c in escaped)
+    return escaped if safe else f'"{escaped}"'
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """What any service manager needs to run `specctl up --profile P --foreground`."""
+
+    profile: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    writable: tuple[Path, ...]  # state dir (runs, logs, tuned results)
+    log_dir: Path
+    env_file: Path | None = None  # secrets (API keys) for systemd, kept out of the unit
+    system: bool = False
+    restart_sec: int = 5
+    stop_timeout: int = 30
+    start_limit_burst: int = 5
+
+    @property
+    def label(self) -> str:
+        return f"{LABEL_PREFIX}.{self.profile}"
+
+    @property
+    def unit_name(self) -> str:
+        return f"specctl-{self.profile}.service"
+
+
+@dataclass(frozen=True)
+class SystemdUnit:
+    sections: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = field(default_factory=tuple)
+
+    def render(self) -> str:
+        out = []
+        for name, entries in self.sections:
+            out.append(f"[{name}]")
+            out += [f"{k}={v}" for k, v in entries]
+            out.append("")
+        return "\n".join(out)
+
+
+def systemd_unit(spec: ServiceSpec) -> SystemdUnit:
+    env = tuple(("Environment", systemd_quote(f"{k}={v}")) for k, v in sorted(spec.env.items()))
+    writable = " ".join(f"-{p}" for p in spec.writable)  # "-": a missing path is not fatal
+    return SystemdUnit((
+        ("Unit", (
+            ("Description", f"specctl {spec.profile}: speculative decoding LLM server"),
+            ("Documentation", "https://pypi.org/project/specctl/"),
+            ("After", "network-online.target"),
+            ("Wants", "network-online.target"),
+            ("StartLimitIntervalSec", "600"),
+            ("StartLimitBurst", str(spec.start_limit_burst)),
+        )),
+        ("Service", (
+            ("Type", "simple"),
+            ("ExecStart", " ".join(systemd_quote(a) for a in spec.argv)),
+            *env,
+            *((("EnvironmentFile", f"-{spec.env_file}"),) if spec.env_file else ()),
+            ("Restart", "on-failure"),
+            ("RestartSec", str(spec.restart_sec)),
+            ("KillMode", "control-group"),
+            ("TimeoutStopSec", str(spec.stop_timeout)),
+            ("StandardOutput", "journal"),
+            ("StandardError", "journal"),
+            ("NoNewPrivileges", "yes"),
+            ("ProtectSystem", "strict"),
+            ("ProtectHome", "read-only"),
+            ("ReadWritePaths", writable),
+            ("PrivateTmp", "yes"),
+        )),
+        ("Install", (("WantedBy", "multi-user.target" if spec.system else "default.target"),)),
+    ))
+
+
+def launchd_plist(spec: ServiceSpec) -> dict[str, object]:
+    return {
+        "Label": spec.label,
+        "ProgramArguments": list(spec.argv),
+        "EnvironmentVariables": dict(sorted(spec.env.items())),
+        "RunAtLoad": True,
+        "KeepAlive": {"SuccessfulExit": False},
+        "ThrottleInterval": spec.restart_sec,
+        "ExitTimeOut": spec.stop_timeout,
+        "ProcessType": "Interactive",
+        "StandardOutPath": str(spec.log_dir / f"{spec.profile}.launchd.out.log"),
+        "StandardErrorPath": str(spec.log_dir / f"{spec.profile}.launchd.err.log"),
+    }
+
+
+def render_plist(plist: Mapping[str, object]) -> str:
+    return plistlib.dumps(dict(plist), sort_keys=True).decode()
+
+
+def unit_path(spec: ServiceSpec, manager: str, home: Path) -> Path:
+    if manager == "systemd":
+        base = Path("/etc/systemd/system") if spec.system else home / ".config/systemd/user"
+        return base / spec.unit_name
+    base = Path("/Library/LaunchDaemons") if spec.system else home / "Library/LaunchAgents"
+    return base / f"{spec.label}.plist"
+
+
+def activation(spec: ServiceSpec, manager: str, path: Path, uid: int) -> list[list[str]]:
+    """The commands that load and start an installed service (run only when asked)."""
+    if manager == "systemd":
+        ctl = ["systemctl"] if spec.system else ["systemctl", "--user"]
+        return [[*ctl, "daemon-reload"], [*ctl, "enable", "--now", spec.unit_name]]
+    domain = "system" if spec.system else f"gui/{uid}"
+    return [["launchctl", "bootstrap", domain, str(path)]]
+
+
+def deactivation(spec: ServiceSpec, manager: str, path: Path, uid: int) -> list[list[str]]:
+    if manager == "systemd":
+        ctl = ["systemctl"] if spec.system else ["systemctl", "--user"]
+        return [[*ctl, "disable", "--now", spec.unit_name], [*ctl, "daemon-reload"]]
+    domain = "system" if spec.system else f"gui/{uid}"
+    return [["launchctl", "bootout", f"{domain}/{spec.label}"]]
+
+
+def status_command(spec: ServiceSpec, manager: str, uid: int) -> list[str]:
+    if manager == "systemd":
+        ctl = ["systemctl"] if spec.system else ["systemctl", "--user"]
+        return [*ctl, "status", "--no-pager", spec.unit_name]
+    domain = "system" if spec.system else f"gui/{uid}"
+    return ["launchctl", "print", f"{domain}/{spec.label}"]
+
+
+def service_argv(program: Sequence[str], profile_ref: str) -> tuple[str, ...]:
+    return (*program, "up", "--profile", profile_ref, "--foreground")

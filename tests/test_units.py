@@ -1,0 +1,98 @@
+"""Service units: built as objects, compared with golden files, verified by systemd itself."""
+
+from __future__ import annotations
+
+import plistlib
+import subprocess
+from pathlib import Path
+
+from specctl.orchestrator import profiles, units
+from specctl.orchestrator.paths import Dirs
+from tests.cli import specctl
+
+GOLDEN = Path(__file__).parent / "fixtures" / "units"
+
+
+def fixed_spec(system: bool = False) -> units.ServiceSpec:
+    return units.ServiceSpec(
+        profile="cpu-demo",
+        argv=units.service_argv(("/usr/bin/python3", "-m", "specctl"), "cpu-demo"),
+        env={"SPECCTL_STATE_DIR": "/var/lib/specctl/state", "PYTHONUNBUFFERED": "1"},
+        writable=(Path("/var/lib/specctl/state"),), log_dir=Path("/var/lib/specctl/state/logs"),
+        env_file=Path("/etc/specctl/service.env"), system=system)
+
+
+def test_systemd_unit_matches_the_golden_file() -> None:
+    assert units.systemd_unit(fixed_spec()).render() == \
+        (GOLDEN / "specctl-cpu-demo.service").read_text()
+
+
+def test_launchd_plist_matches_the_golden_file_and_round_trips() -> None:
+    text = units.render_plist(units.launchd_plist(fixed_spec()))
+    assert text == (GOLDEN / "dev.specctl.cpu-demo.plist").read_text()
+    data = plistlib.loads(text.encode())
+    assert data["Label"] == "dev.specctl.cpu-demo"
+    assert data["ProgramArguments"][-4:] == ["up", "--profile", "cpu-demo", "--foreground"]
+    assert data["RunAtLoad"] is True and data["KeepAlive"] == {"SuccessfulExit": False}
+    assert data["EnvironmentVariables"]["SPECCTL_STATE_DIR"] == "/var/lib/specctl/state"
+    assert data["StandardOutPath"].endswith("cpu-demo.launchd.out.log")
+
+
+def test_quoting_keeps_hostile_values_as_one_word() -> None:
+    assert units.systemd_quote("cpu-demo") == "cpu-demo"
+    assert units.systemd_quote("/a b/x.toml") == '"/a b/x.toml"'
+    assert units.systemd_quote("$(rm -rf ~) 100%") == '"$$(rm -rf ~) 100%%"'
+    assert units.systemd_quote('a"b\\c') == '"a\\"b\\\\c"'
+
+
+def _verify(unit_text: str, name: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp / name
+    path.write_text(unit_text)
+    return subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True,
+                          text=True, check=False)
+
+
+def test_every_shipped_profile_gives_a_unit_systemd_accepts(tmp_path: Path) -> None:
+    names = list(profiles.available(Dirs.from_env()))
+    assert len(names) >= 5
+    for name in names:
+        for scope in ("--user", "--system"):
+            done = specctl("service", "install", "--profile", name, "--manager", "systemd",
+                           scope, "--dry-run")
+            assert done.returncode == 0, done.stderr
+            assert "KillMode=control-group" in done.stdout
+            checked = _verify(done.stdout, f"specctl-{name}.service", tmp_path)
+            assert checked.returncode == 0, (name, checked.stderr)
+            assert checked.stderr.strip() == "", (name, checked.stderr)  # not even a warning
+
+
+def test_systemd_analyze_rejects_a_broken_unit(tmp_path: Path) -> None:
+    broken = units.systemd_unit(fixed_spec()).render().replace("KillMode=control-group",
+                                                                "KillMode=everything")
+    checked = _verify(broken, "specctl-broken.service", tmp_path)
+    assert "kill mode" in checked.stderr and ":17:" in checked.stderr
+
+
+def test_every_plist_round_trips(tmp_path: Path) -> None:
+    for name in profiles.available(Dirs.from_env()):
+        done = specctl("service", "install", "--profile", name, "--manager", "launchd",
+                       "--dry-run")
+        assert done.returncode == 0, done.stderr
+        data = plistlib.loads(done.stdout.encode())
+        assert data["Label"] == f"dev.specctl.{name}"
+        assert {"ProgramArguments", "RunAtLoad", "KeepAlive", "StandardOutPath",
+                "StandardErrorPath", "EnvironmentVariables"} <= set(data)
+
+
+def test_install_writes_the_unit_and_runs_nothing_unless_asked(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "HOME": str(tmp_path)}
+    done = specctl("service", "install", "--profile", "cpu-demo", "--manager", "systemd",
+                   env=env)
+    assert done.returncode == 0, done.stderr
+    unit = tmp_path / ".config/systemd/user/specctl-cpu-demo.service"
+    assert unit.is_file() and "ran:" not in done.stdout
+    assert "systemctl --user daemon-reload" in done.stdout  # told, not done
+    gone = specctl("service", "uninstall", "cpu-demo", "--manager", "systemd", env=env)
+    assert gone.returncode == 0 and not unit.exists()
