@@ -29,6 +29,15 @@ class Installed:
 
 
 @dataclass(frozen=True)
+class HttpCall:
+    """A request the supervisor sends once the server is healthy (e.g. Ollama model setup)."""
+
+    method: str
+    path: str
+    body: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Launch:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
@@ -38,6 +47,8 @@ class Launch:
     # backend variable -> the user's variable it is copied from at spawn time (API keys: the
     # value never enters argv, the plan or a log)
     env_from: Mapping[str, str] = field(default_factory=dict)
+    setup: tuple[HttpCall, ...] = ()
+    model: str | None = None  # the model name clients should send, when the server needs one
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,7 @@ class Backend(Protocol):
     vocab_rule: ClassVar[str]  # "near" (llama.cpp) or "identical" (vLLM): see orchestrator/compat
     cache_types: ClassVar[tuple[str, ...]]  # KV cache types, preferred first
     runs_on: ClassVar[frozenset[str]]  # hardware kinds: "cuda", "metal", "cpu"
+    no_spec_hint: ClassVar[str]  # what to do when this backend cannot speculate
 
     def probe(self) -> Installed | None: ...
 

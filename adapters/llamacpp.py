@@ -119,6 +119,8 @@ class LlamaCpp:
     vocab_rule: ClassVar[str] = "near"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
     runs_on: ClassVar[frozenset[str]] = frozenset({"cuda", "metal", "cpu"})
+    no_spec_hint: ClassVar[str] = "update llama.cpp (`specctl backend install llama.cpp " \
+                                  "--rebuild`)"
 
     def __init__(self, configured: Path | None = None, built: Path | None = None,
                  search_path: Iterable[Path] = HOMEBREW) -> None:

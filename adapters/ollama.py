@@ -1,22 +1,40 @@
-"""Ollama: a running daemon as a backend. It serves the target; drafting depends on its version.
-
-Ollama cannot use a classic small draft model, so a plan on Ollama is plain serving unless the
-daemon has draft options; the planner says so and points to llama.cpp, which can serve Ollama's own
-GGUF blobs with a draft.
+"""Ollama: the daemon as a backend. It serves the target model; it speculates only with a draft or
+MTP module baked into the model (Modelfile `DRAFT` layer, `PARAMETER draft_num_predict N`,
+Ollama 0.32.12 and later), so a classic small draft model is not possible here: the planner then
+serves plainly and points to llama.cpp, which can serve Ollama's own GGUF blobs with a draft.
 """
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 from typing import ClassVar
 
 import requests
 
-from specctl.adapters.base import Endpoint, Installed, Launch, SpecStats
+from specctl.adapters.base import Endpoint, HttpCall, Installed, Launch, SpecStats
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.plan import Plan
 
 NAME = "ollama"
 DEFAULT_URL = "http://127.0.0.1:11434"
+DRAFT_SINCE = (0, 32, 12)  # draft_num_predict and the DRAFT layer
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("-")[0].split(".")[:3]:
+        parts.append(int(piece) if piece.isdigit() else 0)
+    return tuple(parts)
+
+
+def methods_for(version: str) -> frozenset[str]:
+    return frozenset({"none", "mtp"} if version_tuple(version) >= DRAFT_SINCE else {"none"})
+
+
+def model_name(plan: Plan) -> str:
+    return plan.target.ref.removeprefix("ollama:")
 
 
 class Ollama:
@@ -25,32 +43,73 @@ class Ollama:
     vocab_rule: ClassVar[str] = "near"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
     runs_on: ClassVar[frozenset[str]] = frozenset({"cuda", "metal", "cpu"})
+    no_spec_hint: ClassVar[str] = ("serve the same model with llama.cpp and a draft instead "
+                                   "(target = \"ollama:NAME\", backend = [\"llamacpp\"]; "
+                                   "`specctl drafts --target ollama:NAME` finds one)")
 
     def __init__(self, url: str = DEFAULT_URL, timeout: float = 0.5) -> None:
         self.url, self.timeout = url.rstrip("/"), timeout
 
     def probe(self) -> Installed | None:
+        """A running daemon (its /api/version, and the client can list its models); else an
+        installed `ollama` binary (`ollama --version`) that `up` can start."""
         try:
             resp = requests.get(f"{self.url}/api/version", timeout=self.timeout)
             version = str(resp.json().get("version", "")) if resp.ok else ""
         except (requests.RequestException, ValueError):
-            return None
+            return self._binary()
         if not version:
+            return self._binary()
+        try:
+            import ollama
+
+            ollama.Client(host=self.url, timeout=self.timeout * 4).list()
+        except ImportError:
+            pass  # the client is optional: the HTTP answer above is enough
+        except Exception:  # the daemon answered /api/version but not the API: not usable
             return None
         return Installed(backend=NAME, version=version, dialect="ollama", path=self.url,
-                         methods=frozenset({"none"}))
+                         methods=methods_for(version))
+
+    @staticmethod
+    def _binary() -> Installed | None:
+        path = shutil.which("ollama")
+        if path is None:
+            return None
+        try:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                 timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        found = re.findall(r"\d+\.\d+\.\d+", out.stdout + out.stderr)
+        if not found:
+            return None
+        return Installed(backend=NAME, version=found[-1], dialect="ollama", path=path,
+                         methods=methods_for(found[-1]))
 
     def assumed(self) -> Installed:
-        return Installed(backend=NAME, version="unknown", dialect="ollama",
-                         methods=frozenset({"none"}), assumed=True)
+        return Installed(backend=NAME, version=".".join(map(str, DRAFT_SINCE)),
+                         dialect="ollama", methods=methods_for("0.32.12"), assumed=True)
 
     def launch(self, plan: Plan, installed: Installed) -> Launch:
         if plan.method not in installed.methods:
             raise BackendError(f"Ollama {installed.version} cannot speculate with "
-                               f"'{plan.method}'; serve with llama.cpp instead")
+                               f"'{plan.method}'; {self.no_spec_hint}")
+        if not plan.target.ref.startswith("ollama:"):
+            raise BackendError(f"Ollama serves its own models; use target = \"ollama:NAME\" "
+                               f"(not {plan.target.ref})")
         host = f"{plan.host}:{plan.port}"
+        url = f"http://{host}"
+        base, served = model_name(plan), model_name(plan)
+        setup: list[HttpCall] = []
+        if plan.speculative:  # a derived model with the draft length baked in
+            served = f"specctl-{plan.profile}"
+            setup.append(HttpCall("POST", "/api/create", {
+                "model": served, "from": base, "parameters": {"draft_num_predict": plan.k}}))
+        setup.append(HttpCall("POST", "/api/generate", {"model": served, "keep_alive": "24h"}))
         return Launch(argv=("ollama", "serve"), env={"OLLAMA_HOST": host},
-                      health_url=f"http://{host}/api/version", base_url=f"http://{host}/v1")
+                      health_url=f"{url}/api/version", base_url=f"{url}/v1",
+                      setup=tuple(setup), model=served)
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
-        return SpecStats(source="ollama (no draft counters)")
+        return SpecStats(source="ollama (reports no draft counters)")

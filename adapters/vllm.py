@@ -70,6 +70,7 @@ class Vllm:
     vocab_rule: ClassVar[str] = "identical"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "fp8")
     runs_on: ClassVar[frozenset[str]] = frozenset({"cuda"})
+    no_spec_hint: ClassVar[str] = "use a vLLM version with this method, or another method"
 
     def __init__(self, python: Path | None = None) -> None:
         self.python = python  # an interpreter of a separate vLLM environment

@@ -197,6 +197,8 @@ def up(profile_ref: str, foreground: bool, no_provision: bool) -> None:
     run = runs.start_detached(app, resolved, profile_ref, console.print)
     console.print(f"[bold green]{run.profile} is up[/bold green] at {run.url}", highlight=False)
     console.print(f"speculation: {run.spec}", highlight=False)
+    if run.plan.get("model"):
+        console.print(f"model name for requests: {run.plan['model']}", highlight=False)
     console.print(f"logs: specctl logs {run.profile} -f    stop: specctl down {run.profile}")
 
 

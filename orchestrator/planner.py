@@ -93,6 +93,10 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
     reasons = list(choice.reasons)
     target = resolver.resolve(profile.target, backend.default_quant)
     method = _method(profile)
+    if method not in choice.installed.methods:
+        reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
+                       f"'{method}' speculation, so it serves without; {backend.no_spec_hint}.")
+        method = "none"
     draft = None
     if method in ("draft", "eagle", "eagle3"):
         draft_ref = profile.draft

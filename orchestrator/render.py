@@ -40,7 +40,7 @@ def plan_json(plan: Plan, installed: Installed, launch: Launch) -> dict[str, Any
         "target": model_json(plan.target), "draft": model_json(plan.draft),
         "method": plan.method, "k": plan.k, "k_source": plan.k_source, "p_min": plan.p_min,
         "context": plan.context, "argv": list(launch.argv), "env": dict(launch.env),
-        "env_from": dict(launch.env_from), "url": launch.base_url,
+        "env_from": dict(launch.env_from), "url": launch.base_url, "model": launch.model,
         "memory": plan.memory.to_json(), "reasons": list(plan.reasons),
     }
 

@@ -11,10 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from specctl.adapters.base import Endpoint, SpecStats
 from specctl.orchestrator import procs, render, state
 from specctl.orchestrator.app import App, Resolved
-from specctl.orchestrator.errors import ServerError, SpecctlError
+from specctl.orchestrator.errors import ServerError, SpecctlError, StateError
 from specctl.orchestrator.supervise import Policy, Supervisor
 
 Say = Callable[[str], None]
@@ -22,7 +24,11 @@ Say = Callable[[str], None]
 
 def _clean_leftover(runs: Path, profile: str, say: Say) -> None:
     """A previous supervisor that died (SIGKILL, reboot) may have left its server group."""
-    old = state.load(runs, profile)
+    try:
+        old = state.load(runs, profile)
+    except StateError as exc:
+        say(f"note: {exc}")
+        return
     if old is None:
         return
     if state.alive(old.supervisor_pid, old.supervisor_started):
@@ -53,7 +59,12 @@ def policy_of(app: App) -> Policy:
 
 def serve_foreground(app: App, resolved: Resolved, say: Say) -> int:
     """Run the supervisor in this process (for systemd/launchd and for the detached `up`)."""
-    preflight(app, resolved, say)
+    with state.profile_lock(app.dirs.runs, resolved.plan.profile):
+        preflight(app, resolved, say)
+        return _supervise(app, resolved, say)
+
+
+def _supervise(app: App, resolved: Resolved, say: Say) -> int:
     launch, plan = resolved.launch(), resolved.plan
     app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
     me = os.getpid()
@@ -107,9 +118,12 @@ def _why_it_stopped(sup_log: Path, run: state.RunState | None) -> str:
 def down(app: App, profile: str) -> bool:
     """Stop a profile's supervisor and its whole server group. True if something was running."""
     runs, grace = app.dirs.runs, app.settings.stop_grace
-    run = state.load(runs, profile)
+    try:
+        run = state.load(runs, profile)
+    except StateError:
+        return _down_without_state(profile, grace)  # the file was moved aside
     if run is None:
-        return False
+        return _down_without_state(profile, grace)
     stopped = False
     if state.alive(run.supervisor_pid, run.supervisor_started):
         os.kill(run.supervisor_pid, signal.SIGTERM)
@@ -124,6 +138,28 @@ def down(app: App, profile: str) -> bool:
         stopped = True
     state.remove(runs, profile)
     return stopped
+
+
+def supervisors_of(profile: str) -> list[psutil.Process]:
+    """Running `specctl up --profile PROFILE --foreground` processes, found by command line."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "specctl" in cmd and "--foreground" in cmd and profile in cmd and "up" in cmd:
+            found.append(proc)
+    return found
+
+
+def _down_without_state(profile: str, grace: float) -> bool:
+    """No usable state file: stop the profile's supervisor found by its command line (it then
+    stops its own server group)."""
+    sups = supervisors_of(profile)
+    for proc in sups:
+        proc.terminate()
+    _gone, alive = psutil.wait_procs(sups, timeout=grace + 10)
+    for proc in alive:
+        proc.kill()
+    return bool(sups)
 
 
 @dataclass(frozen=True)
@@ -160,7 +196,8 @@ def status(app: App) -> list[Row]:
                 stats = backend.spec_stats(Endpoint(base, key))
             except SpecctlError as exc:
                 note = str(exc)
-        rows.append(Row(profile, run.status if up else "dead (run `specctl down`)", run.url,
+        label = run.status if up or run.status == "failed" else "dead (run `specctl down`)"
+        rows.append(Row(profile, label, run.url,
                         time.time() - run.started_at, run.restarts, run.spec, stats,
                         note or (run.error or "")))
     return rows

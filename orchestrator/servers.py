@@ -17,7 +17,7 @@ from specctl.adapters.base import Backend, Endpoint, Installed, Launch
 from specctl.orchestrator import procs
 from specctl.orchestrator.errors import ServerError
 from specctl.orchestrator.plan import Plan
-from specctl.orchestrator.supervise import server_env
+from specctl.orchestrator.supervise import apply_setup, server_env
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -60,6 +60,7 @@ def ephemeral(plan: Plan, backend: Backend, installed: Installed, logs: Path, la
         except RetryError:
             raise ServerError(f"{label} server not healthy after {health_timeout:.0f} s; see "
                               f"{log}") from None
+        apply_setup(launch)
         key = next((os.environ.get(v) for v in launch.env_from.values()), None)
         yield Running(plan, launch, Endpoint(launch.health_url.rsplit("/", 1)[0], key), log)
     finally:

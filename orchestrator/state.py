@@ -11,13 +11,15 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
+from filelock import FileLock, Timeout
 
-from specctl.orchestrator.errors import StateError
+from specctl.orchestrator.errors import ServerError, StateError
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -87,6 +89,22 @@ def load(runs: Path, profile: str) -> RunState | None:
         raise StateError(f"state file {path} was unreadable ({type(exc).__name__}); moved it to "
                          f"{aside.name}. Check for a leftover server with `ps`, then run "
                          "`specctl up` again") from None
+
+
+@contextlib.contextmanager
+def profile_lock(runs: Path, profile: str) -> Iterator[None]:
+    """Held by a profile's supervisor for its whole life; a second one fails at once."""
+    runs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = FileLock(str(lock_path(runs, profile)))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise ServerError(f"profile {profile} is already up (another specctl holds its lock); "
+                          f"`specctl down {profile}` first") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def remove(runs: Path, profile: str) -> None:

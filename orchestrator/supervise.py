@@ -1,6 +1,6 @@
 """Supervise one server: own process group, log file, health wait, bounded restarts, clean stop.
 
-The supervisor holds the profile's lock for its whole life and keeps the state file current.
+The supervisor runs under the profile's lock (taken by the caller) and keeps the state current.
 SIGTERM/SIGINT stop the whole server group (SIGKILL after the grace period), then remove the state.
 A first start that never becomes healthy fails at once with the log's last lines; a server that
 was healthy and then dies is restarted with exponential backoff, up to `max_restarts` in a row.
@@ -18,7 +18,6 @@ from pathlib import Path
 from types import FrameType
 
 import requests
-from filelock import FileLock, Timeout
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from specctl.adapters.base import Launch
@@ -40,6 +39,20 @@ class Policy:
 
 class Stopping(Exception):
     """Raised inside waits once a stop signal arrived."""
+
+
+def apply_setup(launch: Launch, timeout: float = 600.0) -> None:
+    """Send the backend's post-start requests (Ollama: create the derived model, load it)."""
+    root = launch.health_url.split("/", 3)[:3]
+    for call in launch.setup:
+        url = "/".join(root) + call.path
+        try:
+            resp = requests.request(call.method, url, json=dict(call.body), timeout=timeout)
+        except requests.RequestException as exc:
+            raise ServerError(f"setup request {call.method} {call.path} failed: {exc}") from None
+        if resp.status_code >= 400:
+            raise ServerError(f"setup request {call.method} {call.path} answered "
+                              f"{resp.status_code}: {resp.text[:200]}")
 
 
 def server_env(launch: Launch, base: Mapping[str, str]) -> dict[str, str]:
@@ -65,25 +78,22 @@ class Supervisor:
 
     # -- lifecycle -------------------------------------------------------------------------
     def serve(self) -> int:
-        """Run until stopped (0) or until the server cannot be kept up (1)."""
-        lock = FileLock(str(state.lock_path(self.runs, self.run.profile)))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise ServerError(f"profile {self.run.profile} is already up (lock held); "
-                              f"`specctl down {self.run.profile}` first") from None
+        """Run until stopped (0) or until the server cannot be kept up (1). The caller holds the
+        profile's lock. A failed run leaves its state (status "failed", the error) for `status`;
+        a stopped one removes it."""
         previous = {s: signal.signal(s, self._on_signal)
                     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         try:
-            return self._loop()
+            code = self._loop()
         except Stopping:
-            return 0
+            code = 0
         finally:
             self._stop_server()
-            state.remove(self.runs, self.run.profile)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            lock.release()
+            if self.run.status != "failed":
+                state.remove(self.runs, self.run.profile)
+        return code
 
     def _loop(self) -> int:
         crashes = 0
@@ -92,6 +102,7 @@ class Supervisor:
             self._spawn()
             healthy_at = self._wait_healthy(first=self.run.restarts == 0 and crashes == 0)
             if healthy_at is not None:
+                apply_setup(self.launch)
                 self._set(status="running", error=None)
                 self.say(f"serving {self.run.profile} at {self.launch.base_url}")
                 rc = self._wait_exit()

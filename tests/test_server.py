@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,52 +103,3 @@ def test_down_leaves_no_process_of_the_group(env: dict[str, str],
     assert procs.group_members(pgid) == []
     assert not psutil.pid_exists(sup) or psutil.Process(sup).status() == psutil.STATUS_ZOMBIE
     assert not (Path(env["SPECCTL_STATE_DIR"]) / "runs" / "cpu-demo.json").exists()
-
-
-def _llama_servers() -> set[int]:
-    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "llama-server"}
-
-
-def _one_line_failure(done: object, *needles: str) -> None:
-    import subprocess
-
-    assert isinstance(done, subprocess.CompletedProcess)
-    assert done.returncode != 0
-    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, done.stderr
-    assert "Traceback" not in done.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-
-
-def test_up_on_a_port_in_use_fails_in_one_line(env: dict[str, str]) -> None:
-    before = _llama_servers()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 18095))
-        sock.listen()
-        done = specctl("up", "--profile", "cpu-demo-q4", "--no-provision",
-                       env={**env, "SPECCTL_SERVER__PORT": "18095"})
-    _one_line_failure(done, "port 18095", "in use")
-    assert _llama_servers() == before
-
-
-def test_up_with_a_missing_model_file_fails_in_one_line(env: dict[str, str],
-                                                        tmp_path: Path) -> None:
-    profile = tmp_path / "missing.toml"
-    profile.write_text('target = "/nonexistent/model.gguf"\ndraft = "none"\n'
-                       '[server]\nport = 18096\n')
-    before = _llama_servers()
-    done = specctl("up", "--profile", str(profile), "--no-provision", env=env)
-    _one_line_failure(done, "/nonexistent/model.gguf", "not found")
-    assert _llama_servers() == before
-
-
-def test_up_with_an_incompatible_draft_fails_in_one_line(env: dict[str, str],
-                                                         tmp_path: Path) -> None:
-    profile = tmp_path / "smol-draft.toml"
-    profile.write_text('target = "testbed:qwen-1.5b-q4"\ndraft = "testbed:smollm2-135m"\n'
-                       '[server]\nport = 18097\n')
-    before = _llama_servers()
-    done = specctl("up", "--profile", str(profile), "--no-provision", env=env)
-    _one_line_failure(done, "cannot speculate", "vocab sizes differ")
-    assert _llama_servers() == before
