@@ -43,6 +43,7 @@ def _clean_leftover(runs: Path, profile: str, say: Say) -> None:
 def preflight(app: App, resolved: Resolved, say: Say) -> None:
     plan, runs = resolved.plan, app.dirs.runs
     runs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state.check_writable(runs)
     _clean_leftover(runs, plan.profile, say)
     resolver = app.resolver()
     resolver.require_file(plan.target)
@@ -112,7 +113,10 @@ def _why_it_stopped(sup_log: Path, run: state.RunState | None) -> str:
         return run.error
     lines = [ln for ln in procs.tail(str(sup_log), 40).splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("specctl: error:")]
-    return errors[-1].removeprefix("specctl: error: ") if errors else "\n".join(lines[-15:])
+    if errors:
+        return errors[-1].removeprefix("specctl: error: ")
+    return "\n".join(lines[-15:]) or (f"the supervisor exited before the server was up and left "
+                                      f"no message in {sup_log}; is the disk full?")
 
 
 def down(app: App, profile: str) -> bool:
@@ -145,7 +149,10 @@ def supervisors_of(profile: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "specctl" in cmd and "--foreground" in cmd and profile in cmd and "up" in cmd:
+        if "specctl" not in cmd or "--foreground" not in cmd or "--profile" not in cmd:
+            continue
+        ref = cmd[cmd.index("--profile") + 1] if cmd.index("--profile") + 1 < len(cmd) else ""
+        if ref == profile or (ref.endswith(".toml") and Path(ref).stem == profile):
             found.append(proc)
     return found
 

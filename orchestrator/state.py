@@ -40,6 +40,13 @@ def write_atomic(path: Path, text: str) -> None:
                          "set SPECCTL_STATE_DIR to a writable place") from None
 
 
+def check_writable(folder: Path) -> None:
+    """Fail early, in one line, when state cannot be written (disk full, read-only)."""
+    probe = folder / ".write-check"
+    write_atomic(probe, " " * 8192)  # room for a state file and some log lines
+    probe.unlink(missing_ok=True)
+
+
 @dataclass
 class RunState:
     profile: str

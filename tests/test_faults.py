@@ -32,8 +32,18 @@ pytestmark = pytest.mark.server
 SMOL = 'target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\nk = 3\n'
 
 
-def llama_servers() -> set[int]:
-    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "llama-server"}
+def ours(state_dir: str) -> set[int]:
+    """Processes started for this test: they inherit its SPECCTL_STATE_DIR."""
+    found = set()
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] not in ("llama-server", "python", "python3"):
+            continue
+        try:
+            if proc.environ().get("SPECCTL_STATE_DIR") == state_dir and proc.pid != os.getpid():
+                found.add(proc.pid)
+        except psutil.Error:
+            continue
+    return found
 
 
 @pytest.fixture
@@ -42,10 +52,10 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
          "SPECCTL_CONFIG_DIR": str(tmp_path / "config"), "SPECCTL_MAX_RESTARTS": "2",
          "SPECCTL_RESTART_BACKOFF": "0.2", "SPECCTL_STOP_GRACE": "3",
          "SPECCTL_HEALTH_TIMEOUT": "60"}
-    before = llama_servers()
     yield e
     specctl("down", "--all", env=e)
-    leftover = llama_servers() - before
+    time.sleep(0.2)
+    leftover = ours(e["SPECCTL_STATE_DIR"])
     assert not leftover, f"processes left behind: {leftover}"
 
 
