@@ -27,7 +27,7 @@ NAME = "llamacpp"
 SPEC_TYPE_DIALECT = "spec-type"
 LEGACY_DIALECT = "legacy"
 HOMEBREW = (Path("/opt/homebrew/bin/llama-server"), Path("/usr/local/bin/llama-server"))
-ALL_LAYERS = "999"
+LOCAL_DEVICE = {"cpu": "none", "cuda": "CUDA0", "metal": "MTL0"}  # "none": stay on the CPU
 _GAP = re.compile(r"\s{2,}")
 
 # Flag names per dialect (the 2026 names first, the older ones where they differ).
@@ -168,6 +168,10 @@ class LlamaCpp:
         if plan.threads:
             a.add("-t", plan.threads)
         a.add("-ngl", plan.gpu_layers)
+        if plan.rpc_workers:
+            a.add("--rpc", ",".join(plan.rpc_workers))
+            if plan.tensor_split and plan.hardware.kind == "cpu":  # RPC devices are the only ones
+                a.add("-ts", ",".join(f"{x:g}" for x in plan.tensor_split))
         a.add("--metrics")
         if plan.cache_type != "f16":
             a.add("-ctk", plan.cache_type)
@@ -198,7 +202,11 @@ class LlamaCpp:
             a.add(names["n_min"], plan.n_min)
         if plan.p_min is not None:
             a.add(names["p_min"], plan.p_min)
-        if plan.gpu_layers:
+        if plan.rpc_workers and plan.draft_local:
+            a.add("-devd", LOCAL_DEVICE[plan.hardware.kind])  # keep the draft off the network
+            if plan.hardware.kind != "cpu":
+                a.add("-ngld", plan.gpu_layers)
+        elif plan.gpu_layers:
             a.add("-ngld", plan.gpu_layers)
         if plan.cache_type != "f16":
             a.add(names["ctk_draft"], plan.cache_type)
@@ -206,6 +214,21 @@ class LlamaCpp:
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "llamacpp:", "llamacpp /metrics")
+
+
+def worker_launch(installed: Installed, host: str, port: int, threads: int | None) -> Launch:
+    """`rpc-server` next to this llama-server: a worker that lends its memory and compute."""
+    if installed.path is None:
+        raise BackendError("rpc-server needs an installed llama.cpp build")
+    server = Path(installed.path).with_name("rpc-server")
+    if not server.is_file():
+        raise BackendError(f"no rpc-server next to {installed.path}; rebuild with "
+                           "`specctl backend install llama.cpp --rebuild` (builds it with RPC)")
+    argv = [str(server), "-H", host, "-p", str(port)]
+    if threads:
+        argv += ["-t", str(threads)]
+    return Launch(argv=tuple(argv), health_url=f"tcp://{_url_host(host)}:{port}",
+                  base_url=f"tcp://{_url_host(host)}:{port}")
 
 
 def request_stats(response: dict[str, Any]) -> SpecStats:

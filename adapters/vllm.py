@@ -118,12 +118,16 @@ class Vllm:
             argv += ["--tensor-parallel-size", str(plan.tensor_parallel)]
         if plan.pipeline_parallel > 1:
             argv += ["--pipeline-parallel-size", str(plan.pipeline_parallel)]
+        env: dict[str, str] = {}
+        if plan.ray_address:  # several nodes: vLLM's own Ray executor
+            argv += ["--distributed-executor-backend", "ray"]
+            env["RAY_ADDRESS"] = plan.ray_address
         spec = speculative_config(plan)
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         url = f"http://{'127.0.0.1' if plan.host == '0.0.0.0' else plan.host}:{plan.port}"
         env_from = {"VLLM_API_KEY": plan.api_key_env} if plan.api_key_env else {}
-        return Launch(argv=tuple(argv), env={}, health_url=f"{url}/health",
+        return Launch(argv=tuple(argv), env=env, health_url=f"{url}/health",
                       base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from)
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:

@@ -9,6 +9,7 @@ from pathlib import Path
 from specctl.adapters.base import Backend, Installed, Launch
 from specctl.orchestrator import (
     backends,
+    cluster,
     drafts,
     hardware,
     ollama_store,
@@ -95,14 +96,29 @@ class App:
         raise ModelError(f"no compatible draft for {target.name} on this machine; {hint}name "
                          "one in the profile (`specctl drafts --target ...` lists candidates)")
 
+    @staticmethod
+    def rpc_workers(profile: Profile, probed: dict[str, Installed | None] | None
+                    ) -> list[cluster.Worker]:
+        """The RPC workers' memory: as declared in the profile, else asked through llama.cpp."""
+        c = profile.cluster
+        if not c.rpc_workers:
+            return []
+        if len(c.worker_memory_gb) == len(c.rpc_workers):
+            return [cluster.Worker(a, m, m) for a, m in zip(c.rpc_workers, c.worker_memory_gb,
+                                                             strict=True)]
+        found = (probed or {}).get("llamacpp")
+        return cluster.ask_workers(found.path, c.rpc_workers) if found and found.path else []
+
     def resolve(self, profile_ref: str, recorded: Path | None = None,
                 use_tuned: bool = True) -> Resolved:
         profile = profiles.load(profile_ref, self.dirs)
-        hw = self.hardware(recorded)
+        nodes = cluster.cluster_hardware(profile.cluster, Path.cwd())
+        hw = nodes or self.hardware(recorded)
+        elsewhere = recorded is not None or nodes is not None
         registry = self.backends()
-        probed = None if recorded else backends.probe_all(
+        probed = None if elsewhere else backends.probe_all(
             {n: b for n, b in registry.items() if not profile.backend or n in profile.backend})
-        lookup = self.tuned_result if use_tuned and recorded is None else (lambda _p, _i: None)
+        lookup = self.tuned_result if use_tuned and not elsewhere else (lambda _p, _i: None)
         plan, installed = planner.resolve(profile, hw, registry, probed, self.resolver(), lookup,
-                                          self.pick_draft)
+                                          self.pick_draft, self.rpc_workers(profile, probed))
         return Resolved(profile, plan, installed, registry[plan.backend])

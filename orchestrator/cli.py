@@ -271,6 +271,42 @@ def drafts(target: str, backend_name: str, models_dirs: tuple[Path, ...], as_jso
 
 
 @cli.group()
+def worker() -> None:
+    """llama.cpp RPC workers: lend this machine's memory to a llama-server on another host."""
+
+
+@worker.command("up")
+@click.option("--port", type=click.IntRange(1, 65535), default=50052, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. rpc-server has no authentication: bind beyond "
+                   "loopback only on a trusted network.")
+@click.option("--threads", type=int, help="CPU threads (default: rpc-server's).")
+@click.option("--foreground", is_flag=True, help="Supervise in this process (for services).")
+def worker_up(port: int, host: str, threads: int | None, foreground: bool) -> None:
+    """Start `rpc-server` under supervision (restarted after a crash until `worker down`)."""
+    app = App.from_env()
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        err_console.print(f"specctl: warning: rpc-server on {host} accepts anyone who can reach "
+                          "it; use it only on a trusted network")
+    if foreground:
+        sys.exit(runs.serve_worker(app, host, port, threads, console.print))
+    args = ["worker", "up", "--port", str(port), "--host", host, "--foreground"]
+    run = runs.detach(app, f"worker-{port}", args + (["--threads", str(threads)] if threads
+                                                     else []))
+    console.print(f"RPC worker up at {host}:{port}; add \"{host}:{port}\" to a profile's "
+                  "cluster.rpc_workers", highlight=False)
+    console.print(f"stop: specctl worker down --port {run.port}")
+
+
+@worker.command("down")
+@click.option("--port", type=click.IntRange(1, 65535), default=50052, show_default=True)
+def worker_down(port: int) -> None:
+    """Stop the RPC worker on PORT."""
+    stopped = runs.down(App.from_env(), f"worker-{port}")
+    console.print(f"worker-{port}: {'stopped' if stopped else 'was not running'}")
+
+
+@cli.group()
 def service() -> None:
     """Run a profile as a service: systemd (Linux) or launchd (macOS)."""
 

@@ -36,6 +36,10 @@ class Plan:
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     draft_tensor_parallel: int | None = None
+    rpc_workers: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
+    draft_local: bool = True
+    ray_address: str | None = None
     heterogeneous_vocab: bool = False
     api_key_env: str | None = None
     reasons: tuple[str, ...] = ()

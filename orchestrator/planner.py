@@ -5,9 +5,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from specctl.adapters.base import Backend, Installed
-from specctl.orchestrator import compat, costmodel, memory
+from specctl.orchestrator import cluster, compat, costmodel, memory
 from specctl.orchestrator.backends import choose
 from specctl.orchestrator.errors import IncompatibleDraftError, ProfileError, SpecctlError
 from specctl.orchestrator.hardware import Hardware
@@ -79,10 +80,56 @@ def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None) -> tuple
                     "`specctl tune` measures both here")
 
 
+def _rpc_budget(workers: list[cluster.Worker], local: memory.Budget) -> memory.Budget:
+    free = sum(w.free_gb for w in workers)
+    each = ", ".join(f"{w.address} {w.free_gb:.1f} GB" for w in workers)
+    return memory.Budget(gb=free + local.gb, why=f"{len(workers)} RPC workers ({each} free) + "
+                                                 f"this machine {local.gb:.1f} GB")
+
+
+def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Backend,
+           resolver: Resolver, pick_draft: DraftPicker, reasons: list[str]) -> ModelInfo | None:
+    if method not in ("draft", "eagle", "eagle3"):
+        return None
+    draft_ref = profile.draft
+    if draft_ref == "auto":
+        draft_ref, why_draft = pick_draft(target, backend)
+        reasons.append(why_draft)
+    draft = resolver.resolve(draft_ref, backend.default_quant)
+    if method == "draft":
+        reasons.append(_check_draft(backend, target, draft,
+                                    profile.speculative.heterogeneous_vocab))
+    return draft
+
+
+def _budget(profile: Profile, hw: Hardware, workers: list[cluster.Worker] | None,
+            target: ModelInfo, draft: ModelInfo | None,
+            reasons: list[str]) -> tuple[memory.Budget, tuple[float, ...]]:
+    """The memory budget (this machine, RPC workers, or the cluster's GPUs) and the RPC split."""
+    par = profile.parallel
+    budget = memory.budget_for(hw, profile.memory, par.tensor * par.pipeline)
+    split: tuple[float, ...] = ()
+    if profile.cluster.rpc_workers:
+        if not workers:
+            raise ProfileError(f"{profile.name}: cannot tell the RPC workers' memory; start them "
+                               "(`specctl worker up --port P` on each host) or set "
+                               "cluster.worker_memory_gb")
+        budget, split = _rpc_budget(workers, budget), cluster.split_by_memory(workers)
+        reasons.append(f"RPC: the target's layers are split across {len(workers)} workers by "
+                       f"free memory ({', '.join(f'{s:.0%}' for s in split)}); the draft stays "
+                       f"{'on this machine' if profile.cluster.draft_local else 'with them'}.")
+    if par.tensor * par.pipeline > 1 or par.draft_tensor:
+        reasons += cluster.check_vllm_parallel(
+            target, draft, par.tensor, par.pipeline, par.draft_tensor, len(hw.gpus) or 1,
+            cluster.gpus_per_node(profile.cluster, Path.cwd()) or len(hw.gpus))
+    return budget, split
+
+
 def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
             probed: Mapping[str, Installed | None] | None, resolver: Resolver,
             tuned: TunedLookup = lambda _p, _i: None,
-            pick_draft: DraftPicker = no_auto_draft) -> tuple[Plan, Installed]:
+            pick_draft: DraftPicker = no_auto_draft,
+            workers: list[cluster.Worker] | None = None) -> tuple[Plan, Installed]:
     """The plan and the backend installation it is for. Raises a SpecctlError with what to do."""
     srv = profile.server
     if not _is_loopback(srv.host) and not srv.api_key_env:
@@ -97,18 +144,8 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
         reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
                        f"'{method}' speculation, so it serves without; {backend.no_spec_hint}.")
         method = "none"
-    draft = None
-    if method in ("draft", "eagle", "eagle3"):
-        draft_ref = profile.draft
-        if draft_ref == "auto":
-            draft_ref, why_draft = pick_draft(target, backend)
-            reasons.append(why_draft)
-        draft = resolver.resolve(draft_ref, backend.default_quant)
-        if method == "draft":
-            reasons.append(_check_draft(backend, target, draft,
-                                        profile.speculative.heterogeneous_vocab))
-    budget = memory.budget_for(hw, profile.memory,
-                               profile.parallel.tensor * profile.parallel.pipeline)
+    draft = _draft(profile, method, target, backend, resolver, pick_draft, reasons)
+    budget, split = _budget(profile, hw, workers, target, draft, reasons)
     try:
         mem, notes = memory.plan(target, draft, srv.context, profile.memory, budget,
                                  backend.cache_types)
@@ -125,14 +162,19 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
         method=method, k=0 if method == "none" else k, k_source=k_source, memory=mem,
         host=srv.host, port=srv.port, threads=srv.threads or (hw.cpu.cores
                                                               if hw.kind == "cpu" else None),
-        parallel=srv.parallel, gpu_layers=0 if hw.kind == "cpu" else 999,
+        parallel=srv.parallel,
+        gpu_layers=0 if hw.kind == "cpu" and not profile.cluster.rpc_workers else 999,
         gpu_utilization=profile.memory.gpu_utilization, p_min=profile.speculative.p_min,
         n_min=profile.speculative.n_min, ngram_min=profile.speculative.ngram_min,
         ngram_max=profile.speculative.ngram_max, tensor_parallel=profile.parallel.tensor,
         pipeline_parallel=profile.parallel.pipeline,
         draft_tensor_parallel=profile.parallel.draft_tensor,
         heterogeneous_vocab=profile.speculative.heterogeneous_vocab,
-        api_key_env=srv.api_key_env,
+        api_key_env=srv.api_key_env, rpc_workers=tuple(profile.cluster.rpc_workers),
+        tensor_split=split, draft_local=profile.cluster.draft_local,
+        ray_address=profile.cluster.ray_address or ("auto" if len(profile.cluster.nodes) > 1 or
+                                                    sum(n.count for n in profile.cluster.nodes)
+                                                    > 1 else None),
     )
     found = tuned(plan, choice.installed) if profile.k == "auto" and method != "none" else None
     if found is not None:
@@ -141,7 +183,9 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
         plan = plan.but(method=found.method, k=found.k, p_min=p_min, draft=draft_kept,
                         k_source="tuned")
         why = f"`specctl tune` on this machine: {found.summary}"
-    if method == "none":
+    if profile.draft == "none":
         why = "speculation off (draft = \"none\")"
+    elif method == "none":
+        why = "see above"
     reasons.append(f"Speculation: {plan.describe_spec()}; {why}.")
     return plan.but(reasons=tuple(reasons)), choice.installed

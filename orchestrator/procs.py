@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import psutil
+import requests
 
 from specctl.orchestrator.errors import ServerError
 
@@ -71,6 +72,21 @@ def ensure_port_free(host: str, port: int) -> None:
                     f"pick another port (server.port in the profile, or SPECCTL_SERVER__PORT)"
                 ) from None
             raise ServerError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+
+
+def healthy(url: str, timeout: float = 2.0) -> bool:
+    """HTTP 200 from a health URL, or an accepted connection for tcp://host:port."""
+    if url.startswith("tcp://"):
+        host, _, port = url.removeprefix("tcp://").rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return True
+        except OSError:
+            return False
+    try:
+        return requests.get(url, timeout=timeout).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def tail(path: str, lines: int = 15) -> str:

@@ -64,6 +64,39 @@ class Parallel(Strict):
     draft_tensor: int | None = Field(None, ge=1)
 
 
+class Node(Strict):
+    """One kind of machine in a cluster: inline, or a recorded machine (JSON file)."""
+
+    count: int = Field(1, ge=1)
+    hardware: str | None = Field(None, description="a recorded machine JSON file")
+    gpu: str = "GPU"
+    gpus: int = Field(0, ge=0)
+    gpu_memory_gb: float = Field(0, ge=0)
+    ram_gb: float = Field(0, ge=0)
+    cores: int = Field(1, ge=1)
+
+
+class Cluster(Strict):
+    """Beyond one machine, with the engines' own distribution: llama.cpp RPC workers, or vLLM
+    over Ray."""
+
+    rpc_workers: list[str] = Field(default_factory=list, description="host:port of rpc-servers")
+    worker_memory_gb: list[float] = Field(default_factory=list,
+                                          description="per worker, when they cannot be asked")
+    draft_local: bool = True
+    ray_address: str | None = None
+    nodes: list[Node] = Field(default_factory=list)
+
+    @field_validator("rpc_workers")
+    @classmethod
+    def _host_port(cls, v: list[str]) -> list[str]:
+        for w in v:
+            host, sep, port = w.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"'{w}' is not host:port")
+        return v
+
+
 class Profile(Strict):
     name: str = ""
     description: str = ""
@@ -76,6 +109,7 @@ class Profile(Strict):
     memory: Memory = Memory()
     speculative: Speculative = Speculative()
     parallel: Parallel = Parallel()
+    cluster: Cluster = Cluster()
 
     @field_validator("k")
     @classmethod

@@ -10,10 +10,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
-from specctl.adapters.base import Endpoint, SpecStats
+from specctl.adapters.base import Endpoint, Launch, SpecStats
+from specctl.adapters.llamacpp import worker_launch
 from specctl.orchestrator import procs, render, state
 from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.errors import ServerError, SpecctlError, StateError
@@ -67,34 +69,59 @@ def serve_foreground(app: App, resolved: Resolved, say: Say) -> int:
 
 def _supervise(app: App, resolved: Resolved, say: Say) -> int:
     launch, plan = resolved.launch(), resolved.plan
+    return supervise_launch(app, plan.profile, launch, plan.host, plan.port, plan.describe_spec(),
+                            render.plan_json(plan, resolved.installed, launch), say)
+
+
+def supervise_launch(app: App, name: str, launch: Launch, host: str, port: int, spec: str,
+                     plan: dict[str, Any], say: Say) -> int:
+    """Supervise `launch` under the run name `name` (caller holds its lock)."""
     app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
     me = os.getpid()
     run = state.RunState(
-        profile=plan.profile, supervisor_pid=me, supervisor_started=state.create_time(me) or 0.0,
-        url=launch.base_url, port=plan.port, host=plan.host,
-        log=str(app.dirs.logs / f"{plan.profile}.log"), spec=plan.describe_spec(),
-        plan=render.plan_json(plan, resolved.installed, launch))
+        profile=name, supervisor_pid=me, supervisor_started=state.create_time(me) or 0.0,
+        url=launch.base_url, port=port, host=host, log=str(app.dirs.logs / f"{name}.log"),
+        spec=spec, plan=plan)
     state.save(app.dirs.runs, run)
     return Supervisor(run, launch, app.dirs.runs, policy_of(app), say).serve()
+
+
+def serve_worker(app: App, host: str, port: int, threads: int | None, say: Say) -> int:
+    """An llama.cpp RPC worker (rpc-server) under supervision, as run `worker-PORT`."""
+    name = f"worker-{port}"
+    found = app.backends()["llamacpp"].probe()
+    if found is None or found.path is None:
+        raise ServerError("no llama.cpp build here; `specctl backend install llama.cpp` first")
+    launch = worker_launch(found, host, port, threads)
+    with state.profile_lock(app.dirs.runs, name):
+        _clean_leftover(app.dirs.runs, name, say)
+        procs.ensure_port_free(host, port)
+        return supervise_launch(app, name, launch, host, port, "RPC worker",
+                                {"backend": "llamacpp-rpc", "argv": list(launch.argv)}, say)
 
 
 def start_detached(app: App, resolved: Resolved, profile_ref: str,
                    say: Say) -> state.RunState:
     """Start the supervisor in its own session, wait until the server is healthy, return."""
     preflight(app, resolved, say)
-    app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
-    sup_log = app.dirs.logs / f"{resolved.plan.profile}.supervisor.log"
     ref = str(Path(profile_ref).resolve()) if profile_ref.endswith(".toml") else profile_ref
+    return detach(app, resolved.plan.profile, ["up", "--profile", ref, "--foreground"])
+
+
+def detach(app: App, name: str, args: list[str]) -> state.RunState:
+    """Run `specctl ARGS` (a --foreground supervisor) in its own session; wait until healthy."""
+    app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sup_log = app.dirs.logs / f"{name}.supervisor.log"
     with sup_log.open("ab") as out:
-        child = subprocess.Popen([sys.executable, "-m", "specctl", "up", "--profile", ref,
-                                  "--foreground"], stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+        child = subprocess.Popen([sys.executable, "-m", "specctl", *args],
+                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
     policy = policy_of(app)
     timeout = policy.health_timeout + 30
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            run = state.load(app.dirs.runs, resolved.plan.profile)
+            run = state.load(app.dirs.runs, name)
         except SpecctlError:
             run = None
         if run is not None and run.supervisor_pid == child.pid and run.status == "running":
@@ -104,8 +131,8 @@ def start_detached(app: App, resolved: Resolved, profile_ref: str,
         time.sleep(0.25)
     child.send_signal(signal.SIGTERM)
     child.wait(timeout=policy.grace + 10)
-    raise ServerError(f"{resolved.plan.profile} did not become healthy in {timeout:.0f} s; "
-                      f"see `specctl logs {resolved.plan.profile}`")
+    raise ServerError(f"{name} did not become healthy in {timeout:.0f} s; "
+                      f"see `specctl logs {name}`")
 
 
 def _why_it_stopped(sup_log: Path, run: state.RunState | None) -> str:

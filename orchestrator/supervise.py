@@ -139,10 +139,7 @@ class Supervisor:
                 raise Stopping
             if self.proc is not None and self.proc.poll() is not None:
                 return True  # exited: stop waiting
-            try:
-                return requests.get(self.launch.health_url, timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
+            return procs.healthy(self.launch.health_url)
 
         retry = Retrying(stop=stop_after_delay(self.policy.health_timeout),
                          wait=wait_exponential(multiplier=0.1, max=2.0),
