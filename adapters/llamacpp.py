@@ -112,6 +112,11 @@ class _Argv:
                 "(`specctl backend install llama.cpp --rebuild`) or change the profile")
         self.argv += [flag, *(str(v) for v in values)]
 
+    def optional(self, flag: str, *values: Any) -> None:
+        """A nicety: added only when this build has it."""
+        if flag in self.installed.flags:
+            self.add(flag, *values)
+
 
 class LlamaCpp:
     name: ClassVar[str] = NAME
@@ -165,6 +170,7 @@ class LlamaCpp:
         a.add("--port", plan.port)
         a.add("-c", plan.context)
         a.add("-np", plan.parallel)
+        a.optional("-a", plan.profile)  # the model name clients see (llama-server accepts any)
         if plan.threads:
             a.add("-t", plan.threads)
         a.add("-ngl", plan.gpu_layers)
@@ -182,7 +188,8 @@ class LlamaCpp:
         env_from = {"LLAMA_API_KEY": plan.api_key_env} if plan.api_key_env else {}
         url = f"http://{_url_host(plan.host)}:{plan.port}"
         return Launch(argv=tuple(a.argv), env={}, health_url=f"{url}/health",
-                      base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from)
+                      base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from,
+                      model=plan.profile)
 
     @staticmethod
     def _speculative(a: _Argv, plan: Plan, dialect: str) -> None:

