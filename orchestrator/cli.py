@@ -395,7 +395,7 @@ def _ints(text: str | None) -> list[int]:
 @click.option("--repeats", default=2, show_default=True, help="Passes over the prompts.")
 @click.option("--prompts", "per_suite", default=4, show_default=True,
               help="Prompts per category (each suite has 12).")
-@click.option("--max-tokens", default=128, show_default=True)
+@click.option("--max-tokens", default=96, show_default=True)
 @click.option("--json", "json_out", type=click.Path(path_type=Path),
               help="Also write the report here (it is always saved under the state dir).")
 @click.option("--plot", type=click.Path(path_type=Path), metavar="FILE.png",

@@ -3,8 +3,9 @@
 1. Measure the target alone (baseline), the draft alone (its step cost c), and one speculative run
    at the cost model's first guess: per-position acceptance gives alpha, the step time gives the
    verification cost v(k).
-2. The cost model with those numbers ranks k; measure its best and its runner-up.
-3. Try the draftless n-gram method and a p-min at the best k.
+2. The cost model with those numbers ranks k; measure its best (or, when the probe was already
+   its best, its runner-up): two k measured in all.
+3. Screen the draftless n-gram method and a p-min at the best k, on one prompt each.
 4. The best measured wins, unless nothing beats the baseline by the margin: then "off".
 """
 
@@ -40,6 +41,7 @@ class Run:
     tps: tuple[float, ...]
     spec: SpecStats
     seconds: float
+    prompts: tuple[int, ...]  # which of the tune prompts were used, in order
 
     @property
     def median_tps(self) -> float:
@@ -57,21 +59,26 @@ class Bench:
     logs: Path
     say: Say = print
 
-    def run(self, plan: Plan, label: str) -> Run:
+    def run(self, plan: Plan, label: str, only: tuple[int, ...] | None = None) -> Run:
+        """Measure `plan` on the tune prompts (or only the ones at `only`)."""
+        which = only if only is not None else tuple(range(len(self.prompts)))
         self.say(f"measuring {label}")
         start = time.monotonic()
         with servers.ephemeral(plan, self.backend, self.installed, self.logs,
                                f"tune-{label.replace(' ', '').replace('=', '')}") as srv:
             client.chat(srv.endpoint, "Hello", 4)  # warm-up, not counted
             before = self.backend.spec_stats(srv.endpoint) if plan.speculative else SpecStats()
-            tps = tuple(client.chat(srv.endpoint, p, self.max_tokens).decode_tps
-                        for p in self.prompts)
+            tps = tuple(client.chat(srv.endpoint, self.prompts[i], self.max_tokens).decode_tps
+                        for i in which)
             after = self.backend.spec_stats(srv.endpoint) if plan.speculative else SpecStats()
-        return Run(label, plan, tps, after - before, time.monotonic() - start)
+        return Run(label, plan, tps, after - before, time.monotonic() - start, which)
 
 
 def speedup(run: Run, baseline: Run) -> float:
-    return stats.summarize(stats.paired_ratios(list(run.tps), list(baseline.tps))).median
+    """Median of ratios paired by prompt with the baseline's run."""
+    base = dict(zip(baseline.prompts, baseline.tps, strict=True))
+    return stats.summarize(stats.paired_ratios(list(run.tps),
+                                               [base[i] for i in run.prompts])).median
 
 
 def fit_alpha(accepted_per_step: float, k: int) -> float:
@@ -98,7 +105,9 @@ def estimate(baseline: Run, draft_alone: Run, probe: Run) -> Estimates:
     spec = probe.spec
     per_step = spec.mean_accepted_length or 0.0
     alpha = fit_alpha(per_step, k)
-    t_target, t_draft = 1 / baseline.median_tps, 1 / draft_alone.median_tps
+    same = dict(zip(baseline.prompts, baseline.tps, strict=True))
+    t_target = 1 / statistics.median([same[i] for i in draft_alone.prompts])
+    t_draft = 1 / draft_alone.median_tps
     step = (1 + per_step) / probe.median_tps
     verify = max(0.5, (step - k * t_draft) / t_target)
     return Estimates(alpha=alpha, cost=round(t_draft / t_target, 4), verify={k: round(verify, 3)})
@@ -116,7 +125,7 @@ def tune(plan: Plan, bench: Bench, max_k: int = 8, margin: float = MARGIN) -> Re
                            "tries n-gram and p-min itself)")
     start = time.monotonic()
     baseline = bench.run(plan.baseline(), "baseline")
-    draft_alone = bench.run(plan.baseline().but(target=plan.draft), "draft alone")
+    draft_alone = bench.run(plan.baseline().but(target=plan.draft), "draft alone", only=(0,))
     probe_k = max(1, min(plan.k, max_k))
     runs = {probe_k: bench.run(plan.but(k=probe_k, p_min=None), f"draft k={probe_k}")}
     est = estimate(baseline, draft_alone, runs[probe_k])
@@ -125,13 +134,16 @@ def tune(plan: Plan, bench: Bench, max_k: int = 8, margin: float = MARGIN) -> Re
     ranked = sorted(curve, key=lambda p: p.speedup, reverse=True)
     bench.say(f"alpha {est.alpha:.2f}, c {est.cost:.2f}, v({probe_k}) {est.verify[probe_k]:.2f}: "
               f"the model ranks k = {', '.join(str(p.k) for p in ranked[:3])}")
-    for point in ranked[:2]:
-        if point.k not in runs:
-            runs[point.k] = bench.run(plan.but(k=point.k, p_min=None), f"draft k={point.k}")
+    # the model's pick, or (when the probe already was it) its runner-up: two measured k
+    pick = next(p for p in ranked if p.k not in runs)
+    runs[pick.k] = bench.run(plan.but(k=pick.k, p_min=None), f"draft k={pick.k}")
     results = [measured(r, baseline) for r in runs.values()]
     best = max(results, key=lambda m: m.speedup)
-    extra = [bench.run(plan.but(method="ngram", draft=None, k=best.k), f"ngram k={best.k}"),
-             bench.run(plan.but(k=best.k, p_min=P_MIN_TRY), f"draft k={best.k} p-min {P_MIN_TRY}")]
+    # short screens on one prompt each: n-gram where it can shine (copy-heavy), p-min on code
+    extra = [bench.run(plan.but(method="ngram", draft=None, k=best.k), f"ngram k={best.k}",
+                       only=(2,)),
+             bench.run(plan.but(k=best.k, p_min=P_MIN_TRY), f"draft k={best.k} p-min {P_MIN_TRY}",
+                       only=(0,))]
     results += [measured(r, baseline) for r in extra]
     winner = max(results, key=lambda m: m.speedup)
     predicted = [{"k": p.k, "tokens_per_step": round(p.tokens_per_step, 4),
