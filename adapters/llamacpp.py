@@ -223,15 +223,16 @@ class LlamaCpp:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "llamacpp:", "llamacpp /metrics")
 
 
+def rpc_server_of(installed: Installed) -> Path:
+    """Where a build keeps its rpc-server: next to llama-server."""
+    return Path(installed.path or "llama-server").with_name("rpc-server")
+
+
 def worker_launch(installed: Installed, host: str, port: int, threads: int | None) -> Launch:
     """`rpc-server` next to this llama-server: a worker that lends its memory and compute."""
     if installed.path is None:
         raise BackendError("rpc-server needs an installed llama.cpp build")
-    server = Path(installed.path).with_name("rpc-server")
-    if not server.is_file():
-        raise BackendError(f"no rpc-server next to {installed.path}; rebuild with "
-                           "`specctl backend install llama.cpp --rebuild` (builds it with RPC)")
-    argv = [str(server), "-H", host, "-p", str(port)]
+    argv = [str(rpc_server_of(installed)), "-H", host, "-p", str(port)]
     if threads:
         argv += ["-t", str(threads)]
     return Launch(argv=tuple(argv), health_url=f"tcp://{_url_host(host)}:{port}",

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 
 from specctl.adapters.base import Endpoint, Launch, SpecStats
-from specctl.adapters.llamacpp import worker_launch
+from specctl.adapters.llamacpp import rpc_server_of, worker_launch
 from specctl.orchestrator import procs, render, state
 from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.errors import ServerError, SpecctlError, StateError
@@ -92,6 +92,9 @@ def serve_worker(app: App, host: str, port: int, threads: int | None, say: Say) 
     found = app.backends()["llamacpp"].probe()
     if found is None or found.path is None:
         raise ServerError("no llama.cpp build here; `specctl backend install llama.cpp` first")
+    if not rpc_server_of(found).is_file():
+        raise ServerError(f"no rpc-server next to {found.path}; rebuild with "
+                          "`specctl backend install llama.cpp --rebuild` (it builds with RPC)")
     launch = worker_launch(found, host, port, threads)
     with state.profile_lock(app.dirs.runs, name):
         _clean_leftover(app.dirs.runs, name, say)
