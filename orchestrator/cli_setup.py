@@ -65,9 +65,14 @@ def doctor(hardware: Path | None, record: Path | None) -> None:
         record.write_text(json.dumps(hw.to_json(), indent=2) + "\n")
         console.print(f"recorded to {record}")
     console.print()
-    for name, found in probe_all(app.backends()).items():
+    probed = probe_all(app.backends())
+    for name, found in probed.items():
         line = found.describe() if found else f"not found ({INSTALL_HINT[name]})"
         console.print(f"[bold]{name:9}[/bold] {escape(line)}", highlight=False)
+    if probed.get("ollama") and probed.get("llamacpp"):
+        console.print("tip: llama.cpp can serve your Ollama models with a draft, the fastest path "
+                      "here: target = \"ollama:NAME\", backend = [\"llamacpp\"] (`specctl drafts "
+                      "--target ollama:NAME` finds the draft)", highlight=False, markup=False)
     if hardware:
         return
     console.print("\n[bold]what would run here[/bold]")

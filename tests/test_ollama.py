@@ -127,6 +127,7 @@ def test_probe_detects_the_fake_daemon_through_the_client(fake_daemon: str) -> N
 def test_doctor_shows_the_daemon(fake_daemon: str) -> None:
     done = specctl("doctor", env={**os.environ, "SPECCTL_OLLAMA_URL": fake_daemon})
     assert done.returncode == 0 and "ollama    ollama 0.32.14" in done.stdout
+    assert "llama.cpp can serve your Ollama models with a draft" in done.stdout
 
 
 @pytest.mark.parametrize(("version", "speculates"), [("0.32.14", True), ("0.30.0", False)])
