@@ -31,12 +31,15 @@ def plot_bench(result: dict[str, Any], out: Path) -> None:
     first = next(iter(result["configs"].values()))
     ax1.bar([i for i in range(len(cats))], [first[c]["baseline_tps"] or 0 for c in cats],
             width, label="baseline")
+    n = len(result["configs"])
     for j, (label, rows) in enumerate(result["configs"].items(), start=1):
-        xs = [i + j * width for i in range(len(cats))]
-        ax1.bar(xs, [rows[c]["tps"] or 0 for c in cats], width, label=label)
-        ax2.bar(xs, [rows[c].get("speedup") or 0 for c in cats], width, label=label)
-    for ax, title in ((ax1, "decode tokens/s"), (ax2, "speedup vs baseline")):
-        ax.set_xticks([i + width * len(result["configs"]) / 2 for i in range(len(cats))], cats)
+        ax1.bar([i + j * width for i in range(len(cats))], [rows[c]["tps"] or 0 for c in cats],
+                width, label=label)
+        ax2.bar([i + (j - 1) * width for i in range(len(cats))],
+                [rows[c].get("speedup") or 0 for c in cats], width, label=label)
+    for ax, title, shift in ((ax1, "decode tokens/s", n / 2), (ax2, "speedup vs baseline",
+                                                              (n - 1) / 2)):
+        ax.set_xticks([i + width * shift for i in range(len(cats))], cats)
         ax.set_title(title)
         ax.legend()
     ax2.axhline(1.0, color="grey", linewidth=1)
