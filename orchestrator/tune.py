@@ -5,7 +5,8 @@
    verification cost v(k).
 2. The cost model with those numbers ranks k; measure its best (or, when the probe was already
    its best, its runner-up): two k measured in all.
-3. Screen the draftless n-gram method and a p-min at the best k, on one prompt each.
+3. Screen the draftless n-gram method and a p-min at the best k, on one prompt each; a screen
+   wins only if it drafted and beats the best by the margin (one prompt is noisy).
 4. The best measured wins, unless nothing beats the baseline by the margin: then "off".
 """
 
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from specctl.adapters.base import Backend, Installed, SpecStats
 from specctl.orchestrator import client, costmodel, servers, stats
@@ -46,6 +48,13 @@ class Run:
     @property
     def median_tps(self) -> float:
         return statistics.median(self.tps)
+
+
+class Measurer(Protocol):
+    @property
+    def say(self) -> Say: ...
+
+    def run(self, plan: Plan, label: str, only: tuple[int, ...] | None = None) -> Run: ...
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,7 @@ def measured(run: Run, baseline: Run) -> Measured:
                     acceptance=run.spec.acceptance_rate, seconds=round(run.seconds, 1))
 
 
-def tune(plan: Plan, bench: Bench, max_k: int = 8, margin: float = MARGIN) -> Result:
+def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) -> Result:
     if plan.method != "draft" or plan.draft is None:
         raise ProfileError(f"{plan.profile}: tune needs a draft model in the profile (it also "
                            "tries n-gram and p-min itself)")
@@ -144,8 +153,14 @@ def tune(plan: Plan, bench: Bench, max_k: int = 8, margin: float = MARGIN) -> Re
                        only=(2,)),
              bench.run(plan.but(k=best.k, p_min=P_MIN_TRY), f"draft k={best.k} p-min {P_MIN_TRY}",
                        only=(0,))]
-    results += [measured(r, baseline) for r in extra]
-    winner = max(results, key=lambda m: m.speedup)
+    screens = [measured(r, baseline) for r in extra]
+    results += screens
+    winner = best
+    for screen, run in zip(screens, extra, strict=True):
+        # a one-prompt screen must beat the best full measurement clearly, and must have drafted:
+        # without drafts a config can only match the baseline, whatever the noise says
+        if run.spec.drafted and screen.speedup > winner.speedup * (1 + margin):
+            winner = screen
     predicted = [{"k": p.k, "tokens_per_step": round(p.tokens_per_step, 4),
                   "speedup": round(p.speedup, 4)} for p in curve]
     method: Method
@@ -165,7 +180,7 @@ def tune(plan: Plan, bench: Bench, max_k: int = 8, margin: float = MARGIN) -> Re
                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 
-def sweep(plan: Plan, bench: Bench, ks: Sequence[int]) -> tuple[list[Measured], float, float]:
+def sweep(plan: Plan, bench: Measurer, ks: Sequence[int]) -> tuple[list[Measured], float, float]:
     """--exhaustive: every k measured the same way. Returns results, baseline tok/s, seconds."""
     start = time.monotonic()
     baseline = bench.run(plan.baseline(), "baseline")
