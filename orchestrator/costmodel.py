@@ -42,6 +42,26 @@ def curve(alpha: float, c: float, max_k: int = 16, verify: Verify = lambda _k: 1
             for k in range(1, max_k + 1)]
 
 
+def tokens_per_step_measured(accept_at: Sequence[float], alpha: float, k: int) -> float:
+    """E(k) from measured per-position acceptance: accept_at[i] = P(at least i+1 draft tokens
+    accepted), read off a probe that drafted len(accept_at) tokens each step. It needs no
+    constant-alpha assumption (real acceptance mixes easy and hard text). Beyond the probe's
+    length, positions decay by alpha."""
+    known = list(accept_at[:k])
+    last = known[-1] if known else 1.0
+    extra = [last * alpha ** (j + 1) for j in range(k - len(known))]
+    return 1.0 + sum(known) + sum(extra)
+
+
+def curve_measured(accept_at: Sequence[float], alpha: float, c: float, max_k: int,
+                   verify: Verify = lambda _k: 1.0) -> list[Point]:
+    points = []
+    for k in range(1, max_k + 1):
+        e = tokens_per_step_measured(accept_at, alpha, k)
+        points.append(Point(k, e, e / (k * c + verify(k))))
+    return points
+
+
 def best(points: Sequence[Point]) -> Point:
     return max(points, key=lambda p: p.speedup)
 

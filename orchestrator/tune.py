@@ -1,8 +1,8 @@
 """`specctl tune`: choose k (and p-min, or n-gram, or off) from the cost model plus short runs.
 
-1. Measure the target alone (baseline), the draft alone (its step cost c), and one speculative run
-   at the cost model's first guess: per-position acceptance gives alpha, the step time gives the
-   verification cost v(k).
+1. Measure the target alone (baseline), the draft alone (its step cost c), and one long
+   speculative run (k=8): its per-position acceptance gives E(k) for every k up to 8 (and alpha),
+   its step time the verification cost v(k).
 2. The cost model with those numbers ranks k; measure its best (or, when the probe was already
    its best, its runner-up): two k measured in all.
 3. Screen the draftless n-gram method and a p-min at the best k, on one prompt each; a screen
@@ -27,6 +27,7 @@ from specctl.orchestrator.plan import Method, Plan
 from specctl.orchestrator.tuned import Measured, Result
 
 MARGIN = 0.05
+PROBE_K = 8
 P_MIN_TRY = 0.5
 Say = Callable[[str], None]
 
@@ -106,6 +107,14 @@ class Estimates:
     alpha: float
     cost: float
     verify: dict[int, float]
+    accept_at: tuple[float, ...]  # P(at least i+1 draft tokens accepted), per position
+
+
+def acceptance_by_position(spec: SpecStats, k: int, alpha: float) -> tuple[float, ...]:
+    """From the backend's per-position counters when it has them, else alpha^i."""
+    if spec.drafts and len(spec.per_position) >= k:
+        return tuple(round(spec.per_position[i] / spec.drafts, 4) for i in range(k))
+    return tuple(round(alpha ** (i + 1), 4) for i in range(k))
 
 
 def estimate(baseline: Run, draft_alone: Run, probe: Run) -> Estimates:
@@ -119,7 +128,8 @@ def estimate(baseline: Run, draft_alone: Run, probe: Run) -> Estimates:
     t_draft = 1 / draft_alone.median_tps
     step = (1 + per_step) / probe.median_tps
     verify = max(0.5, (step - k * t_draft) / t_target)
-    return Estimates(alpha=alpha, cost=round(t_draft / t_target, 4), verify={k: round(verify, 3)})
+    return Estimates(alpha=alpha, cost=round(t_draft / t_target, 4), verify={k: round(verify, 3)},
+                     accept_at=acceptance_by_position(spec, k, alpha))
 
 
 def measured(run: Run, baseline: Run) -> Measured:
@@ -135,11 +145,12 @@ def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) ->
     start = time.monotonic()
     baseline = bench.run(plan.baseline(), "baseline")
     draft_alone = bench.run(plan.baseline().but(target=plan.draft), "draft alone", only=(0,))
-    probe_k = max(1, min(plan.k, max_k))
+    # a long probe: its per-position acceptance gives E(k) for every shorter k directly
+    probe_k = min(PROBE_K, max_k)
     runs = {probe_k: bench.run(plan.but(k=probe_k, p_min=None), f"draft k={probe_k}")}
     est = estimate(baseline, draft_alone, runs[probe_k])
     verify = costmodel.linear_verify({k: v for k, v in est.verify.items()})
-    curve = costmodel.curve(est.alpha, est.cost, max_k, verify)
+    curve = costmodel.curve_measured(est.accept_at, est.alpha, est.cost, max_k, verify)
     ranked = sorted(curve, key=lambda p: p.speedup, reverse=True)
     bench.say(f"alpha {est.alpha:.2f}, c {est.cost:.2f}, v({probe_k}) {est.verify[probe_k]:.2f}: "
               f"the model ranks k = {', '.join(str(p.k) for p in ranked[:3])}")

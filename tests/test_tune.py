@@ -46,8 +46,9 @@ class Law:
         tps = BASE_TPS * costmodel.speedup(self.alpha, self.cost, k, verify)
         steps = 100
         accepted = round(steps * (costmodel.tokens_per_step(self.alpha, k) - 1))
-        return Run(label, plan, tuple(tps for _ in which), SpecStats(steps * k, accepted, steps),
-                   1, which)
+        per_pos = tuple(round(steps * self.alpha ** (i + 1)) for i in range(k))
+        return Run(label, plan, tuple(tps for _ in which),
+                   SpecStats(steps * k, accepted, steps, per_pos), 1, which)
 
 
 @pytest.fixture
@@ -73,6 +74,7 @@ def test_estimates_recover_alpha_cost_and_verification(plan: Plan) -> None:
     assert est.alpha == pytest.approx(ALPHA, abs=0.01)
     assert est.cost == pytest.approx(COST, abs=1e-3)
     assert est.verify[4] == pytest.approx(1 + VERIFY_SLOPE * 4, abs=0.05)
+    assert est.accept_at == pytest.approx([ALPHA ** i for i in range(1, 5)], abs=0.01)
 
 
 def test_tune_reaches_the_best_k_of_an_exhaustive_sweep(plan: Plan) -> None:
