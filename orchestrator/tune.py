@@ -5,8 +5,8 @@
    its step time the verification cost v(k).
 2. The cost model with those numbers ranks k; measure its best (or, when the probe was already
    its best, its runner-up): two k measured in all.
-3. Screen the draftless n-gram method and a p-min at the best k, on one prompt each; a screen
-   wins only if it drafted and beats the best by the margin (one prompt is noisy).
+3. Screen the draftless n-gram method and a p-min at the best k on one prompt each; a screen that
+   drafted and beat the best config on that prompt gets a full run, and wins only there.
 4. The best measured wins, unless nothing beats the baseline by the margin: then "off".
 """
 
@@ -91,6 +91,10 @@ def speedup(run: Run, baseline: Run) -> float:
                                                [base[i] for i in run.prompts])).median
 
 
+def _tps_on(run: Run, prompt: int) -> float:
+    return dict(zip(run.prompts, run.tps, strict=True))[prompt]
+
+
 def fit_alpha(accepted_per_step: float, k: int) -> float:
     """Solve E[accepted] = a(1 - a^k)/(1 - a) for a (bisection; the mean is increasing in a)."""
     target = min(max(accepted_per_step, 0.0), k - 1e-9)
@@ -164,14 +168,18 @@ def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) ->
                        only=(2,)),
              bench.run(plan.but(k=best.k, p_min=P_MIN_TRY), f"draft k={best.k} p-min {P_MIN_TRY}",
                        only=(0,))]
-    screens = [measured(r, baseline) for r in extra]
-    results += screens
+    results += [measured(r, baseline) for r in extra]
     winner = best
-    for screen, run in zip(screens, extra, strict=True):
-        # a one-prompt screen must beat the best full measurement clearly, and must have drafted:
-        # without drafts a config can only match the baseline, whatever the noise says
-        if run.spec.drafted and screen.speedup > winner.speedup * (1 + margin):
-            winner = screen
+    for screen in extra:
+        # promising on its prompt (it drafted, and beat the best config on that same prompt):
+        # then it earns a full run on every prompt, and must win there
+        if not screen.spec.drafted or screen.median_tps <= (1 + margin) * _tps_on(
+                runs[best.k], screen.prompts[0]):
+            continue
+        full = measured(bench.run(screen.plan, f"{screen.label} (all prompts)"), baseline)
+        results.append(full)
+        if full.speedup > winner.speedup * (1 + margin):
+            winner = full
     predicted = [{"k": p.k, "tokens_per_step": round(p.tokens_per_step, 4),
                   "speedup": round(p.speedup, 4)} for p in curve]
     method: Method

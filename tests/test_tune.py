@@ -23,9 +23,10 @@ class Law:
     """Decode speed of each configuration by the cost model with known alpha, c and v(k)."""
 
     def __init__(self, alpha: float = ALPHA, cost: float = COST, ngram_drafts: bool = False,
-                 ngram_tps: float = 14.0) -> None:
+                 ngram_tps: float = 14.0, ngram_copy_only: bool = False) -> None:
         self.alpha, self.cost = alpha, cost
         self.ngram_drafts, self.ngram_tps = ngram_drafts, ngram_tps
+        self.ngram_copy_only = ngram_copy_only  # fast only on prompt 2, the copy-heavy one
         self.labels: list[str] = []
         self.say: Callable[[str], None] = lambda _msg: None
 
@@ -40,8 +41,10 @@ class Law:
             return Run(label, plan, tuple(BASE_TPS for _ in which), SpecStats(), 1, which)
         if plan.method == "ngram":
             drafted = 10 if self.ngram_drafts else 0
-            return Run(label, plan, tuple(self.ngram_tps for _ in which),
-                       SpecStats(drafted, drafted // 2, 5 if drafted else 0), 1, which)
+            fast = tuple(BASE_TPS if self.ngram_copy_only and i != 2 else self.ngram_tps
+                         for i in which)
+            return Run(label, plan, fast, SpecStats(drafted, drafted // 2, 5 if drafted else 0),
+                       1, which)
         verify = lambda kk: 1 + VERIFY_SLOPE * kk  # noqa: E731
         tps = BASE_TPS * costmodel.speedup(self.alpha, self.cost, k, verify)
         steps = 100
@@ -95,6 +98,13 @@ def test_a_screen_that_drafted_nothing_cannot_win(plan: Plan) -> None:
     assert result.method == "draft"
     result = tune(plan.but(k=3), Law(ngram_drafts=True, ngram_tps=30.0), max_k=8)
     assert result.method == "ngram"
+
+
+def test_a_screen_fast_on_its_one_prompt_only_loses_the_full_run(plan: Plan) -> None:
+    law = Law(ngram_drafts=True, ngram_tps=40.0, ngram_copy_only=True)
+    result = tune(plan.but(k=3), law, max_k=8)
+    assert result.method == "draft"
+    assert any("(all prompts)" in label for label in law.labels)
 
 
 def test_off_when_nothing_beats_the_baseline(plan: Plan) -> None:
