@@ -6,7 +6,8 @@
 2. The cost model with those numbers ranks k; measure its best (or, when the probe was already
    its best, its runner-up): two k measured in all.
 3. Screen the draftless n-gram method and a p-min at the best k on one prompt each; a screen that
-   drafted and beat the best config on that prompt gets a full run, and wins only there.
+   drafted and beat the best config on that prompt is measured on the other prompts too, and
+   wins only on all of them.
 4. The best measured wins, unless nothing beats the baseline by the margin: then "off".
 """
 
@@ -91,6 +92,12 @@ def speedup(run: Run, baseline: Run) -> float:
                                                [base[i] for i in run.prompts])).median
 
 
+def merge(a: Run, b: Run, label: str) -> Run:
+    """One configuration measured in two parts, as one run."""
+    return Run(label, a.plan, a.tps + b.tps, a.spec + b.spec, a.seconds + b.seconds,
+               a.prompts + b.prompts)
+
+
 def _tps_on(run: Run, prompt: int) -> float:
     return dict(zip(run.prompts, run.tps, strict=True))[prompt]
 
@@ -163,11 +170,12 @@ def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) ->
     runs[pick.k] = bench.run(plan.but(k=pick.k, p_min=None), f"draft k={pick.k}")
     results = [measured(r, baseline) for r in runs.values()]
     best = max(results, key=lambda m: m.speedup)
-    # short screens on one prompt each: n-gram where it can shine (copy-heavy), p-min on code
+    # short screens on one prompt each, where the alternative is least likely to shine (a pass
+    # there means something): n-gram on code (prompt 0), p-min on chat (prompt 1)
     extra = [bench.run(plan.but(method="ngram", draft=None, k=best.k), f"ngram k={best.k}",
-                       only=(2,)),
+                       only=(0,)),
              bench.run(plan.but(k=best.k, p_min=P_MIN_TRY), f"draft k={best.k} p-min {P_MIN_TRY}",
-                       only=(0,))]
+                       only=(1,))]
     results += [measured(r, baseline) for r in extra]
     winner = best
     for screen in extra:
@@ -176,7 +184,9 @@ def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) ->
         if not screen.spec.drafted or screen.median_tps <= (1 + margin) * _tps_on(
                 runs[best.k], screen.prompts[0]):
             continue
-        full = measured(bench.run(screen.plan, f"{screen.label} (all prompts)"), baseline)
+        rest = tuple(i for i in range(len(baseline.prompts)) if i not in screen.prompts)
+        more = bench.run(screen.plan, f"{screen.label} (other prompts)", only=rest)
+        full = measured(merge(screen, more, f"{screen.label} (all prompts)"), baseline)
         results.append(full)
         if full.speedup > winner.speedup * (1 + margin):
             winner = full
