@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
-from specctl.orchestrator import profiles as profiles_mod
 from specctl.orchestrator import (
+    cluster,
     provision,
     render,
     testbed,
 )
+from specctl.orchestrator import profiles as profiles_mod
 from specctl.orchestrator.app import App
 from specctl.orchestrator.backends import INSTALL_HINT, probe_all
 from specctl.orchestrator.cli_base import HARDWARE, PROFILE, cli, console
@@ -54,9 +56,11 @@ def profiles_show(name: str) -> None:
 
 @cli.command()
 @HARDWARE
+@click.option("--ray", "ray_address", metavar="ADDRESS",
+              help="Also report the Ray cluster at ADDRESS (host:port or auto): nodes and GPUs.")
 @click.option("--record", type=click.Path(path_type=Path), metavar="FILE.json",
               help="Write this machine's hardware to FILE for planning elsewhere.")
-def doctor(hardware: Path | None, record: Path | None) -> None:
+def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) -> None:
     """Show this machine, the backends found, and what would run."""
     app = App.from_env()
     hw = app.hardware(hardware)
@@ -73,6 +77,8 @@ def doctor(hardware: Path | None, record: Path | None) -> None:
         console.print("tip: llama.cpp can serve your Ollama models with a draft, the fastest path "
                       "here: target = \"ollama:NAME\", backend = [\"llamacpp\"] (`specctl drafts "
                       "--target ollama:NAME` finds the draft)", highlight=False, markup=False)
+    if ray_address:
+        _show_ray(ray_address)
     if hardware:
         return
     console.print("\n[bold]what would run here[/bold]")
@@ -83,6 +89,16 @@ def doctor(hardware: Path | None, record: Path | None) -> None:
         except SpecctlError as exc:
             verdict = f"no: {exc}"
         console.print(f"  {name:26} {escape(verdict)}", highlight=False)
+
+
+def _show_ray(address: str) -> None:
+    nodes = cluster.ray_nodes(address, sys.executable)
+    gpus = sum(n.gpus for n in nodes)
+    console.print(f"\n[bold]ray[/bold]      {address}: {len(nodes)} node(s), {gpus} GPU(s)",
+                  highlight=False)
+    for n in nodes:
+        console.print(f"  {n.address:15} {n.gpus} GPU(s), {n.cpus} CPU(s), "
+                      f"{n.memory_gb:.1f} GB", highlight=False)
 
 
 @cli.command()

@@ -4,16 +4,22 @@ vLLM over Ray); it does not invent one."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.orchestrator import hardware
-from specctl.orchestrator.errors import ProfileError
+from specctl.orchestrator.errors import ProfileError, SpecctlError
 from specctl.orchestrator.hardware import Cpu, Gpu, Hardware
 from specctl.orchestrator.models import ModelInfo
 from specctl.orchestrator.profiles import Cluster, Node
+
+
+class ClusterError(SpecctlError):
+    """A cluster that cannot be reached or used."""
+
 
 _DEVICE = re.compile(r"^\s*(RPC\S*):\s*(\S+)\s*\((\d+) MiB, (\d+) MiB free\)", re.M)
 
@@ -102,3 +108,40 @@ def check_vllm_parallel(target: ModelInfo, draft: ModelInfo | None, tp: int, pp:
         notes.append(f"Tensor parallel {tp} spans nodes ({per_node} GPUs each): slow; prefer "
                      f"tensor {per_node} x pipeline {tp * pp // per_node}.")
     return notes
+
+
+RAY_PROBE = """
+import json, sys
+import ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+nodes = [n for n in ray.nodes() if n.get("Alive")]
+print(json.dumps([{"address": n["NodeManagerAddress"], "gpus": n["Resources"].get("GPU", 0),
+                   "cpus": n["Resources"].get("CPU", 0),
+                   "memory_gb": n["Resources"].get("memory", 0) / 1e9} for n in nodes]))
+ray.shutdown()
+"""
+
+
+@dataclass(frozen=True)
+class RayNode:
+    address: str
+    gpus: int
+    cpus: int
+    memory_gb: float
+
+
+def ray_nodes(address: str, python: str, timeout: float = 90) -> list[RayNode]:
+    """The live nodes of a Ray cluster and their GPUs, as Ray itself reports them."""
+    try:
+        done = subprocess.run([python, "-c", RAY_PROBE, address], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"no answer from a Ray cluster at {address} in {timeout:.0f} s; start "
+                           "it with `ray start --head` (README: Beyond one machine)") from None
+    if "No module named 'ray'" in done.stderr:
+        raise ClusterError(f"Ray is not installed for {python}: pip install 'specctl[ray]'")
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ClusterError(f"cannot reach a Ray cluster at {address}: {last}")
+    return [RayNode(n["address"], int(n["gpus"]), int(n["cpus"]), round(n["memory_gb"], 1))
+            for n in json.loads(done.stdout.strip().splitlines()[-1])]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,24 @@ def test_cpu_demo_pair_across_two_rpc_workers(tmp_path: Path) -> None:
         specctl("down", "--all", env=env)
     status = json.loads(specctl("status", "--json", env=env).stdout)
     assert status == []
+
+
+@pytest.mark.server
+def test_doctor_reports_a_real_local_ray_cluster() -> None:
+    ray = Path(sys.executable).with_name("ray")
+    port = free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    started = subprocess.run([str(ray), "start", "--head", "--node-ip-address", "127.0.0.1",
+                              "--port", str(port), "--num-cpus", "1", "--num-gpus", "0",
+                              "--include-dashboard=false", "--disable-usage-stats"],
+                             env=env, capture_output=True, text=True, timeout=180, check=False)
+    try:
+        assert started.returncode == 0, started.stderr[-2000:]
+        done = specctl("doctor", "--ray", f"127.0.0.1:{port}", "--hardware",
+                       "tests/fixtures/hardware/linux_cpu_2c_24g.json", env=env)
+        assert done.returncode == 0, done.stderr
+        assert f"127.0.0.1:{port}: 1 node(s), 0 GPU(s)" in done.stdout
+        assert "1 CPU(s)" in done.stdout
+    finally:
+        subprocess.run([str(ray), "stop", "--force"], capture_output=True, timeout=120,
+                       check=False)
