@@ -7,7 +7,9 @@ importing them registers them on the group in cli_base.
 from __future__ import annotations
 
 import errno
+import signal
 import sys
+from types import FrameType
 
 import click
 
@@ -16,7 +18,13 @@ from specctl.orchestrator.cli_base import cli, err_console
 from specctl.orchestrator.errors import SpecctlError
 
 
+def _exit_on(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds: servers that bench/tune started are stopped
+
+
 def main() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # the supervisor sets its own while it serves
+        signal.signal(sig, _exit_on)
     try:
         cli.main(standalone_mode=False)
     except SpecctlError as exc:

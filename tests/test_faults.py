@@ -330,3 +330,22 @@ def test_profile_values_never_reach_a_shell(env: dict[str, str], tmp_path: Path)
     one_line_error(up(env, profile), "not found")
     specctl("service", "install", "--profile", str(profile), "--dry-run", env=env)
     assert not marker.exists()
+
+
+def test_bench_killed_with_sigterm_stops_its_servers(env: dict[str, str], smol: Path) -> None:
+    bench = subprocess.Popen([sys.executable, "-m", "specctl", "bench", "--profile", str(smol),
+                              "--prompts", "4", "--repeats", "3", "--max-tokens", "64"],
+                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    def servers() -> set[int]:
+        found = set()
+        for pid in ours(env["SPECCTL_STATE_DIR"]):
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(pid).name() == "llama-server":
+                    found.add(pid)
+        return found
+
+    wait_for(lambda: len(servers()) == 2)  # baseline and speculative, side by side
+    bench.send_signal(signal.SIGTERM)
+    assert bench.wait(timeout=30) == 128 + signal.SIGTERM
+    wait_for(lambda: not servers(), timeout=20)
