@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specctl.adapters.base import Backend, Installed, Launch
@@ -41,6 +41,8 @@ class Resolved:
 class App:
     dirs: Dirs
     settings: Settings
+    # what probing found, per backend, for this command's life (doctor plans every profile)
+    _probed: dict[str, Installed | None] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_env(cls) -> App:
@@ -96,6 +98,12 @@ class App:
         raise ModelError(f"no compatible draft for {target.name} on this machine; {hint}name "
                          "one in the profile (`specctl drafts --target ...` lists candidates)")
 
+    def probe(self, registry: dict[str, Backend]) -> dict[str, Installed | None]:
+        """Installed backends, probed once per command (each probe runs a process or HTTP)."""
+        missing = {n: b for n, b in registry.items() if n not in self._probed}
+        self._probed.update(backends.probe_all(missing))
+        return {n: self._probed[n] for n in registry}
+
     @staticmethod
     def rpc_workers(profile: Profile, probed: dict[str, Installed | None] | None
                     ) -> list[cluster.Worker]:
@@ -116,7 +124,7 @@ class App:
         hw = nodes or self.hardware(recorded)
         elsewhere = recorded is not None or nodes is not None
         registry = self.backends()
-        probed = None if elsewhere else backends.probe_all(
+        probed = None if elsewhere else self.probe(
             {n: b for n, b in registry.items() if not profile.backend or n in profile.backend})
         lookup = self.tuned_result if use_tuned and not elsewhere else (lambda _p, _i: None)
         plan, installed = planner.resolve(profile, hw, registry, probed, self.resolver(), lookup,

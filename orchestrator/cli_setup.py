@@ -18,7 +18,7 @@ from specctl.orchestrator import (
 )
 from specctl.orchestrator import profiles as profiles_mod
 from specctl.orchestrator.app import App
-from specctl.orchestrator.backends import INSTALL_HINT, probe_all
+from specctl.orchestrator.backends import INSTALL_HINT
 from specctl.orchestrator.cli_base import HARDWARE, PROFILE, cli, console
 from specctl.orchestrator.errors import SpecctlError
 
@@ -69,7 +69,7 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) 
         record.write_text(json.dumps(hw.to_json(), indent=2) + "\n")
         console.print(f"recorded to {record}")
     console.print()
-    probed = probe_all(app.backends())
+    probed = app.probe(app.backends())
     for name, found in probed.items():
         line = found.describe() if found else f"not found ({INSTALL_HINT[name]})"
         console.print(f"[bold]{name:9}[/bold] {escape(line)}", highlight=False)
