@@ -51,6 +51,11 @@ class Launch:
     model: str | None = None  # the model name clients should send, when the server needs one
 
 
+def api_key(env_from: Mapping[str, str], environ: Mapping[str, str]) -> str | None:
+    """The API key a launch copies from the user's environment (see Launch.env_from), if any."""
+    return next((environ.get(source) for source in env_from.values()), None)
+
+
 @dataclass(frozen=True)
 class Endpoint:
     url: str  # scheme://host:port
@@ -100,6 +105,7 @@ class Backend(Protocol):
     cache_types: ClassVar[tuple[str, ...]]  # KV cache types, preferred first
     runs_on: ClassVar[frozenset[str]]  # hardware kinds: "cuda", "metal", "cpu"
     no_spec_hint: ClassVar[str]  # what to do when this backend cannot speculate
+    install_hint: ClassVar[str]  # how to get this backend
 
     def probe(self) -> Installed | None: ...
 

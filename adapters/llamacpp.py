@@ -124,6 +124,7 @@ class LlamaCpp:
     vocab_rule: ClassVar[str] = "near"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
     runs_on: ClassVar[frozenset[str]] = frozenset({"cuda", "metal", "cpu"})
+    install_hint: ClassVar[str] = "`specctl backend install llama.cpp`"
     no_spec_hint: ClassVar[str] = "update llama.cpp (`specctl backend install llama.cpp " \
                                   "--rebuild`)"
 

@@ -43,6 +43,7 @@ class Ollama:
     vocab_rule: ClassVar[str] = "near"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
     runs_on: ClassVar[frozenset[str]] = frozenset({"cuda", "metal", "cpu"})
+    install_hint: ClassVar[str] = "Ollama from https://ollama.com and `ollama serve`"
     no_spec_hint: ClassVar[str] = ("serve the same model with llama.cpp and a draft instead "
                                    "(target = \"ollama:NAME\", backend = [\"llamacpp\"]; "
                                    "`specctl drafts --target ollama:NAME` finds one)")

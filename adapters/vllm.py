@@ -82,6 +82,7 @@ class Vllm:
     vocab_rule: ClassVar[str] = "identical"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "fp8")
     runs_on: ClassVar[frozenset[str]] = frozenset({"cuda"})
+    install_hint: ClassVar[str] = "`pip install 'specctl[vllm]'` (or set SPECCTL_VLLM_PYTHON)"
     no_spec_hint: ClassVar[str] = "use a vLLM version with this method, or another method"
 
     def __init__(self, python: Path | None = None) -> None:

@@ -19,9 +19,7 @@ from specctl.orchestrator.settings import Settings
 # when it is what the machine has.
 DEFAULT_ORDER = {"cuda": ("vllm", "llamacpp", "ollama"), "metal": ("llamacpp", "ollama"),
                  "cpu": ("llamacpp", "ollama")}
-INSTALL_HINT = {"llamacpp": "`specctl backend install llama.cpp`",
-                "vllm": "`pip install 'specctl[vllm]'` (or set SPECCTL_VLLM_PYTHON)",
-                "ollama": "Ollama from https://ollama.com and `ollama serve`"}
+INSTALL_HINT = {b.name: b.install_hint for b in (LlamaCpp, Vllm, Ollama)}
 
 
 def registry(dirs: Dirs, settings: Settings) -> dict[str, Backend]:

@@ -176,15 +176,20 @@ def service_install(profile_ref: str, system: bool, manager: str | None, dry_run
                       highlight=False)
 
 
+def _named_service(name: str, system: bool,
+                   manager: str | None) -> tuple[units.ServiceSpec, str]:
+    """The service of an installed profile, found by its name (no profile file needed)."""
+    mgr = manager or service_mod.default_manager()
+    return service_mod.spec_for(name, name, App.from_env().dirs, system, dict(os.environ)), mgr
+
+
 @service.command("uninstall")
 @click.argument("name")
 @SCOPE
 @MANAGER
 def service_uninstall(name: str, system: bool, manager: str | None) -> None:
     """Stop, disable and remove a profile's service."""
-    app = App.from_env()
-    mgr = manager or service_mod.default_manager()
-    spec = service_mod.spec_for(name, name, app.dirs, system, dict(os.environ))
+    spec, mgr = _named_service(name, system, manager)
     path = service_mod.uninstall(spec, mgr)
     console.print(f"removed {path}" if path else f"no {mgr} service for {name}", highlight=False)
 
@@ -195,9 +200,7 @@ def service_uninstall(name: str, system: bool, manager: str | None) -> None:
 @MANAGER
 def service_status(name: str, system: bool, manager: str | None) -> None:
     """Show the service manager's view of a profile's service."""
-    app = App.from_env()
-    mgr = manager or service_mod.default_manager()
-    spec = service_mod.spec_for(name, name, app.dirs, system, dict(os.environ))
+    spec, mgr = _named_service(name, system, manager)
     path = units.unit_path(spec, mgr, Path.home())
     if not path.exists():
         raise SpecctlError(f"no {mgr} service installed for {name} ({path}); "

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from specctl.adapters.base import Endpoint, Launch, SpecStats
+from specctl.adapters.base import Endpoint, Launch, SpecStats, api_key
 from specctl.adapters.llamacpp import rpc_server_of, worker_launch
 from specctl.orchestrator import procs, render, state
 from specctl.orchestrator.app import App, Resolved
@@ -226,8 +226,7 @@ def status(app: App) -> list[Row]:
         stats, note = None, ""
         backend = registry.get(str(run.plan.get("backend", "")))
         if up and run.status == "running" and backend is not None:
-            key_env = run.plan.get("env_from", {})
-            key = next((os.environ.get(v) for v in key_env.values()), None)
+            key = api_key(run.plan.get("env_from", {}), os.environ)
             base = run.url.removesuffix("/v1")
             try:
                 stats = backend.spec_stats(Endpoint(base, key))

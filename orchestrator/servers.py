@@ -10,10 +10,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
-from specctl.adapters.base import Backend, Endpoint, Installed, Launch
+from specctl.adapters.base import Backend, Endpoint, Installed, Launch, api_key
 from specctl.orchestrator import procs
 from specctl.orchestrator.errors import ServerError
 from specctl.orchestrator.plan import Plan
@@ -49,10 +48,7 @@ def ephemeral(plan: Plan, backend: Backend, installed: Installed, logs: Path, la
             if proc.poll() is not None:
                 raise ServerError(f"{label} server exited ({proc.returncode}) while starting:\n"
                                   f"{procs.tail(str(log))}")
-            try:
-                return requests.get(launch.health_url, timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
+            return procs.healthy(launch.health_url)
 
         try:
             Retrying(stop=stop_after_delay(health_timeout), retry=retry_if_result(lambda v: not v),
@@ -61,7 +57,7 @@ def ephemeral(plan: Plan, backend: Backend, installed: Installed, logs: Path, la
             raise ServerError(f"{label} server not healthy after {health_timeout:.0f} s; see "
                               f"{log}") from None
         apply_setup(launch)
-        key = next((os.environ.get(v) for v in launch.env_from.values()), None)
+        key = api_key(launch.env_from, os.environ)
         yield Running(plan, launch, Endpoint(launch.health_url.rsplit("/", 1)[0], key), log)
     finally:
         procs.stop_group(proc.pid, grace=10)
