@@ -5,15 +5,20 @@ With acceptance rate a, draft/target step cost ratio c and draft length k:
   S(k) = E(k) / (k*c + v(k))              speedup over the target alone
 where v(k) is the cost of verifying k+1 tokens in units of one target step (1 in the paper; more on
 CPUs, Apple Ultra chips, or at batch > 1).
+
+Measured speedups are medians over prompts, and acceptance differs a lot between prompts (a copy
+task accepts nearly everything, free chat much less), so `curve_over_prompts` predicts each
+prompt's curve from its own acceptance and takes the median, as the measurement does.
 """
 
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-Verify = Callable[[int], float]
+Verify = Callable[[float], float]  # v(k); k may be a mean draft length
 
 
 def tokens_per_step(alpha: float, k: int) -> float:
@@ -62,6 +67,24 @@ def curve_measured(accept_at: Sequence[float], alpha: float, c: float, max_k: in
     return points
 
 
+def curve_over_prompts(accept_at: Sequence[Sequence[float]], alpha: float, c: float, max_k: int,
+                       verify: Verify = lambda _k: 1.0) -> list[Point]:
+    """Per k, the median over prompts of each prompt's E(k) and S(k)."""
+    curves = [curve_measured(acc, alpha, c, max_k, verify) for acc in accept_at]
+    return [Point(k, statistics.median(cv[k - 1].tokens_per_step for cv in curves),
+                  statistics.median(cv[k - 1].speedup for cv in curves))
+            for k in range(1, max_k + 1)]
+
+
+def stop_early_gain(e: float, k: int, c: float, verify: Verify = lambda _k: 1.0) -> float:
+    """The most that stopping drafts early (llama.cpp's p-min) can gain over drafting k tokens
+    each step, where E(k) = e tokens come per step. At best it drafts only the tokens the target
+    accepts: E(k) unchanged, e-1 draft steps instead of k. (It cannot take fewer verification
+    steps than drafting k each time, so with a linear v(k) no p-min does better.)"""
+    kept = max(e - 1.0, 0.0)
+    return (k * c + verify(k)) / (kept * c + verify(kept))
+
+
 def best(points: Sequence[Point]) -> Point:
     return max(points, key=lambda p: p.speedup)
 
@@ -70,7 +93,7 @@ def linear_verify(samples: dict[int, float]) -> Verify:
     """v(k) from measured verification costs at some k (1 at k=0), linearly interpolated."""
     pts = sorted({0: 1.0, **samples}.items())
 
-    def v(k: int) -> float:
+    def v(k: float) -> float:
         for (k0, v0), (k1, v1) in itertools.pairwise(pts):
             if k <= k1:
                 return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
