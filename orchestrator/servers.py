@@ -52,7 +52,7 @@ def ephemeral(plan: Plan, backend: Backend, installed: Installed, logs: Path, la
 
         try:
             Retrying(stop=stop_after_delay(health_timeout), retry=retry_if_result(lambda v: not v),
-                     wait=wait_exponential(multiplier=0.1, max=1.0))(healthy)
+                     wait=wait_exponential(multiplier=0.05, max=0.25))(healthy)
         except RetryError:
             raise ServerError(f"{label} server not healthy after {health_timeout:.0f} s; see "
                               f"{log}") from None
