@@ -12,6 +12,7 @@ from specctl.orchestrator import (
     costmodel,
     render,
     reports,
+    trials,
 )
 from specctl.orchestrator import tune as tune_mod
 from specctl.orchestrator import tuned as tuned_mod
@@ -87,9 +88,11 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
          max_k: int, exhaustive: bool, show: bool, max_tokens: int, as_json: bool) -> None:
     """Choose k (and p-min, n-gram or off) for this machine; `plan` and `up` then use it.
 
-    Measures the target alone, the draft alone and one speculative run, fits the Leviathan cost
-    model (alpha, c, v(k)), measures the model's best k and its runner-up, tries n-gram and a
-    p-min, and keeps the best measured - or "off" when nothing beats the baseline by 5%."""
+    Measures the target alone, the draft alone and one speculative run (k = 8 or max-k), fits the
+    Leviathan cost model per prompt (acceptance by position, c, v(k)), measures the model's best k
+    or its runner-up, tries n-gram and a p-min, and keeps the best measured - or "off" when
+    nothing beats the baseline by 5%. A run that can no longer win stops early; the table marks
+    it "(n/3 prompts)"."""
     if what_if:
         if alpha is None or cost is None:
             raise click.UsageError("--what-if needs --alpha and --cost")
@@ -117,8 +120,8 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
             render.show_tuned(console, found)
         return
     with render.progress_bar(console, "tune") as step:
-        runner = tune_mod.Bench(resolved.backend, resolved.installed,
-                                tuple(tune_mod.tune_prompts()), max_tokens, app.dirs.logs, step)
+        runner = trials.Bench(resolved.backend, resolved.installed,
+                              tuple(trials.tune_prompts()), max_tokens, app.dirs.logs, step)
         if exhaustive:
             results, base_tps, seconds = tune_mod.sweep(resolved.plan, runner,
                                                         range(1, max_k + 1))

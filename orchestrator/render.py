@@ -147,6 +147,8 @@ def show_tuned(console: Console, result: Tuned) -> None:
         table.add_row(m.label, _x(pred), _x(m.speedup), f"{m.tps:.1f}", _pct(m.acceptance),
                       f"{m.seconds:.0f}")
     console.print(table)
+    for line in result.skipped:
+        console.print(escape(line), highlight=False)
     console.print(f"[bold]result:[/bold] {escape(result.summary)} (tuning took "
                   f"{result.seconds:.0f} s)")
 

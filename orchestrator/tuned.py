@@ -73,6 +73,7 @@ class Result:
     baseline_tps: float
     predicted: list[dict[str, float]] = field(default_factory=list)
     measured: list[Measured] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # not measured, and why
     seconds: float = 0.0
     created: str = ""
     key: str = ""

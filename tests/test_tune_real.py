@@ -1,0 +1,55 @@
+"""`specctl tune` end to end against real llama-server processes: SmolLM2-135M drafting for itself
+(fast; greedy self-drafting accepts nearly every token, and the draft costs as much as the
+target). Checks what the tuner reads off real servers and that `plan` then follows its result,
+not speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli import specctl
+
+pytestmark = pytest.mark.server
+
+
+def test_tune_measures_real_servers_saves_the_result_and_plan_follows_it(tmp_path: Path) -> None:
+    profile = tmp_path / "smol.toml"
+    profile.write_text('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
+                       'k = "auto"\n[server]\ncontext = 2048\n')
+    done = specctl("tune", "--profile", str(profile), "--max-k", "3", "--max-tokens", "24",
+                   "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout[:done.stdout.rindex("}") + 1])
+    assert 0.5 < result["cost"] < 2.0  # the draft is the target: c is about 1
+    assert result["alpha"] > 0.8  # greedy self-drafting accepts (nearly) everything
+    assert [p["k"] for p in result["predicted"]] == [1, 2, 3]
+    probe = result["measured"][0]
+    assert probe["label"] == "draft k=3" and probe["acceptance"] > 0.8
+    labels = [m["label"] for m in result["measured"]]
+    assert any(label.startswith("ngram k=") for label in labels)
+    # p-min is measured, or not run where the cost model shows it cannot win (and says so)
+    assert any("p-min 0.5" in line for line in labels + result["skipped"])
+    assert result["method"] in ("draft", "ngram", "none")
+
+    shown = specctl("tune", "--profile", str(profile), "--show", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == result
+
+    planned = specctl("plan", "--profile", str(profile), "--json")
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["method"] == result["method"]
+    if result["method"] != "none":
+        assert (plan["k"], plan["k_source"]) == (result["k"], "tuned")
+    assert "`specctl tune` on this machine" in plan["reasons"][-1]
+
+    swept = specctl("tune", "--profile", str(profile), "--exhaustive", "--max-k", "2",
+                    "--max-tokens", "24", "--json")
+    assert swept.returncode == 0, swept.stderr
+    sweep = json.loads(swept.stdout)
+    assert [row["k"] for row in sweep["sweep"]] == [1, 2]
+    assert sweep["tuned"]["time_ratio"] == pytest.approx(result["seconds"] / sweep["seconds"],
+                                                         abs=0.01)
