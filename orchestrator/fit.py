@@ -13,12 +13,14 @@ from specctl.adapters.base import SpecStats
 from specctl.orchestrator import costmodel
 from specctl.orchestrator.trials import Run, ratios
 
+WORD = re.compile(r"\w+|[^\w\s]")  # a word or one punctuation mark
+
 
 def copy_share(prompt: str, reply: str, n: int = 3) -> float:
     """The share of the reply's word n-grams already seen earlier (in the prompt or the reply):
     what an n-gram drafter can find to propose."""
-    words = re.findall(r"\w+|[^\w\s]", reply)
-    seen = {tuple(g) for g in _ngrams(re.findall(r"\w+|[^\w\s]", prompt), n)}
+    words = WORD.findall(reply)
+    seen = set(_ngrams(WORD.findall(prompt), n))
     hits = 0
     for gram in _ngrams(words, n):
         hits += gram in seen

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from specctl.adapters.base import Backend, Installed, SpecStats
+from specctl.adapters.base import Backend, Endpoint, Installed, SpecStats
 from specctl.orchestrator import client, servers
 from specctl.orchestrator.bench import load_suite
 from specctl.orchestrator.plan import Plan
@@ -92,15 +92,19 @@ class Bench:
         with servers.ephemeral(plan, self.backend, self.installed, self.logs,
                                f"tune-{label.replace(' ', '').replace('=', '')}") as srv:
             client.chat(srv.endpoint, "Hello", 4)  # warm-up, not counted
+            before = self._counters(srv.endpoint, plan)
             for i in which:
-                before = self.backend.spec_stats(srv.endpoint) if plan.speculative else SpecStats()
                 reply = client.chat(srv.endpoint, self.prompts[i], self.max_tokens)
-                after = self.backend.spec_stats(srv.endpoint) if plan.speculative else SpecStats()
+                after = self._counters(srv.endpoint, plan)
                 run = run.plus(i, reply.decode_tps, after - before, reply.text)
+                before = after
                 if give_up is not None and len(run.prompts) < len(which) and give_up(run):
                     self.say(f"{label}: cannot win, stopped after {len(run.prompts)} prompts")
                     break
         return replace(run, seconds=time.monotonic() - start)
+
+    def _counters(self, endpoint: Endpoint, plan: Plan) -> SpecStats:
+        return self.backend.spec_stats(endpoint) if plan.speculative else SpecStats()
 
 
 def ratios(run: Run, baseline: Run) -> dict[int, float]:

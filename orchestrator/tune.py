@@ -22,7 +22,6 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.fit import Estimates, copy_share, estimate, stop_early_bounds
@@ -63,7 +62,7 @@ def alternatives(plan: Plan, bench: Measurer, baseline: Run, best: Run, est: Est
             (best.plan.but(p_min=P_MIN_TRY), f"draft k={k} p-min {P_MIN_TRY}", bounds, bounds)):
         need = max(speedup(winner, baseline), 1.0) * (1 + margin)
         hopeless = cannot_beat(baseline, need, bound)
-        if bound and hopeless(replace(best, label=label, prompts=(), tps=(), specs=(), texts=())):
+        if bound and hopeless(Run(label, candidate, (), (), (), 0.0, baseline.of)):
             skipped.append(f"{label}: not run; by the cost model it reaches at most "
                            f"{statistics.median(bound.values()):.2f}x and needs over {need:.2f}x")
             continue
