@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from specctl.orchestrator.plan import Plan
+from specctl.orchestrator.planning.plan import Plan
 
 
 @dataclass(frozen=True)

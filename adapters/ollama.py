@@ -15,7 +15,7 @@ import requests
 
 from specctl.adapters.base import Endpoint, HttpCall, Installed, Launch, SpecStats
 from specctl.orchestrator.errors import BackendError
-from specctl.orchestrator.plan import Plan
+from specctl.orchestrator.planning.plan import Plan
 
 NAME = "ollama"
 DEFAULT_URL = "http://127.0.0.1:11434"

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 from specctl.adapters import prometheus
 from specctl.adapters.base import Endpoint, Installed, Launch, SpecStats
 from specctl.orchestrator.errors import BackendError
-from specctl.orchestrator.models import ModelInfo
-from specctl.orchestrator.plan import Plan
+from specctl.orchestrator.models.resolve import ModelInfo
+from specctl.orchestrator.planning.plan import Plan
 
 NAME = "vllm"
 NEWEST = "0.33.0"

@@ -7,23 +7,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specctl.adapters.base import Backend, Installed, Launch
-from specctl.orchestrator import (
-    backends,
-    cluster,
-    drafts,
-    hardware,
-    ollama_store,
-    planner,
-    profiles,
-    tuned,
-)
+from specctl.orchestrator.config import profiles
+from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.config.profiles import Profile
+from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.errors import ModelError, SpecctlError
-from specctl.orchestrator.hardware import Hardware
-from specctl.orchestrator.models import ModelInfo, Resolver, hf_cache_dir
-from specctl.orchestrator.paths import Dirs
-from specctl.orchestrator.plan import Plan
-from specctl.orchestrator.profiles import Profile
-from specctl.orchestrator.settings import Settings
+from specctl.orchestrator.machine import cluster, hardware
+from specctl.orchestrator.machine.hardware import Hardware
+from specctl.orchestrator.measure import tuned
+from specctl.orchestrator.models import drafts, ollama_store
+from specctl.orchestrator.models.resolve import ModelInfo, Resolver, hf_cache_dir
+from specctl.orchestrator.planning import backends, planner
+from specctl.orchestrator.planning.plan import Plan
 
 
 @dataclass(frozen=True)

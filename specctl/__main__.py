@@ -1,3 +1,3 @@
-from specctl.orchestrator.cli import main
+from specctl.orchestrator.cli.main import main
 
 main()

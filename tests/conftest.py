@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specctl.orchestrator.hardware import Hardware, from_json
-from specctl.orchestrator.paths import Dirs
+from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.machine.hardware import Hardware, from_json
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HARDWARE = FIXTURES / "hardware"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specctl.orchestrator import bench
+from specctl.orchestrator.measure import bench
 
 BASE = bench.BASELINE
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from specctl.orchestrator import cli
-from specctl.orchestrator.backends import INSTALL_HINT
-from specctl.orchestrator.paths import Dirs
-from specctl.orchestrator.profiles import shipped_dir
+from specctl.orchestrator.cli import main as cli
+from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.config.profiles import shipped_dir
+from specctl.orchestrator.planning.backends import INSTALL_HINT
 from tests.conftest import HARDWARE
 
 ROOT = Path(__file__).resolve().parent.parent

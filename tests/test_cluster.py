@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from specctl.orchestrator import cluster
 from specctl.orchestrator.errors import ProfileError
-from specctl.orchestrator.models import Resolver
-from specctl.orchestrator.servers import free_port
+from specctl.orchestrator.machine import cluster
+from specctl.orchestrator.models.resolve import Resolver
+from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import specctl
 
 
@@ -36,7 +36,7 @@ def _info(name: str) -> object:
 
 
 def test_vllm_parallel_checks() -> None:
-    from specctl.orchestrator.models import ModelInfo
+    from specctl.orchestrator.models.resolve import ModelInfo
 
     llama = _info("hf:meta-llama/Llama-3.1-70B-Instruct")
     small = _info("hf:meta-llama/Llama-3.2-1B-Instruct")

@@ -6,8 +6,14 @@ import itertools
 
 import pytest
 
-from specctl.orchestrator import costmodel
-from specctl.orchestrator.costmodel import best, curve, linear_verify, speedup, tokens_per_step
+from specctl.orchestrator.planning import costmodel
+from specctl.orchestrator.planning.costmodel import (
+    best,
+    curve,
+    linear_verify,
+    speedup,
+    tokens_per_step,
+)
 
 
 @pytest.mark.parametrize("max_k", [16, 10])

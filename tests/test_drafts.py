@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from specctl.orchestrator import drafts, testbed
 from specctl.orchestrator.app import App
+from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import ModelError
-from specctl.orchestrator.paths import Dirs
+from specctl.orchestrator.models import drafts, testbed
 from tests.cli import specctl
 
 

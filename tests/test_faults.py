@@ -23,9 +23,9 @@ import psutil
 import pytest
 import requests
 
-from specctl.orchestrator import procs
 from specctl.orchestrator.app import App
-from specctl.orchestrator.servers import free_port
+from specctl.orchestrator.runtime import procs
+from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import ROOT, specctl
 
 pytestmark = pytest.mark.server
@@ -242,8 +242,8 @@ def test_model_file_missing(env: dict[str, str], tmp_path: Path) -> None:
 
 
 def test_model_file_truncated_or_not_gguf(env: dict[str, str], tmp_path: Path) -> None:
-    from specctl.orchestrator import testbed
-    from specctl.orchestrator.paths import Dirs
+    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.models import testbed
 
     real = testbed.path_of("smollm2-135m", Dirs.from_env().models)
     cut = tmp_path / "cut.gguf"

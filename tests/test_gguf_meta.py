@@ -8,7 +8,7 @@ import gguf
 import pytest
 
 from specctl.orchestrator.errors import ModelError
-from specctl.orchestrator.gguf_meta import (
+from specctl.orchestrator.models.gguf_meta import (
     TOKENS_KEY,
     ArrayInfo,
     file_type_name,

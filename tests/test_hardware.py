@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specctl.orchestrator import hardware
 from specctl.orchestrator.errors import HardwareError
-from specctl.orchestrator.hardware import (
+from specctl.orchestrator.machine import hardware
+from specctl.orchestrator.machine.hardware import (
     AppleSilicon,
     Cpu,
     Detectors,

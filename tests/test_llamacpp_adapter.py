@@ -23,7 +23,7 @@ from specctl.adapters.llamacpp import (
 )
 from specctl.orchestrator.app import App
 from specctl.orchestrator.errors import BackendError
-from specctl.orchestrator.plan import Plan
+from specctl.orchestrator.planning.plan import Plan
 from tests.conftest import HARDWARE
 
 CPU_BOX = HARDWARE / "linux_cpu_2c_24g.json"

@@ -9,11 +9,11 @@ import pytest
 
 from specctl.adapters.llamacpp import LlamaCpp
 from specctl.adapters.vllm import Vllm
-from specctl.orchestrator import memory
+from specctl.orchestrator.config.profiles import Memory
 from specctl.orchestrator.errors import DoesNotFitError
-from specctl.orchestrator.memory import Budget, estimate
-from specctl.orchestrator.models import ModelInfo, Resolver
-from specctl.orchestrator.profiles import Memory
+from specctl.orchestrator.models.resolve import ModelInfo, Resolver
+from specctl.orchestrator.planning import memory
+from specctl.orchestrator.planning.memory import Budget, estimate
 from tests.conftest import recorded
 
 TARGET_70B = "hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M"

@@ -7,9 +7,9 @@ from pathlib import Path
 import gguf
 import pytest
 
-from specctl.orchestrator import catalog
 from specctl.orchestrator.errors import ModelError
-from specctl.orchestrator.models import ModelRef, Resolver, parse_ref, with_quant
+from specctl.orchestrator.models import catalog
+from specctl.orchestrator.models.resolve import ModelRef, Resolver, parse_ref, with_quant
 from tests.ggufs import write_gguf
 
 

@@ -16,10 +16,10 @@ import pytest
 import requests
 
 from specctl.adapters.ollama import Ollama
-from specctl.orchestrator import ollama_store, testbed
+from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import ModelError
-from specctl.orchestrator.paths import Dirs
-from specctl.orchestrator.servers import free_port
+from specctl.orchestrator.models import ollama_store, testbed
+from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import ROOT, specctl
 
 FAKE = ROOT / "tests" / "fake_ollama.py"

@@ -13,18 +13,18 @@ from specctl.adapters.base import Backend, Installed
 from specctl.adapters.llamacpp import LlamaCpp
 from specctl.adapters.ollama import Ollama
 from specctl.adapters.vllm import Vllm
-from specctl.orchestrator import costmodel, planner
 from specctl.orchestrator.app import App
+from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import (
     BackendError,
     DoesNotFitError,
     IncompatibleDraftError,
     ProfileError,
 )
-from specctl.orchestrator.models import Resolver
-from specctl.orchestrator.paths import Dirs
-from specctl.orchestrator.plan import Plan
-from specctl.orchestrator.profiles import Profile
+from specctl.orchestrator.models.resolve import Resolver
+from specctl.orchestrator.planning import costmodel, planner
+from specctl.orchestrator.planning.plan import Plan
 from tests.conftest import HARDWARE, recorded
 
 TARGET_70B = "hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M"

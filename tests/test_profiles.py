@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from specctl.orchestrator import profiles
+from specctl.orchestrator.config import profiles
+from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import ProfileError
-from specctl.orchestrator.paths import Dirs
 
 SHIPPED = ("cpu-demo", "cpu-demo-q4", "cuda-h100-llama70b", "cuda-rtx4090-qwen-coder",
            "m3-ultra-70b")

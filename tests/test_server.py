@@ -18,7 +18,7 @@ import psutil
 import pytest
 from openai import OpenAI
 
-from specctl.orchestrator import procs
+from specctl.orchestrator.runtime import procs
 from tests.cli import specctl
 
 pytestmark = pytest.mark.server

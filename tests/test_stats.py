@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specctl.orchestrator import stats
+from specctl.orchestrator.measure import stats
 
 
 def test_paired_ratios_divide_pairwise_and_skip_zero_baselines() -> None:

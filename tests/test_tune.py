@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from specctl.adapters.base import SpecStats
-from specctl.orchestrator import costmodel
 from specctl.orchestrator.app import App
-from specctl.orchestrator.fit import copy_share, estimate, fit_alpha
-from specctl.orchestrator.plan import Plan
-from specctl.orchestrator.trials import GiveUp, Run, cannot_beat, order
-from specctl.orchestrator.tune import sweep, tune
+from specctl.orchestrator.measure.fit import copy_share, estimate, fit_alpha
+from specctl.orchestrator.measure.trials import GiveUp, Run, cannot_beat, order
+from specctl.orchestrator.measure.tune import sweep, tune
+from specctl.orchestrator.planning import costmodel
+from specctl.orchestrator.planning.plan import Plan
 
 ALPHA, COST, VERIFY_SLOPE, BASE_TPS = 0.8, 0.25, 0.2, 10.0
 

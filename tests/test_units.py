@@ -6,8 +6,9 @@ import plistlib
 import subprocess
 from pathlib import Path
 
-from specctl.orchestrator import profiles, units
-from specctl.orchestrator.paths import Dirs
+from specctl.orchestrator.config import profiles
+from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.service import units
 from tests.cli import specctl
 
 GOLDEN = Path(__file__).parent / "fixtures" / "units"

@@ -18,7 +18,7 @@ import requests
 
 from specctl.adapters.base import Endpoint
 from specctl.adapters.vllm import Vllm
-from specctl.orchestrator.servers import free_port
+from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import ROOT, specctl
 
 pytestmark = pytest.mark.vllm

@@ -1,0 +1,46 @@
+"""The `specctl` command line. Thin: parse, call the orchestrator, render, map errors to exits.
+
+Commands live in setup (look and plan), serve (run servers) and measure (bench, tune);
+importing them registers them on the group in base.
+"""
+
+from __future__ import annotations
+
+import errno
+import signal
+import sys
+from types import FrameType
+
+import click
+
+from specctl.orchestrator.cli import measure, serve, setup  # noqa: F401 (registers)
+from specctl.orchestrator.cli.base import cli, err_console
+from specctl.orchestrator.errors import SpecctlError
+
+
+def _exit_on(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds: servers that bench/tune started are stopped
+
+
+def main() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # the supervisor sets its own while it serves
+        signal.signal(sig, _exit_on)
+    try:
+        cli.main(standalone_mode=False)
+    except SpecctlError as exc:
+        err_console.print(f"specctl: error: {exc}", highlight=False, markup=False,
+                          soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            raise  # anything else is a bug: keep the traceback
+        err_console.print(f"specctl: error: cannot write {exc.filename or ''}: {exc.strerror}; "
+                          "free some space or point SPECCTL_STATE_DIR elsewhere",
+                          highlight=False, markup=False, soft_wrap=True)
+        sys.exit(1)
+    except click.exceptions.Abort:
+        err_console.print("specctl: aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)

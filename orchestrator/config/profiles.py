@@ -1,0 +1,219 @@
+"""Named profiles: TOML files validated by pydantic (`extra="forbid"`), with SPECCTL_* overrides.
+
+Shipped profiles live in `profiles/` (inside the package); user profiles in the user config dir
+shadow them. `--profile` takes a name or a path to a `.toml` file. Environment variables override
+single fields, e.g. `SPECCTL_SERVER__PORT=9000` or `SPECCTL_K=4`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.errors import ProfileError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+BackendName = Literal["llamacpp", "vllm", "ollama"]
+DRAFTLESS = ("ngram", "none")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Server(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    context: int = Field(8192, ge=256)
+    threads: int | None = Field(None, ge=1, description="CPU threads; default: physical cores")
+    parallel: int = Field(1, ge=1, description="concurrent sequences (slots)")
+    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+
+
+class Memory(Strict):
+    budget_gb: float | None = Field(None, gt=0, description="cap below what the machine has")
+    gpu_utilization: float = Field(0.9, gt=0, le=1)
+    ram_reserve_gb: float = Field(2.0, ge=0, description="RAM left to the OS on CPU/Metal")
+    cache_type: Literal["auto", "f16", "q8_0", "q4_0", "fp8"] = "auto"
+    min_context: int = Field(2048, ge=256, description="never shrink context below this")
+
+
+class Speculative(Strict):
+    p_min: float | None = Field(None, ge=0, le=1, description="llama.cpp draft p-min")
+    n_min: int | None = Field(None, ge=0)
+    ngram_min: int = Field(2, ge=1)
+    ngram_max: int = Field(4, ge=1)
+    heterogeneous_vocab: bool = False
+
+
+class Parallel(Strict):
+    tensor: int = Field(1, ge=1)
+    pipeline: int = Field(1, ge=1)
+    draft_tensor: int | None = Field(None, ge=1)
+
+
+class Node(Strict):
+    """One kind of machine in a cluster: inline, or a recorded machine (JSON file)."""
+
+    count: int = Field(1, ge=1)
+    hardware: str | None = Field(None, description="a recorded machine JSON file")
+    gpu: str = "GPU"
+    gpus: int = Field(0, ge=0)
+    gpu_memory_gb: float = Field(0, ge=0)
+    ram_gb: float = Field(0, ge=0)
+    cores: int = Field(1, ge=1)
+
+
+class Cluster(Strict):
+    """Beyond one machine, with the engines' own distribution: llama.cpp RPC workers, or vLLM
+    over Ray."""
+
+    rpc_workers: list[str] = Field(default_factory=list, description="host:port of rpc-servers")
+    worker_memory_gb: list[float] = Field(default_factory=list,
+                                          description="per worker, when they cannot be asked")
+    draft_local: bool = True
+    ray_address: str | None = None
+    nodes: list[Node] = Field(default_factory=list)
+
+    @field_validator("rpc_workers")
+    @classmethod
+    def _host_port(cls, v: list[str]) -> list[str]:
+        for w in v:
+            host, sep, port = w.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"'{w}' is not host:port")
+        return v
+
+
+class Profile(Strict):
+    name: str = ""
+    description: str = ""
+    target: str
+    draft: str = Field("auto", description='"auto", a model reference, "ngram" or "none"')
+    draft_method: Literal["draft", "eagle", "eagle3", "mtp"] = "draft"
+    k: int | Literal["auto"] = "auto"
+    backend: list[BackendName] = Field(default_factory=list, description="preference order")
+    server: Server = Server()
+    memory: Memory = Memory()
+    speculative: Speculative = Speculative()
+    parallel: Parallel = Parallel()
+    cluster: Cluster = Cluster()
+
+    @field_validator("k")
+    @classmethod
+    def _k_positive(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= 32:
+            raise ValueError("k must be 1..32 or \"auto\"")
+        return v
+
+    @property
+    def draftless(self) -> bool:
+        return self.draft in DRAFTLESS
+
+
+class _EnvOverrides(BaseSettings):
+    """Reads SPECCTL_* variables into a nested dict, nothing else."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", env_nested_delimiter="__",
+                                      extra="ignore")
+    target: str | None = None
+    draft: str | None = None
+    k: str | None = None
+    backend: str | None = None
+    server: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    speculative: dict[str, Any] | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (env_settings,)
+
+
+def env_overrides() -> dict[str, Any]:
+    """SPECCTL_* variables (read by pydantic-settings) as a nested dict of profile fields."""
+    raw = _EnvOverrides().model_dump(exclude_none=True)
+    if isinstance(raw.get("k"), str) and raw["k"].isdigit():
+        raw["k"] = int(raw["k"])
+    if isinstance(raw.get("backend"), str):
+        raw["backend"] = [b.strip() for b in raw["backend"].split(",") if b.strip()]
+    return raw
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def shipped_dir() -> Path:
+    return Path(str(resources.files("specctl.profiles")))
+
+
+def available(dirs: Dirs) -> dict[str, Path]:
+    """Profile name -> file; user profiles shadow shipped ones."""
+    found: dict[str, Path] = {}
+    for folder in (shipped_dir(), dirs.profiles):
+        if folder.is_dir():
+            found.update({p.stem: p for p in sorted(folder.glob("*.toml"))})
+    return found
+
+
+def _format_validation(exc: ValidationError, source: str) -> str:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    if loc and loc[-1] in ("int", "str", "float", "literal['auto']"):
+        loc = loc[:-1]  # pydantic names the union member it tried; the user wrote the field
+    where = ".".join(loc) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return f"{source}: unknown key '{where}'; check the spelling (see `specctl profiles show`)"
+    return f"{source}: '{where}': {err['msg']}"
+
+
+def parse(text: str, name: str, source: str) -> Profile:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{source}: not valid TOML ({exc})") from None
+    data = _merge(data, env_overrides())
+    data.setdefault("name", name)
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise ProfileError(_format_validation(exc, source)) from None
+
+
+def load(ref: str, dirs: Dirs) -> Profile:
+    """Load by name (user dir, then shipped) or by path to a .toml file."""
+    path = Path(ref).expanduser()
+    if ref.endswith(".toml") or path.is_file():
+        if not path.is_file():
+            raise ProfileError(f"profile file {path} not found")
+    else:
+        known = available(dirs)
+        if ref not in known:
+            close = difflib.get_close_matches(ref, list(known), n=3, cutoff=0.6) or [
+                n for n in known if ref.lower() in n]
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ProfileError(f"no profile named '{ref}'{hint} (`specctl profiles` lists them)")
+        path = known[ref]
+    return parse(path.read_text(), name=path.stem, source=str(path))

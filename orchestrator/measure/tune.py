@@ -1,0 +1,124 @@
+"""`specctl tune`: choose k (and p-min, or n-gram, or off) from the cost model plus short runs.
+
+1. Measure the target alone (baseline), the draft alone (its step cost c), and one long
+   speculative run (k=8): each prompt's per-position acceptance gives its E(k) for every k up to
+   8, the step times give the verification cost v(k).
+2. The model predicts each prompt's speedup per k and ranks k by the median over prompts (the
+   measured statistic). Measure its best k, or its runner-up when the probe already was the best:
+   two k measured in all. Within the margin two measurements cannot tell k apart, so the other k
+   replaces the model's favourite only when it is better by the margin.
+3. Try the draftless n-gram method (at the probe's k: its drafts cost nothing to make; the
+   prompts whose baseline replies copy least go first) and a p-min at the best k (not run when
+   the cost model's bound shows it cannot win). They must beat the best by the margin to win.
+4. Nothing beats the baseline by the margin: "off".
+
+A run that cannot win stops early: after each prompt, the prompts not yet measured are put at
+their best case (any speed; for p-min, the cost model's bound) and the run gives up once even
+that cannot lift its median above what it has to beat. Winners are always measured in full.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+
+from specctl.orchestrator.errors import ProfileError
+from specctl.orchestrator.measure.fit import Estimates, copy_share, estimate, stop_early_bounds
+from specctl.orchestrator.measure.trials import Measurer, Run, cannot_beat, measured, order, speedup
+from specctl.orchestrator.measure.tuned import Measured, Result
+from specctl.orchestrator.planning.plan import Method, Plan
+
+MARGIN = 0.05
+PROBE_K = 8
+P_MIN_TRY = 0.5
+
+
+def second_k(plan: Plan, bench: Measurer, baseline: Run, probe: Run, ranked: Sequence[int],
+             margin: float) -> tuple[Run, Run]:
+    """Measure the model's favourite (or its runner-up, when the probe was the favourite).
+    Returns that run and the better of the two."""
+    favourite = ranked[0]
+    other = favourite if favourite != probe.plan.k else ranked[1]
+    at_probe = speedup(probe, baseline)
+    need = at_probe / (1 + margin) if other == favourite else at_probe * (1 + margin)
+    run = bench.run(plan.but(k=other, p_min=None), f"draft k={other}", order(probe),
+                    cannot_beat(baseline, need))
+    return run, run if run.complete and speedup(run, baseline) > need else probe
+
+
+def alternatives(plan: Plan, bench: Measurer, baseline: Run, best: Run, est: Estimates,
+                 ngram_k: int, margin: float) -> tuple[list[Run], Run, list[str]]:
+    """n-gram, and a p-min at best's k; each must beat the best so far by the margin. Returns
+    their runs, the winner, and what was not run because the cost model says it cannot win."""
+    k = best.plan.k
+    copies = {i: -copy_share(bench.prompts[i], text)  # the least copying first: likeliest loss
+              for i, text in zip(baseline.prompts, baseline.texts, strict=True)}
+    bounds = stop_early_bounds(best, baseline, est)
+    runs, skipped, winner = [], [], best
+    for candidate, label, bound, rank in (
+            (plan.but(method="ngram", draft=None, k=ngram_k, p_min=None), f"ngram k={ngram_k}",
+             {}, copies),
+            (best.plan.but(p_min=P_MIN_TRY), f"draft k={k} p-min {P_MIN_TRY}", bounds, bounds)):
+        need = max(speedup(winner, baseline), 1.0) * (1 + margin)
+        hopeless = cannot_beat(baseline, need, bound)
+        if bound and hopeless(Run(label, candidate, (), (), (), 0.0, baseline.of)):
+            skipped.append(f"{label}: not run; by the cost model it reaches at most "
+                           f"{statistics.median(bound.values()):.2f}x and needs over {need:.2f}x")
+            continue
+        run = bench.run(candidate, label, order(best, rank), hopeless)
+        runs.append(run)
+        # a configuration that drafted nothing is the baseline plus noise: it cannot win
+        if run.complete and run.spec.drafted and speedup(run, baseline) > need:
+            winner = run
+    return runs, winner, skipped
+
+
+def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) -> Result:
+    if plan.method != "draft" or plan.draft is None:
+        raise ProfileError(f"{plan.profile}: tune needs a draft model in the profile (it also "
+                           "tries n-gram and p-min itself)")
+    start = time.monotonic()
+    baseline = bench.run(plan.baseline(), "baseline")
+    draft_alone = bench.run(plan.baseline().but(target=plan.draft), "draft alone", (0,))
+    probe_k = min(PROBE_K, max_k)
+    probe = bench.run(plan.but(k=probe_k, p_min=None), f"draft k={probe_k}")
+    est = estimate(baseline, draft_alone, probe)
+    curve = est.curve(max_k)
+    ranked = [p.k for p in sorted(curve, key=lambda p: p.speedup, reverse=True)]
+    bench.say(f"alpha {est.alpha:.2f}, c {est.cost:.2f}, v({probe_k}) {est.verify[probe_k]:.2f}: "
+              f"the model ranks k = {', '.join(str(k) for k in ranked[:3])}")
+    runs, best = [probe], probe
+    if len(ranked) > 1:
+        second, best = second_k(plan, bench, baseline, probe, ranked, margin)
+        runs.append(second)
+    screens, winner, skipped = alternatives(plan, bench, baseline, best, est, probe_k, margin)
+    runs += screens
+    top = measured(winner, baseline)
+    method: Method
+    if top.speedup < 1 + margin:
+        method, k, p_min = "none", 0, None
+        summary = (f"nothing beat the baseline by {margin:.0%} (best {top.label} "
+                   f"{top.speedup:.2f}x): speculation off")
+    else:
+        method, k, p_min = top.method, top.k, top.p_min
+        summary = f"{top.label} measured {top.speedup:.2f}x over the baseline"
+    return Result(profile=plan.profile, method=method, k=k, p_min=p_min,
+                  speedup=top.speedup if method != "none" else 1.0, summary=summary,
+                  alpha=est.alpha, cost=est.cost,
+                  verify={str(k_): v for k_, v in est.verify.items()},
+                  baseline_tps=round(baseline.median_tps, 3),
+                  predicted=[{"k": p.k, "tokens_per_step": round(p.tokens_per_step, 4),
+                              "speedup": round(p.speedup, 4)} for p in curve],
+                  measured=[measured(r, baseline) for r in runs], skipped=skipped,
+                  seconds=round(time.monotonic() - start, 1),
+                  created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+def sweep(plan: Plan, bench: Measurer, ks: Sequence[int]) -> tuple[list[Measured], float, float]:
+    """--exhaustive: every k measured in full. Returns results, baseline tok/s, seconds."""
+    start = time.monotonic()
+    baseline = bench.run(plan.baseline(), "baseline")
+    results = [measured(bench.run(plan.but(k=k, p_min=None), f"draft k={k}"), baseline)
+               for k in ks]
+    return results, baseline.median_tps, time.monotonic() - start

@@ -1,0 +1,256 @@
+"""Model references and their metadata.
+
+A reference is a GGUF path, `hf:org/repo[:quant]` (local Hugging Face cache), `ollama:name[:tag]`
+(Ollama's store), or `testbed:KEY` (the test models `specctl models testbed` provides). Metadata
+comes from the file when it is on disk, otherwise from the built-in catalog.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.models import catalog, hf_meta, ollama_store, testbed
+from specctl.orchestrator.models.gguf_meta import ArrayInfo, file_type_name, read_metadata
+
+Scheme = Literal["gguf", "hf", "ollama", "testbed"]
+VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
+GB = 1e9
+GGUF_QUANTS = frozenset(q for q in catalog.BYTES_PER_WEIGHT if q not in ("AWQ", "GPTQ", "INT4",
+                                                                         "FP8", "BF16"))
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    scheme: Scheme
+    name: str
+    quant: str | None = None
+
+    def __str__(self) -> str:
+        if self.scheme == "gguf":
+            return self.name
+        return f"{self.scheme}:{self.name}" + (f":{self.quant}" if self.quant else "")
+
+
+def parse_ref(text: str) -> ModelRef:
+    text = text.strip()
+    if not text:
+        raise ModelError("empty model reference; use a .gguf path, hf:org/repo[:quant], "
+                         "ollama:name[:tag] or testbed:KEY")
+    scheme, sep, rest = text.partition(":")
+    if sep and scheme == "hf":
+        repo, _, quant = rest.partition(":")
+        if repo.count("/") != 1 or not all(repo.split("/")):
+            raise ModelError(f"'{text}': a Hugging Face reference is hf:org/repo[:quant]")
+        return ModelRef("hf", repo, quant.upper() or None)
+    if sep and scheme == "ollama":
+        name, _, tag = rest.partition(":")
+        if not name:
+            raise ModelError(f"'{text}': an Ollama reference is ollama:name[:tag]")
+        return ModelRef("ollama", f"{name}:{tag or 'latest'}")
+    if sep and scheme == "testbed":
+        if rest not in testbed.BY_KEY:
+            raise ModelError(f"unknown testbed model '{rest}'; known: {', '.join(testbed.BY_KEY)}")
+        return ModelRef("testbed", rest)
+    return ModelRef("gguf", str(Path(text).expanduser()))
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    ref: str
+    name: str
+    path: Path | None
+    architecture: str
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    vocab_type: str
+    tokenizer: str
+    params_b: float | None
+    quant: str | None
+    size_bytes: int
+    family: str = ""
+    kind: str = "model"
+    bos_id: int | None = None
+    eos_id: int | None = None
+    add_bos: bool | None = None
+    add_eos: bool | None = None
+    source: Literal["file", "catalog"] = "catalog"
+
+    @property
+    def weights_gb(self) -> float:
+        return self.size_bytes / GB
+
+    @property
+    def kv_bytes_per_token_f16(self) -> int:
+        """K and V, all layers, at 2 bytes per element."""
+        return self.layers * self.kv_heads * self.head_dim * 2 * 2
+
+    def describe(self) -> str:
+        size = f"{self.weights_gb:.1f} GB" + ("" if self.path else " (not on disk)")
+        return f"{self.name} [{self.quant or '?'}] {size}"
+
+
+def from_gguf(path: Path, ref: str) -> ModelInfo:
+    meta = read_metadata(path)
+    arch = str(meta.get("general.architecture", "unknown"))
+
+    def num(key: str, default: int = 0) -> int:
+        value = meta.get(f"{arch}.{key}", default)
+        return int(max(value) if isinstance(value, list) else
+                   default if isinstance(value, ArrayInfo) else value)
+
+    heads = num("attention.head_count")
+    head_dim = num("attention.key_length") or (num("embedding_length") // max(heads, 1))
+    tokens = meta.get("tokenizer.ggml.tokens")
+    tok_model = str(meta.get("tokenizer.ggml.model", "none"))
+    name = str(meta.get("general.name") or path.stem)
+    known = catalog.lookup(name) or catalog.lookup(path.stem)
+    return ModelInfo(
+        ref=ref, name=name, path=path, architecture=arch, layers=num("block_count"), heads=heads,
+        kv_heads=num("attention.head_count_kv", heads), head_dim=head_dim,
+        vocab_size=tokens.length if isinstance(tokens, ArrayInfo) else 0,
+        vocab_type=VOCAB_TYPES.get(tok_model, tok_model),
+        tokenizer=f"gguf:{tok_model}/{meta.get('tokenizer.ggml.pre', '-')}",
+        params_b=known.params_b if known else None,
+        quant=file_type_name(meta), size_bytes=path.stat().st_size,
+        family=known.family if known else arch, kind=known.kind if known else "model",
+        bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
+        eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
+        add_bos=_opt_bool(meta.get("tokenizer.ggml.add_bos_token")),
+        add_eos=_opt_bool(meta.get("tokenizer.ggml.add_eos_token")), source="file",
+    )
+
+
+def from_hf_dir(folder: Path, ref: str) -> ModelInfo:
+    """A Hugging Face model folder (what vLLM serves): config.json, tokenizer.json, weights."""
+    cfg = hf_meta.read_config(folder)
+    heads = int(cfg.get("num_attention_heads", 0))
+    hidden = int(cfg.get("hidden_size", 0))
+    name = folder.name if folder.name not in ("", ".") else ref
+    known = catalog.lookup(str(cfg.get("_name_or_path", ""))) or catalog.lookup(name)
+    archs = cfg.get("architectures") or [cfg.get("model_type", "unknown")]
+    return ModelInfo(
+        ref=ref, name=known.name if known else name, path=folder,
+        architecture=str(cfg.get("model_type", archs[0])),
+        layers=int(cfg.get("num_hidden_layers", 0)), heads=heads,
+        kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or (hidden // heads if heads else 0)),
+        vocab_size=int(cfg.get("vocab_size", 0)), vocab_type=hf_meta.tokenizer_type(folder),
+        tokenizer=f"hf:{hf_meta.tokenizer_type(folder)}",
+        params_b=known.params_b if known else None,
+        quant=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16").upper(),
+        size_bytes=hf_meta.weights_bytes(folder), family=known.family if known else
+        str(cfg.get("model_type", "")), kind=known.kind if known else "model",
+        bos_id=_opt_int(cfg.get("bos_token_id")), eos_id=_opt_int(cfg.get("eos_token_id")),
+        source="file")
+
+
+def _opt_int(v: Any) -> int | None:
+    return int(v) if isinstance(v, int) else None
+
+
+def _opt_bool(v: Any) -> bool | None:
+    return bool(v) if isinstance(v, bool) else None
+
+
+def from_catalog(ref: ModelRef, default_quant: str) -> ModelInfo | None:
+    known = catalog.lookup(ref.name)
+    if known is None:
+        return None
+    quant = ref.quant or catalog.quant_in(ref.name) or default_quant
+    size = int(known.params_b * 1e9 * catalog.BYTES_PER_WEIGHT.get(quant, 2.0))
+    return ModelInfo(
+        ref=str(ref), name=known.name, path=None, architecture=known.architecture,
+        layers=known.layers, heads=known.heads, kv_heads=known.kv_heads, head_dim=known.head_dim,
+        vocab_size=known.vocab, vocab_type=known.vocab_type, tokenizer=known.tokenizer,
+        params_b=known.params_b, quant=quant, size_bytes=size, family=known.family,
+        kind=known.kind,
+    )
+
+
+def hf_cache_dir(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    if "HF_HUB_CACHE" in env:
+        return Path(env["HF_HUB_CACHE"])
+    return Path(env.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+
+
+def find_hf_snapshot(ref: ModelRef, hub: Path) -> Path | None:
+    """The model folder of `ref` in the local Hugging Face cache (vLLM's format), if any."""
+    snapshots = hub / f"models--{ref.name.replace('/', '--')}" / "snapshots"
+    found = sorted(snapshots.glob("*/config.json")) if snapshots.is_dir() else []
+    return found[-1].parent if found else None
+
+
+def find_hf_gguf(ref: ModelRef, hub: Path) -> Path | None:
+    """The GGUF file of `ref` in the local Hugging Face cache (quant matched), if any."""
+    snapshots = hub / f"models--{ref.name.replace('/', '--')}" / "snapshots"
+    files = sorted(snapshots.glob("*/**/*.gguf")) if snapshots.is_dir() else []
+    if ref.quant:
+        files = [f for f in files if ref.quant in f.name.upper().replace("-", "_")]
+    return files[0] if files else None
+
+
+@dataclass(frozen=True)
+class Resolver:
+    """Turns references into ModelInfo. Holds where to look; does no I/O until asked."""
+
+    models_dir: Path
+    hf_hub: Path
+    ollama_models: Path | None = None
+    default_quant: str = "Q4_K_M"
+
+    def locate(self, ref: ModelRef, quant: str) -> Path | None:
+        if ref.scheme == "gguf":
+            return Path(ref.name)
+        if ref.scheme == "testbed":
+            return testbed.path_of(ref.name, self.models_dir)
+        if ref.scheme == "hf":
+            if (ref.quant or quant) in GGUF_QUANTS:
+                return find_hf_gguf(ref, self.hf_hub)
+            return find_hf_snapshot(ref, self.hf_hub)
+        if self.ollama_models is not None:
+            return ollama_store.blob_for(ref.name, self.ollama_models)
+        return None
+
+    def resolve(self, text: str, default_quant: str | None = None) -> ModelInfo:
+        ref = parse_ref(text)
+        path = self.locate(ref, default_quant or self.default_quant)
+        if path is not None and hf_meta.is_hf_dir(path):
+            return from_hf_dir(path, str(ref))
+        if path is not None and (path.exists() or ref.scheme == "gguf"):
+            return from_gguf(path, str(ref))
+        info = from_catalog(ref, default_quant or self.default_quant)
+        if info is None:
+            raise ModelError(f"model '{text}' is not on disk and not in the catalog; "
+                             f"{self.how_to_get(ref)}")
+        return info
+
+    def how_to_get(self, ref: ModelRef) -> str:
+        if ref.scheme == "testbed":
+            return "run `specctl models testbed`"
+        if ref.scheme == "hf":
+            inc = f" --include '*{ref.quant}*'" if ref.quant else ""
+            return f"download it with `huggingface-cli download {ref.name}{inc}`"
+        if ref.scheme == "ollama":
+            return f"pull it with `ollama pull {ref.name}`"
+        return "check the path"
+
+    def require_file(self, info: ModelInfo) -> Path:
+        """The file to serve; a clear error when the model is only known from the catalog."""
+        if info.path is None:
+            raise ModelError(f"{info.ref} is not on disk; {self.how_to_get(parse_ref(info.ref))}")
+        return info.path
+
+
+def with_quant(info: ModelInfo, quant: str) -> ModelInfo:
+    if info.params_b is None:
+        return info
+    size = int(info.params_b * 1e9 * catalog.BYTES_PER_WEIGHT.get(quant, 2.0))
+    return replace(info, quant=quant, size_bytes=size)

@@ -1,0 +1,240 @@
+"""up / down / status / logs: run a profile's server under a supervisor, find it, stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from specctl.adapters.base import Endpoint, Launch, SpecStats, api_key
+from specctl.adapters.llamacpp import rpc_server_of, worker_launch
+from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.cli import render
+from specctl.orchestrator.errors import ServerError, SpecctlError, StateError
+from specctl.orchestrator.runtime import procs, state
+from specctl.orchestrator.runtime.supervise import Policy, Supervisor
+
+Say = Callable[[str], None]
+
+
+def _clean_leftover(runs: Path, profile: str, say: Say) -> None:
+    """A previous supervisor that died (SIGKILL, reboot) may have left its server group."""
+    try:
+        old = state.load(runs, profile)
+    except StateError as exc:
+        say(f"note: {exc}")
+        return
+    if old is None:
+        return
+    if state.alive(old.supervisor_pid, old.supervisor_started):
+        raise ServerError(f"profile {profile} is already up at {old.url} (supervisor pid "
+                          f"{old.supervisor_pid}); `specctl down {profile}` first")
+    if old.server_pgid and state.alive(old.server_pid, old.server_started):
+        say(f"stopping a leftover {profile} server (pid {old.server_pid}) from an earlier run")
+        procs.stop_group(old.server_pgid)
+    state.remove(runs, profile)
+
+
+def preflight(app: App, resolved: Resolved, say: Say) -> None:
+    plan, runs = resolved.plan, app.dirs.runs
+    runs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state.check_writable(runs)
+    _clean_leftover(runs, plan.profile, say)
+    resolver = app.resolver()
+    resolver.require_file(plan.target)
+    if plan.draft is not None:
+        resolver.require_file(plan.draft)
+    procs.ensure_port_free(plan.host, plan.port)
+
+
+def policy_of(app: App) -> Policy:
+    s = app.settings
+    return Policy(health_timeout=s.health_timeout, max_restarts=s.max_restarts,
+                  backoff_base=s.restart_backoff, grace=s.stop_grace)
+
+
+def serve_foreground(app: App, resolved: Resolved, say: Say) -> int:
+    """Run the supervisor in this process (for systemd/launchd and for the detached `up`)."""
+    with state.profile_lock(app.dirs.runs, resolved.plan.profile):
+        preflight(app, resolved, say)
+        return _supervise(app, resolved, say)
+
+
+def _supervise(app: App, resolved: Resolved, say: Say) -> int:
+    launch, plan = resolved.launch(), resolved.plan
+    return supervise_launch(app, plan.profile, launch, plan.host, plan.port, plan.describe_spec(),
+                            render.plan_json(plan, resolved.installed, launch), say)
+
+
+def supervise_launch(app: App, name: str, launch: Launch, host: str, port: int, spec: str,
+                     plan: dict[str, Any], say: Say) -> int:
+    """Supervise `launch` under the run name `name` (caller holds its lock)."""
+    app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    me = os.getpid()
+    run = state.RunState(
+        profile=name, supervisor_pid=me, supervisor_started=state.create_time(me) or 0.0,
+        url=launch.base_url, port=port, host=host, log=str(app.dirs.logs / f"{name}.log"),
+        spec=spec, plan=plan)
+    state.save(app.dirs.runs, run)
+    return Supervisor(run, launch, app.dirs.runs, policy_of(app), say).serve()
+
+
+def serve_worker(app: App, host: str, port: int, threads: int | None, say: Say) -> int:
+    """An llama.cpp RPC worker (rpc-server) under supervision, as run `worker-PORT`."""
+    name = f"worker-{port}"
+    found = app.backends()["llamacpp"].probe()
+    if found is None or found.path is None:
+        raise ServerError("no llama.cpp build here; `specctl backend install llama.cpp` first")
+    if not rpc_server_of(found).is_file():
+        raise ServerError(f"no rpc-server next to {found.path}; rebuild with "
+                          "`specctl backend install llama.cpp --rebuild` (it builds with RPC)")
+    launch = worker_launch(found, host, port, threads)
+    with state.profile_lock(app.dirs.runs, name):
+        _clean_leftover(app.dirs.runs, name, say)
+        procs.ensure_port_free(host, port)
+        return supervise_launch(app, name, launch, host, port, "RPC worker",
+                                {"backend": "llamacpp-rpc", "argv": list(launch.argv)}, say)
+
+
+def start_detached(app: App, resolved: Resolved, profile_ref: str,
+                   say: Say) -> state.RunState:
+    """Start the supervisor in its own session, wait until the server is healthy, return."""
+    preflight(app, resolved, say)
+    ref = str(Path(profile_ref).resolve()) if profile_ref.endswith(".toml") else profile_ref
+    return detach(app, resolved.plan.profile, ["up", "--profile", ref, "--foreground"])
+
+
+def detach(app: App, name: str, args: list[str]) -> state.RunState:
+    """Run `specctl ARGS` (a --foreground supervisor) in its own session; wait until healthy."""
+    app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sup_log = app.dirs.logs / f"{name}.supervisor.log"
+    with sup_log.open("ab") as out:
+        child = subprocess.Popen([sys.executable, "-m", "specctl", *args],
+                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+    policy = policy_of(app)
+    timeout = policy.health_timeout + 30
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            run = state.load(app.dirs.runs, name)
+        except SpecctlError:
+            run = None
+        if run is not None and run.supervisor_pid == child.pid and run.status == "running":
+            return run
+        if child.poll() is not None:
+            raise ServerError(_why_it_stopped(sup_log, run))
+        time.sleep(0.25)
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=policy.grace + 10)
+    raise ServerError(f"{name} did not become healthy in {timeout:.0f} s; "
+                      f"see `specctl logs {name}`")
+
+
+def _why_it_stopped(sup_log: Path, run: state.RunState | None) -> str:
+    if run is not None and run.error:
+        return run.error
+    lines = [ln for ln in procs.tail(str(sup_log), 40).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("specctl: error:")]
+    if errors:
+        return errors[-1].removeprefix("specctl: error: ")
+    return "\n".join(lines[-15:]) or (f"the supervisor exited before the server was up and left "
+                                      f"no message in {sup_log}; is the disk full?")
+
+
+def down(app: App, profile: str) -> bool:
+    """Stop a profile's supervisor and its whole server group. True if something was running."""
+    runs, grace = app.dirs.runs, app.settings.stop_grace
+    try:
+        run = state.load(runs, profile)
+    except StateError:
+        return _down_without_state(profile, grace)  # the file was moved aside
+    if run is None:
+        return _down_without_state(profile, grace)
+    stopped = False
+    if state.alive(run.supervisor_pid, run.supervisor_started):
+        os.kill(run.supervisor_pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace + 10
+        while time.monotonic() < deadline and state.alive(run.supervisor_pid,
+                                                          run.supervisor_started):
+            time.sleep(0.1)
+        if state.alive(run.supervisor_pid, run.supervisor_started):
+            os.kill(run.supervisor_pid, signal.SIGKILL)
+        stopped = True
+    if run.server_pgid and procs.stop_group(run.server_pgid, grace):
+        stopped = True
+    state.remove(runs, profile)
+    return stopped
+
+
+def supervisors_of(profile: str) -> list[psutil.Process]:
+    """Running `specctl up --profile PROFILE --foreground` processes, found by command line."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "specctl" not in cmd or "--foreground" not in cmd or "--profile" not in cmd:
+            continue
+        ref = cmd[cmd.index("--profile") + 1] if cmd.index("--profile") + 1 < len(cmd) else ""
+        if ref == profile or (ref.endswith(".toml") and Path(ref).stem == profile):
+            found.append(proc)
+    return found
+
+
+def _down_without_state(profile: str, grace: float) -> bool:
+    """No usable state file: stop the profile's supervisor found by its command line (it then
+    stops its own server group)."""
+    sups = supervisors_of(profile)
+    for proc in sups:
+        proc.terminate()
+    _gone, alive = psutil.wait_procs(sups, timeout=grace + 10)
+    for proc in alive:
+        proc.kill()
+    return bool(sups)
+
+
+@dataclass(frozen=True)
+class Row:
+    profile: str
+    status: str
+    url: str
+    uptime_s: float
+    restarts: int
+    spec: str
+    stats: SpecStats | None
+    note: str = ""
+
+
+def status(app: App) -> list[Row]:
+    rows = []
+    registry = app.backends()
+    for profile in state.all_profiles(app.dirs.runs):
+        try:
+            run = state.load(app.dirs.runs, profile)
+        except SpecctlError as exc:
+            rows.append(Row(profile, "corrupt", "-", 0, 0, "-", None, str(exc)))
+            continue
+        if run is None:
+            continue
+        up = state.alive(run.supervisor_pid, run.supervisor_started)
+        stats, note = None, ""
+        backend = registry.get(str(run.plan.get("backend", "")))
+        if up and run.status == "running" and backend is not None:
+            key = api_key(run.plan.get("env_from", {}), os.environ)
+            base = run.url.removesuffix("/v1")
+            try:
+                stats = backend.spec_stats(Endpoint(base, key))
+            except SpecctlError as exc:
+                note = str(exc)
+        label = run.status if up or run.status == "failed" else "dead (run `specctl down`)"
+        rows.append(Row(profile, label, run.url,
+                        time.time() - run.started_at, run.restarts, run.spec, stats,
+                        note or (run.error or "")))
+    return rows

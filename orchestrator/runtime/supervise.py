@@ -1,0 +1,193 @@
+"""Supervise one server: own process group, log file, health wait, bounded restarts, clean stop.
+
+The supervisor runs under the profile's lock (taken by the caller) and keeps the state current.
+SIGTERM/SIGINT stop the whole server group (SIGKILL after the grace period), then remove the state.
+A first start that never becomes healthy fails at once with the log's last lines; a server that
+was healthy and then dies is restarted with exponential backoff, up to `max_restarts` in a row.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import requests
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
+
+from specctl.adapters.base import Launch
+from specctl.orchestrator.errors import ServerError
+from specctl.orchestrator.runtime import procs, state
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Policy:
+    health_timeout: float = 300.0  # a cold 3.5 GB F16 load took 54 s on 2 cores
+    max_restarts: int = 5
+    backoff_base: float = 1.0
+    backoff_max: float = 30.0
+    stable_after: float = 60.0  # healthy this long: the restart count starts again
+    grace: float = 10.0  # SIGTERM, then SIGKILL
+
+
+class Stopping(Exception):
+    """Raised inside waits once a stop signal arrived."""
+
+
+def apply_setup(launch: Launch, timeout: float = 600.0) -> None:
+    """Send the backend's post-start requests (Ollama: create the derived model, load it)."""
+    root = launch.health_url.split("/", 3)[:3]
+    for call in launch.setup:
+        url = "/".join(root) + call.path
+        try:
+            resp = requests.request(call.method, url, json=dict(call.body), timeout=timeout)
+        except requests.RequestException as exc:
+            raise ServerError(f"setup request {call.method} {call.path} failed: {exc}") from None
+        if resp.status_code >= 400:
+            raise ServerError(f"setup request {call.method} {call.path} answered "
+                              f"{resp.status_code}: {resp.text[:200]}")
+
+
+def server_env(launch: Launch, base: Mapping[str, str]) -> dict[str, str]:
+    env = {**base, **launch.env}
+    for var, source in launch.env_from.items():
+        if source not in base:
+            raise ServerError(f"the profile reads the API key from ${source}, which is not set; "
+                              f"export {source}=... first")
+        env[var] = base[source]
+    return env
+
+
+class Supervisor:
+    def __init__(self, run: state.RunState, launch: Launch, runs_dir: Path,
+                 policy: Policy = Policy(), say: Say = print,
+                 sleep: Callable[[float], None] = time.sleep,
+                 base_env: Mapping[str, str] | None = None) -> None:
+        self.run, self.launch, self.runs = run, launch, runs_dir
+        self.policy, self.say, self.sleep = policy, say, sleep
+        self.env = server_env(launch, os.environ if base_env is None else base_env)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def serve(self) -> int:
+        """Run until stopped (0) or until the server cannot be kept up (1). The caller holds the
+        profile's lock. A failed run leaves its state (status "failed", the error) for `status`;
+        a stopped one removes it."""
+        previous = {s: signal.signal(s, self._on_signal)
+                    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        try:
+            code = self._loop()
+        except Stopping:
+            code = 0
+        finally:
+            self._stop_server()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if self.run.status != "failed":
+                state.remove(self.runs, self.run.profile)
+        return code
+
+    def _loop(self) -> int:
+        crashes = 0
+        while True:
+            procs.ensure_port_free(self.run.host, self.run.port)
+            self._spawn()
+            healthy_at = self._wait_healthy(first=self.run.restarts == 0 and crashes == 0)
+            if healthy_at is not None:
+                apply_setup(self.launch)
+                self._set(status="running", error=None)
+                self.say(f"serving {self.run.profile} at {self.launch.base_url}")
+                rc = self._wait_exit()
+                if time.monotonic() - healthy_at > self.policy.stable_after:
+                    crashes = 0
+            else:
+                rc = self.proc.returncode if self.proc else None
+            crashes += 1
+            if crashes > self.policy.max_restarts:
+                msg = (f"server crashed {crashes} times in a row (last exit {rc}); giving up. "
+                       f"Last log lines:\n{procs.tail(self.run.log)}")
+                self._set(status="failed", error=msg)
+                self.say(msg)
+                return 1
+            delay = min(self.policy.backoff_max, self.policy.backoff_base * 2 ** (crashes - 1))
+            self._set(status="restarting", restarts=self.run.restarts + 1,
+                      error=f"server exited ({rc}); restart {crashes}/{self.policy.max_restarts}"
+                            f" in {delay:.0f} s")
+            self.say(self.run.error or "")
+            self._pause(delay)
+
+    def _spawn(self) -> None:
+        self.proc = procs.spawn(self.launch.argv, self.env, self.run.log,
+                                f"starting {self.run.profile}")
+        self._set(server_pid=self.proc.pid, server_pgid=self.proc.pid,
+                  server_started=state.create_time(self.proc.pid))
+
+    def _wait_healthy(self, first: bool) -> float | None:
+        """Monotonic time it became healthy; None if it died first (restartable). A first start
+        that fails raises: a broken model or flag will not heal by restarting."""
+
+        def check() -> bool:
+            if self.stopping:
+                raise Stopping
+            if self.proc is not None and self.proc.poll() is not None:
+                return True  # exited: stop waiting
+            return procs.healthy(self.launch.health_url)
+
+        retry = Retrying(stop=stop_after_delay(self.policy.health_timeout),
+                         wait=wait_exponential(multiplier=0.1, max=2.0),
+                         retry=retry_if_result(lambda ok: not ok), sleep=self.sleep)
+        try:
+            retry(check)
+        except RetryError:
+            self._stop_server()
+            self._fail(f"server not healthy after {self.policy.health_timeout:.0f} s", first)
+            return None
+        if self.proc is not None and self.proc.poll() is not None:
+            self._fail(f"server exited with code {self.proc.returncode} while starting", first)
+            return None
+        return time.monotonic()
+
+    def _fail(self, what: str, first: bool) -> None:
+        msg = f"{what}. Last log lines of {self.run.log}:\n{procs.tail(self.run.log)}"
+        if first:
+            self._set(status="failed", error=msg)
+            raise ServerError(msg)
+
+    def _wait_exit(self) -> int | None:
+        assert self.proc is not None
+        while self.proc.poll() is None:
+            if self.stopping:
+                raise Stopping
+            self.sleep(0.2)
+        return self.proc.returncode
+
+    def _pause(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if self.stopping:
+                raise Stopping
+            self.sleep(min(0.2, seconds))
+
+    def _stop_server(self) -> None:
+        if self.proc is None:
+            return
+        procs.stop_group(self.proc.pid, self.policy.grace)
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=5)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.stopping = True
+
+    def _set(self, **changes: object) -> None:
+        for key, value in changes.items():
+            setattr(self.run, key, value)
+        state.save(self.runs, self.run)
+
