@@ -1,16 +1,41 @@
-"""The backend contract: probe what is installed, turn a plan into argv/env, read acceptance.
+"""The backend contract. One module per backend in this package exposes `ADAPTER`, a subclass of
+`Adapter`; the registry (orchestrator/planning/backends.py) finds them by scanning the package, so
+a new backend is one module here plus its tests and a profile, with no edit elsewhere.
 
-`launch` is pure: plan and installed dialect in, argv/env/URLs out. I/O lives in `probe` and
-`spec_stats`. Adapters never import the CLI.
+An adapter owns everything backend-specific: its options (its own section of a profile), its
+settings (SPECCTL_* variables), its probe, its plan -> argv/env (`launch` is pure), its memory and
+parallelism rules, its draft compatibility rule, its metrics and timing reading, its install.
+The core calls the hooks below and names no backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from specctl.orchestrator.planning.plan import Plan
+from pydantic import BaseModel, ConfigDict
+
+from specctl.orchestrator.errors import BackendError
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.machine.hardware import Hardware
+    from specctl.orchestrator.models.resolve import ModelInfo
+    from specctl.orchestrator.planning.memory import Budget
+    from specctl.orchestrator.planning.plan import Plan
+
+Progress = Any  # Callable[[str], None]: a line of progress for long work
+
+
+class Options(BaseModel):
+    """A backend's own section of a profile (e.g. `[llamacpp]`); none by default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+OptionsT = TypeVar("OptionsT", bound=Options)
 
 
 @dataclass(frozen=True)
@@ -30,10 +55,10 @@ class Installed:
 
 @dataclass(frozen=True)
 class HttpCall:
-    """A request the supervisor sends once the server is healthy (e.g. Ollama model setup)."""
+    """A request the supervisor sends once the server is healthy (e.g. a model to load)."""
 
     method: str
-    path: str
+    url: str
     body: Mapping[str, object] = field(default_factory=dict)
 
 
@@ -42,7 +67,7 @@ class Launch:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     health_url: str = ""
-    base_url: str = ""
+    base_url: str = ""  # the OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1
     metrics_url: str | None = None
     # backend variable -> the user's variable it is copied from at spawn time (API keys: the
     # value never enters argv, the plan or a log)
@@ -58,8 +83,15 @@ def api_key(env_from: Mapping[str, str], environ: Mapping[str, str]) -> str | No
 
 @dataclass(frozen=True)
 class Endpoint:
-    url: str  # scheme://host:port
+    """A running server as clients see it: its API root, its metrics, its key."""
+
+    api: str  # OpenAI-compatible root (…/v1)
+    metrics: str | None = None
     api_key: str | None = None
+
+    @classmethod
+    def of(cls, launch: Launch, environ: Mapping[str, str]) -> Endpoint:
+        return cls(launch.base_url, launch.metrics_url, api_key(launch.env_from, environ))
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -98,19 +130,127 @@ class SpecStats:
         return self + neg
 
 
-class Backend(Protocol):
+@dataclass(frozen=True)
+class Resources:
+    """What a plan may use beyond this machine's devices (e.g. remote workers' memory)."""
+
+    extra_gb: float = 0.0
+    why: str = ""
+    options: Options | None = None  # the options with what was found filled in
+    notes: tuple[str, ...] = ()
+
+
+class ModelStore:
+    """Another tool's store of models, reachable as `SCHEME:name` references."""
+
+    scheme: ClassVar[str]
+
+    def normalize(self, name: str) -> str:
+        """The name as the store spells it (e.g. with its default tag); raises ModelError."""
+        return name
+
+    def locate(self, name: str) -> Path | None:
+        """The model file, None when the store does not have it."""
+        raise NotImplementedError
+
+    def models(self) -> Iterator[tuple[str, Path]]:
+        """(name, file) of every model in the store (draft candidates)."""
+        raise NotImplementedError
+
+    def how_to_get(self, name: str) -> str:
+        raise NotImplementedError
+
+
+class Adapter:
+    """Defaults for the hooks; a backend overrides what it has."""
+
     name: ClassVar[str]
+    aliases: ClassVar[tuple[str, ...]] = ()  # other names `backend install` accepts
     default_quant: ClassVar[str]  # quantisation assumed for a model named without one
-    vocab_rule: ClassVar[str]  # "near" (llama.cpp) or "identical" (vLLM): see orchestrator/compat
+    vocab_rule: ClassVar[str]  # "near" or "identical": see orchestrator/models/compat
     cache_types: ClassVar[tuple[str, ...]]  # KV cache types, preferred first
-    runs_on: ClassVar[frozenset[str]]  # hardware kinds: "cuda", "metal", "cpu"
+    # hardware kind -> rank when the profile names no backend (lower first)
+    preference: ClassVar[Mapping[str, int]]
+    formats: ClassVar[frozenset[str]] = frozenset({"gguf"})  # model files it serves: gguf, hf
     no_spec_hint: ClassVar[str]  # what to do when this backend cannot speculate
     install_hint: ClassVar[str]  # how to get this backend
+    options: ClassVar[type[Options]] = Options
+    moved_keys: ClassVar[Mapping[str, str]] = {}  # old profile key -> its key in this section
+    knobs: ClassVar[frozenset[str]] = frozenset()  # tunable extras, e.g. "p_min"
+    has_workers: ClassVar[bool] = False  # can lend this machine to a server elsewhere
 
-    def probe(self) -> Installed | None: ...
+    @property
+    def runs_on(self) -> frozenset[str]:
+        return frozenset(self.preference)
 
-    def assumed(self) -> Installed: ...
+    @classmethod
+    def create(cls, dirs: Dirs) -> Adapter:
+        """Build from this backend's own settings (SPECCTL_* variables) and specctl's dirs."""
+        return cls()
 
-    def launch(self, plan: Plan, installed: Installed) -> Launch: ...
+    # -- what is installed -------------------------------------------------------------------
+    def probe(self) -> Installed | None:
+        raise NotImplementedError
 
-    def spec_stats(self, endpoint: Endpoint) -> SpecStats: ...
+    def assumed(self) -> Installed:
+        raise NotImplementedError
+
+    def install(self, dirs: Dirs, rebuild: bool, say: Progress) -> Installed:
+        raise BackendError(f"specctl cannot install {self.name}; {self.install_hint}")
+
+    def store(self) -> ModelStore | None:
+        """The backend's own model store, when it has one that other backends can read."""
+        return None
+
+    def tool(self, name: str) -> Path | None:
+        """A helper program of this installation (e.g. a GGUF quantizer), if it has one."""
+        return None
+
+    def tips(self, probed: Mapping[str, Installed | None]) -> list[str]:
+        """Advice for `doctor`, given what else is installed."""
+        return []
+
+    # -- planning ----------------------------------------------------------------------------
+    def devices(self, options: Options) -> int:
+        """GPUs the target spreads over (0: the default of one device)."""
+        return 1
+
+    def resources(self, options: Options, installed: Installed, hw: Hardware,
+                  budget: Budget) -> Resources:
+        """Memory beyond `budget` this plan can use (remote workers); default none."""
+        return Resources()
+
+    def check(self, options: Options, hw: Hardware, target: ModelInfo,
+              draft: ModelInfo | None) -> list[str]:
+        """The backend's own rules for this plan: reasons, or ProfileError on a violation."""
+        return []
+
+    def draft_problem(self, options: Options, target: ModelInfo,
+                      draft: ModelInfo) -> str | None:
+        """Why `draft` cannot speculate for `target` here, or None (the vocabulary rule)."""
+        from specctl.orchestrator.models import compat
+
+        return compat.RULES[self.vocab_rule](target, draft, compat.file_tokens, False)
+
+    # -- running -----------------------------------------------------------------------------
+    def launch(self, plan: Plan, installed: Installed) -> Launch:
+        raise NotImplementedError
+
+    def worker(self, installed: Installed, host: str, port: int,
+               threads: int | None) -> Launch:
+        raise BackendError(f"{self.name} has no workers")
+
+    def spec_stats(self, endpoint: Endpoint) -> SpecStats:
+        return SpecStats(source=f"{self.name} (reports no draft counters)")
+
+    def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
+        """(tokens, decode tokens/s) as the server measured them, when it reports them."""
+        return None
+
+
+def options_of(plan: Plan, kind: type[OptionsT]) -> OptionsT:
+    """The plan's options as this backend's own type (a plan made for another is a bug)."""
+    if not isinstance(plan.options, kind):
+        raise BackendError(f"plan for {plan.backend} carries {type(plan.options).__name__}, "
+                           f"not {kind.__name__}")
+    return plan.options

@@ -11,17 +11,34 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from specctl.adapters import prometheus
-from specctl.adapters.base import Endpoint, Installed, Launch, SpecStats
-from specctl.orchestrator.errors import BackendError
-from specctl.orchestrator.models.resolve import ModelInfo
-from specctl.orchestrator.planning.plan import Plan
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from specctl.adapters import llamacpp_build, llamacpp_rpc, prometheus
+from specctl.adapters.base import (
+    Adapter,
+    Endpoint,
+    Installed,
+    Launch,
+    Options,
+    Resources,
+    SpecStats,
+    options_of,
+)
+from specctl.orchestrator.errors import BackendError, ProfileError
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.machine.hardware import Hardware
+    from specctl.orchestrator.models.resolve import ModelInfo
+    from specctl.orchestrator.planning.memory import Budget
+    from specctl.orchestrator.planning.plan import Plan
 
 NAME = "llamacpp"
 SPEC_TYPE_DIALECT = "spec-type"
@@ -38,6 +55,32 @@ FLAGS = {
     LEGACY_DIALECT: {"n_max": "--draft-max", "n_min": "--draft-min", "p_min": "--draft-p-min",
                      "ctk_draft": "-ctkd", "ctv_draft": "-ctvd"},
 }
+
+
+class LlamaCppOptions(Options):
+    """The `[llamacpp]` section of a profile."""
+
+    n_min: int | None = Field(None, ge=0, description="fewest draft tokens per step")
+    rpc_workers: tuple[str, ...] = Field((), description="host:port of rpc-servers")
+    worker_memory_gb: tuple[float, ...] = Field((), description="per worker, when they cannot "
+                                                "be asked")
+    draft_local: bool = Field(True, description="keep the draft on this machine (RPC)")
+    tensor_split: tuple[float, ...] = Field((), description="filled in by the plan: the "
+                                            "workers' shares of the target's layers")
+
+    @field_validator("rpc_workers")
+    @classmethod
+    def _host_port(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for w in v:
+            host, sep, port = w.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"'{w}' is not host:port")
+        return v
+
+
+class _Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
+    llama_server: Path | None = None  # use this llama-server instead of finding one
 
 
 @dataclass(frozen=True)
@@ -118,21 +161,36 @@ class _Argv:
             self.add(flag, *values)
 
 
-class LlamaCpp:
+class LlamaCpp(Adapter):
     name: ClassVar[str] = NAME
+    aliases: ClassVar[tuple[str, ...]] = ("llama.cpp",)
     default_quant: ClassVar[str] = "Q4_K_M"
     vocab_rule: ClassVar[str] = "near"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
-    runs_on: ClassVar[frozenset[str]] = frozenset({"cuda", "metal", "cpu"})
+    preference: ClassVar[Mapping[str, int]] = {"cuda": 1, "metal": 0, "cpu": 0}
     install_hint: ClassVar[str] = "`specctl backend install llama.cpp`"
     no_spec_hint: ClassVar[str] = "update llama.cpp (`specctl backend install llama.cpp " \
                                   "--rebuild`)"
+    options: ClassVar[type[Options]] = LlamaCppOptions
+    moved_keys: ClassVar[Mapping[str, str]] = {
+        "speculative.n_min": "n_min", "cluster.rpc_workers": "rpc_workers",
+        "cluster.worker_memory_gb": "worker_memory_gb", "cluster.draft_local": "draft_local"}
+    knobs: ClassVar[frozenset[str]] = frozenset({"p_min"})
+    has_workers: ClassVar[bool] = True
 
     def __init__(self, configured: Path | None = None, built: Path | None = None,
-                 search_path: Iterable[Path] = HOMEBREW) -> None:
+                 search_path: Iterable[Path] = HOMEBREW,
+                 backends_dir: Path | None = None) -> None:
         self.configured, self.built, self.search_path = configured, built, tuple(search_path)
+        self.backends_dir = backends_dir
+
+    @classmethod
+    def create(cls, dirs: Dirs) -> LlamaCpp:
+        return cls(configured=_Settings().llama_server, backends_dir=dirs.backends)
 
     def locate(self) -> Path | None:
+        if self.built is None and self.backends_dir is not None:
+            self.built = llamacpp_build.installed_server(self.backends_dir, _toolchain())
         on_path = shutil.which("llama-server")
         for candidate in (self.configured, self.built, Path(on_path) if on_path else None,
                           *self.search_path):
@@ -161,10 +219,60 @@ class LlamaCpp:
                               (folder / "llama-server-0c1e570.version").read_text(),
                               None, assumed=True)
 
+    def install(self, dirs: Dirs, rebuild: bool, say: Any) -> Installed:
+        """Build llama.cpp into the cache (or reuse the cached build); `say(msg, done, total)`."""
+        bindir = llamacpp_build.install(dirs.backends, _toolchain(), say, rebuild=rebuild)
+        self.built = bindir / "llama-server"
+        found = self.probe()
+        if found is None:
+            raise BackendError(f"the build in {bindir} has no runnable llama-server")
+        return found
+
+    def tool(self, name: str) -> Path | None:
+        if name != "quantize":
+            return None
+        server = self.locate()
+        if server is not None and server.with_name("llama-quantize").is_file():
+            return server.with_name("llama-quantize")
+        found = shutil.which("llama-quantize")
+        return Path(found) if found else None
+
+    def tips(self, probed: Mapping[str, Installed | None]) -> list[str]:
+        return []
+
+    def resources(self, options: Options, installed: Installed, hw: Hardware,
+                  budget: Budget) -> Resources:
+        """RPC workers' memory (declared, else asked through llama-server) and the layer split."""
+        opts = options if isinstance(options, LlamaCppOptions) else LlamaCppOptions()
+        if not opts.rpc_workers:
+            return Resources()
+        declared = opts.worker_memory_gb
+        if len(declared) == len(opts.rpc_workers):
+            workers = [llamacpp_rpc.Worker(a, m, m) for a, m in zip(opts.rpc_workers, declared,
+                                                                    strict=True)]
+        elif installed.path and not installed.assumed:
+            workers = llamacpp_rpc.ask_workers(installed.path, list(opts.rpc_workers))
+        else:
+            workers = []
+        if not workers:
+            raise ProfileError("cannot tell the RPC workers' memory; start them (`specctl "
+                               "worker up --port P` on each host) or set "
+                               "llamacpp.worker_memory_gb")
+        split = llamacpp_rpc.split_by_memory(workers)
+        each = ", ".join(f"{w.address} {w.free_gb:.1f} GB" for w in workers)
+        return Resources(
+            extra_gb=sum(w.free_gb for w in workers),
+            why=f"{len(workers)} RPC workers ({each} free) + this machine {budget.gb:.1f} GB",
+            options=opts.model_copy(update={"tensor_split": split}),
+            notes=(f"RPC: the target's layers are split across {len(workers)} workers by free "
+                   f"memory ({', '.join(f'{s:.0%}' for s in split)}); the draft stays "
+                   f"{'on this machine' if opts.draft_local else 'with them'}.",))
+
     def launch(self, plan: Plan, installed: Installed) -> Launch:
         if plan.method not in installed.methods:
             raise BackendError(f"llama-server {installed.version} cannot do '{plan.method}' "
                                f"speculation (it has: {', '.join(sorted(installed.methods))})")
+        opts = options_of(plan, LlamaCppOptions)
         a = _Argv(installed, installed.path or "llama-server")
         _model(a, plan.target, "-m", "-hf")
         a.add("--host", plan.host)
@@ -174,18 +282,18 @@ class LlamaCpp:
         a.optional("-a", plan.profile)  # the model name clients see (llama-server accepts any)
         if plan.threads:
             a.add("-t", plan.threads)
-        a.add("-ngl", plan.gpu_layers)
-        if plan.rpc_workers:
-            a.add("--rpc", ",".join(plan.rpc_workers))
-            if plan.tensor_split and plan.hardware.kind == "cpu":  # RPC devices are the only ones
-                a.add("-ts", ",".join(f"{x:g}" for x in plan.tensor_split))
+        a.add("-ngl", _gpu_layers(plan, opts))
+        if opts.rpc_workers:
+            a.add("--rpc", ",".join(opts.rpc_workers))
+            if opts.tensor_split and plan.hardware.kind == "cpu":  # RPC devices are the only ones
+                a.add("-ts", ",".join(f"{x:g}" for x in opts.tensor_split))
         a.add("--metrics")
         if plan.cache_type != "f16":
             a.add("-ctk", plan.cache_type)
             a.add("-ctv", plan.cache_type)
             if installed.dialect == LEGACY_DIALECT:
                 a.add("-fa")  # a quantised V cache needs flash attention (2026 builds: auto)
-        self._speculative(a, plan, installed.dialect)
+        self._speculative(a, plan, opts, installed.dialect)
         env_from = {"LLAMA_API_KEY": plan.api_key_env} if plan.api_key_env else {}
         url = f"http://{_url_host(plan.host)}:{plan.port}"
         return Launch(argv=tuple(a.argv), env={}, health_url=f"{url}/health",
@@ -193,7 +301,7 @@ class LlamaCpp:
                       model=plan.profile)
 
     @staticmethod
-    def _speculative(a: _Argv, plan: Plan, dialect: str) -> None:
+    def _speculative(a: _Argv, plan: Plan, opts: LlamaCppOptions, dialect: str) -> None:
         names = FLAGS[dialect]
         if plan.method == "ngram" and plan.k > 0:
             a.add("--spec-type", "ngram-simple")
@@ -206,38 +314,64 @@ class LlamaCpp:
             a.add("--spec-type", "draft-simple")
         _model(a, plan.draft, "-md", "-hfd")
         a.add(names["n_max"], plan.k)
-        if plan.n_min is not None:
-            a.add(names["n_min"], plan.n_min)
+        if opts.n_min is not None:
+            a.add(names["n_min"], opts.n_min)
         if plan.p_min is not None:
             a.add(names["p_min"], plan.p_min)
-        if plan.rpc_workers and plan.draft_local:
+        layers = _gpu_layers(plan, opts)
+        if opts.rpc_workers and opts.draft_local:
             a.add("-devd", LOCAL_DEVICE[plan.hardware.kind])  # keep the draft off the network
             if plan.hardware.kind != "cpu":
-                a.add("-ngld", plan.gpu_layers)
-        elif plan.gpu_layers:
-            a.add("-ngld", plan.gpu_layers)
+                a.add("-ngld", layers)
+        elif layers:
+            a.add("-ngld", layers)
         if plan.cache_type != "f16":
             a.add(names["ctk_draft"], plan.cache_type)
             a.add(names["ctv_draft"], plan.cache_type)
 
+    def worker(self, installed: Installed, host: str, port: int,
+               threads: int | None) -> Launch:
+        """`rpc-server` next to this llama-server: lends this machine's memory and compute."""
+        if installed.path is None:
+            raise BackendError("rpc-server needs an installed llama.cpp build; "
+                               "`specctl backend install llama.cpp` first")
+        program = rpc_server_of(installed)
+        if not program.is_file():
+            raise BackendError(f"no rpc-server next to {installed.path}; rebuild with "
+                               "`specctl backend install llama.cpp --rebuild` (it builds with "
+                               "RPC)")
+        argv = [str(program), "-H", host, "-p", str(port)]
+        if threads:
+            argv += ["-t", str(threads)]
+        return Launch(argv=tuple(argv), health_url=f"tcp://{_url_host(host)}:{port}",
+                      base_url=f"tcp://{_url_host(host)}:{port}")
+
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "llamacpp:", "llamacpp /metrics")
+
+    def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
+        """llama-server's own `timings` of the reply: decode tokens and tokens/s."""
+        timings = reply.get("timings") or {}
+        if not isinstance(timings, Mapping) or not timings.get("predicted_per_second"):
+            return None
+        return int(timings.get("predicted_n", 0)), float(timings["predicted_per_second"])
+
+
+def _toolchain() -> llamacpp_build.Toolchain:
+    from specctl.orchestrator.machine import hardware
+
+    gpu = bool(shutil.which("nvcc")) and bool(hardware.detect_nvidia())
+    return llamacpp_build.toolchain(llamacpp_build.cpu_signature(), gpu)
+
+
+def _gpu_layers(plan: Plan, opts: LlamaCppOptions) -> int:
+    """All layers on the GPU, none on a CPU machine (RPC workers are devices too)."""
+    return 0 if plan.hardware.kind == "cpu" and not opts.rpc_workers else 999
 
 
 def rpc_server_of(installed: Installed) -> Path:
     """Where a build keeps its rpc-server: next to llama-server."""
     return Path(installed.path or "llama-server").with_name("rpc-server")
-
-
-def worker_launch(installed: Installed, host: str, port: int, threads: int | None) -> Launch:
-    """`rpc-server` next to this llama-server: a worker that lends its memory and compute."""
-    if installed.path is None:
-        raise BackendError("rpc-server needs an installed llama.cpp build")
-    argv = [str(rpc_server_of(installed)), "-H", host, "-p", str(port)]
-    if threads:
-        argv += ["-t", str(threads)]
-    return Launch(argv=tuple(argv), health_url=f"tcp://{_url_host(host)}:{port}",
-                  base_url=f"tcp://{_url_host(host)}:{port}")
 
 
 def request_stats(response: dict[str, Any]) -> SpecStats:
@@ -261,3 +395,6 @@ def _url_host(host: str) -> str:
     if host in ("0.0.0.0", ""):
         return "127.0.0.1"
     return f"[{host}]" if ":" in host else host
+
+
+ADAPTER = LlamaCpp

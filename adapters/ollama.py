@@ -6,27 +6,40 @@ serves plainly and points to llama.cpp, which can serve Ollama's own GGUF blobs 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
-from typing import ClassVar
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
-import requests
+from packaging.version import InvalidVersion, Version
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.adapters.base import Endpoint, HttpCall, Installed, Launch, SpecStats
+from specctl.adapters.base import Adapter, HttpCall, Installed, Launch, ModelStore
+from specctl.adapters.ollama_store import OllamaStore, models_dir
 from specctl.orchestrator.errors import BackendError
-from specctl.orchestrator.planning.plan import Plan
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.planning.plan import Plan
 
 NAME = "ollama"
 DEFAULT_URL = "http://127.0.0.1:11434"
 DRAFT_SINCE = (0, 32, 12)  # draft_num_predict and the DRAFT layer
 
 
+class _Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
+    ollama_url: str = DEFAULT_URL
+
+
 def version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("-")[0].split(".")[:3]:
-        parts.append(int(piece) if piece.isdigit() else 0)
-    return tuple(parts)
+    try:
+        return Version(version).release
+    except InvalidVersion:
+        return (0,)
 
 
 def methods_for(version: str) -> frozenset[str]:
@@ -37,12 +50,12 @@ def model_name(plan: Plan) -> str:
     return plan.target.ref.removeprefix("ollama:")
 
 
-class Ollama:
+class Ollama(Adapter):
     name: ClassVar[str] = NAME
     default_quant: ClassVar[str] = "Q4_K_M"
     vocab_rule: ClassVar[str] = "near"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
-    runs_on: ClassVar[frozenset[str]] = frozenset({"cuda", "metal", "cpu"})
+    preference: ClassVar[Mapping[str, int]] = {"cuda": 2, "metal": 1, "cpu": 1}
     install_hint: ClassVar[str] = "Ollama from https://ollama.com and `ollama serve`"
     no_spec_hint: ClassVar[str] = ("serve the same model with llama.cpp and a draft instead "
                                    "(target = \"ollama:NAME\", backend = [\"llamacpp\"]; "
@@ -51,9 +64,25 @@ class Ollama:
     def __init__(self, url: str = DEFAULT_URL, timeout: float = 0.5) -> None:
         self.url, self.timeout = url.rstrip("/"), timeout
 
+    @classmethod
+    def create(cls, dirs: Dirs) -> Ollama:
+        return cls(url=_Settings().ollama_url)
+
+    def store(self) -> ModelStore:
+        return OllamaStore(models_dir(os.environ, Path.home()))
+
+    def tips(self, probed: Mapping[str, Installed | None]) -> list[str]:
+        if not probed.get(NAME) or not probed.get("llamacpp"):
+            return []
+        return ["llama.cpp can serve your Ollama models with a draft, the fastest path here: "
+                "target = \"ollama:NAME\", backend = [\"llamacpp\"] (`specctl drafts --target "
+                "ollama:NAME` finds the draft)"]
+
     def probe(self) -> Installed | None:
         """A running daemon (its /api/version, and the client can list its models); else an
         installed `ollama` binary (`ollama --version`) that `up` can start."""
+        import requests
+
         try:
             resp = requests.get(f"{self.url}/api/version", timeout=self.timeout)
             version = str(resp.json().get("version", "")) if resp.ok else ""
@@ -105,12 +134,13 @@ class Ollama:
         setup: list[HttpCall] = []
         if plan.speculative:  # a derived model with the draft length baked in
             served = f"specctl-{plan.profile}"
-            setup.append(HttpCall("POST", "/api/create", {
+            setup.append(HttpCall("POST", f"{url}/api/create", {
                 "model": served, "from": base, "parameters": {"draft_num_predict": plan.k}}))
-        setup.append(HttpCall("POST", "/api/generate", {"model": served, "keep_alive": "24h"}))
+        setup.append(HttpCall("POST", f"{url}/api/generate",
+                              {"model": served, "keep_alive": "24h"}))
         return Launch(argv=("ollama", "serve"), env={"OLLAMA_HOST": host},
                       health_url=f"{url}/api/version", base_url=f"{url}/v1",
                       setup=tuple(setup), model=served)
 
-    def spec_stats(self, endpoint: Endpoint) -> SpecStats:
-        return SpecStats(source="ollama (reports no draft counters)")
+
+ADAPTER = Ollama

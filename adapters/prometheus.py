@@ -46,12 +46,17 @@ def spec_stats(text: str, prefix: str, source: str) -> SpecStats:
     )
 
 
-def fetch(endpoint: Endpoint, path: str = "/metrics", timeout: float = 5.0) -> str:
+def fetch(endpoint: Endpoint, timeout: float = 5.0) -> str:
+    """The endpoint's metrics page (its adapter says where it is)."""
+
+    url = endpoint.metrics
+    if not url:
+        raise BackendError("this server has no metrics endpoint")
     try:
-        resp = requests.get(endpoint.url + path, headers=endpoint.headers(), timeout=timeout)
+        resp = requests.get(url, headers=endpoint.headers(), timeout=timeout)
     except requests.RequestException as exc:
-        raise BackendError(f"cannot read {endpoint.url}{path}: {exc}") from None
+        raise BackendError(f"cannot read {url}: {exc}") from None
     if resp.status_code != 200:
-        raise BackendError(f"{endpoint.url}{path} answered {resp.status_code}; is the metrics "
-                           "endpoint enabled?")
+        raise BackendError(f"{url} answered {resp.status_code}; is the metrics endpoint "
+                           "enabled?")
     return resp.text

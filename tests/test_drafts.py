@@ -10,7 +10,8 @@ import pytest
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import ModelError
-from specctl.orchestrator.models import drafts, testbed
+from specctl.orchestrator.models import testbed
+from specctl.orchestrator.planning import drafts
 from tests.cli import specctl
 
 
@@ -18,6 +19,7 @@ def _tb(key: str) -> Path:
     return testbed.path_of(key, Dirs.from_env().models)
 
 
+@pytest.mark.server
 def test_drafts_command_ranks_the_qwen_draft_and_rejects_the_others_with_reasons(
         tmp_path: Path) -> None:
     folder = tmp_path / "gguf"
@@ -75,6 +77,7 @@ def test_eagle3_heads_only_for_their_target_on_vllm() -> None:
     assert not other.compatible
 
 
+@pytest.mark.server
 def test_draft_auto_picks_the_qwen_draft_on_disk_and_says_why(tmp_path: Path) -> None:
     profile = tmp_path / "auto.toml"
     profile.write_text('target = "testbed:qwen-1.5b-f16"\ndraft = "auto"\nk = 3\n')

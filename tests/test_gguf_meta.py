@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import gguf
 import pytest
 
 from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.models import gguf_meta
 from specctl.orchestrator.models.gguf_meta import (
     TOKENS_KEY,
     ArrayInfo,
@@ -44,7 +46,7 @@ def test_read_metadata_scalars(tiny: Path) -> None:
 
 def test_arrays_are_skipped_unless_kept(tiny: Path) -> None:
     skipped = read_metadata(tiny)[TOKENS_KEY]
-    assert skipped == ArrayInfo(gguf.GGUFValueType.STRING, len(DEFAULT_TOKENS))
+    assert skipped == ArrayInfo(gguf_meta.ValueType.STRING, len(DEFAULT_TOKENS))
     kept = read_metadata(tiny, keep=frozenset({TOKENS_KEY}))[TOKENS_KEY]
     assert kept == list(DEFAULT_TOKENS)
 
@@ -169,3 +171,47 @@ def test_truncated_message_says_what_happened(tiny: Path) -> None:
 def test_a_directory_is_a_model_error(tmp_path: Path) -> None:
     with pytest.raises(ModelError):
         read_metadata(tmp_path)
+
+
+def test_the_spec_constants_are_the_gguf_packages() -> None:
+    assert gguf_meta.GGUF_MAGIC == gguf.GGUF_MAGIC
+    assert {t.name: t.value for t in gguf_meta.ValueType} == {
+        t.name: t.value for t in gguf.GGUFValueType}
+    names = {int(t): t.name.removeprefix("MOSTLY_").removeprefix("ALL_")
+             for t in gguf.LlamaFileType if t.name != "GUESSED"}
+    assert names == gguf_meta.FILE_TYPES
+
+
+def _header(*kv: bytes, n_kv: int | None = None) -> bytes:
+    head = gguf.GGUF_MAGIC.to_bytes(4, "little") + (3).to_bytes(4, "little")
+    head += (0).to_bytes(8, "little") + (n_kv if n_kv is not None else len(kv)).to_bytes(8,
+                                                                                       "little")
+    return head + b"".join(kv)
+
+
+def _u64(n: int) -> bytes:
+    return n.to_bytes(8, "little")
+
+
+@pytest.mark.parametrize(("what", "data"), [
+    ("absurd key length", _header(_u64(1 << 62) + b"key")),
+    ("absurd key count", _header(n_kv=1 << 60)),
+    ("absurd array length", _header(_u64(3) + b"key" + (9).to_bytes(4, "little")
+                                     + (8).to_bytes(4, "little") + _u64(1 << 61))),
+    ("unknown value type", _header(_u64(3) + b"key" + (77).to_bytes(4, "little"))),
+    ("nested array", _header(_u64(3) + b"key" + (9).to_bytes(4, "little")
+                             + (9).to_bytes(4, "little") + _u64(1))),
+])
+def test_hostile_headers_are_one_line_errors(tmp_path: Path, what: str, data: bytes) -> None:
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(data)
+    with pytest.raises(ModelError, match="truncated or not a GGUF") as info:
+        read_metadata(path)
+    assert "\n" not in str(info.value), what
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(ModelError, match="not a regular file"):
+        read_metadata(fifo)

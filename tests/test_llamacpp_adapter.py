@@ -15,20 +15,17 @@ from specctl.adapters.llamacpp import (
     LEGACY_DIALECT,
     SPEC_TYPE_DIALECT,
     LlamaCpp,
+    LlamaCppOptions,
     installed_from,
     methods_of,
     parse_help,
     parse_version,
     request_stats,
 )
-from specctl.orchestrator.app import App
 from specctl.orchestrator.errors import BackendError
+from specctl.orchestrator.machine.hardware import Gpu
 from specctl.orchestrator.planning.plan import Plan
-from tests.conftest import HARDWARE
-
-CPU_BOX = HARDWARE / "linux_cpu_2c_24g.json"
-# the F16 target of cpu-demo is the testbed file derived with llama-quantize (provisioned by CI)
-CPU_PROFILE = "cpu-demo"
+from tests import plans
 
 LEGACY_HELP = """\
 -m,    --model FNAME                    model path to load
@@ -58,20 +55,10 @@ def pairs(argv: tuple[str, ...]) -> set[tuple[str, str]]:
     return set(itertools.pairwise(argv))
 
 
-@pytest.fixture(scope="module")
-def cpu_plan(tmp_path_factory: pytest.TempPathFactory) -> Plan:
-    """Planned once per module (it reads two 151k-token vocabularies), in isolated dirs."""
-    home = tmp_path_factory.mktemp("cpu-plan")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECCTL_CONFIG_DIR", str(home / "config"))
-        mp.setenv("SPECCTL_STATE_DIR", str(home / "state"))
-        for key in ("SPECCTL_K", "SPECCTL_DRAFT", "SPECCTL_TARGET", "SPECCTL_BACKEND",
-                    "SPECCTL_SERVER__PORT", "SPECCTL_SERVER__HOST"):
-            mp.delenv(key, raising=False)
-        resolved = App.from_env().resolve(CPU_PROFILE, CPU_BOX)
-    assert resolved.plan.backend == "llamacpp"
-    assert resolved.installed.assumed
-    return resolved.plan
+@pytest.fixture
+def cpu_plan() -> Plan:
+    """The cpu-demo plan on the recorded 2-core machine, built directly (no model files)."""
+    return plans.plan()
 
 
 # --- --help parsing -------------------------------------------------------------------------
@@ -183,7 +170,8 @@ def test_missing_p_min_flag_is_an_error_naming_it(cpu_plan: Plan) -> None:
 
 
 def test_p_min_and_n_min(cpu_plan: Plan) -> None:
-    argv = LlamaCpp().launch(cpu_plan.but(p_min=0.6, n_min=1), LlamaCpp().assumed()).argv
+    plan = cpu_plan.but(p_min=0.6, options=LlamaCppOptions(n_min=1))
+    argv = LlamaCpp().launch(plan, LlamaCpp().assumed()).argv
     assert ("--spec-draft-p-min", "0.6") in pairs(argv)
     assert ("--spec-draft-n-min", "1") in pairs(argv)
 
@@ -199,7 +187,8 @@ def test_legacy_dialect_argv(cpu_plan: Plan) -> None:
 
 
 def test_quantised_cache_applies_to_both_models(cpu_plan: Plan) -> None:
-    plan = cpu_plan.but(memory=replace(cpu_plan.memory, cache_type="q8_0"), gpu_layers=999)
+    plan = cpu_plan.but(memory=replace(cpu_plan.memory, cache_type="q8_0"),
+                        hardware=replace(cpu_plan.hardware, gpus=(Gpu("GPU", 24.0, 0),)))
     got = pairs(LlamaCpp().launch(plan, LlamaCpp().assumed()).argv)
     for flag in ("-ctk", "-ctv", "--spec-draft-type-k", "--spec-draft-type-v"):
         assert (flag, "q8_0") in got

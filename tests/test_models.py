@@ -7,6 +7,7 @@ from pathlib import Path
 import gguf
 import pytest
 
+from specctl.adapters.ollama_store import OllamaStore
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models import catalog
 from specctl.orchestrator.models.resolve import ModelRef, Resolver, parse_ref, with_quant
@@ -16,7 +17,8 @@ from tests.ggufs import write_gguf
 @pytest.fixture
 def resolver(tmp_path: Path) -> Resolver:
     """Looks only in empty temp dirs: nothing of the user's is found."""
-    return Resolver(models_dir=tmp_path / "models", hf_hub=tmp_path / "hub")
+    return Resolver(models_dir=tmp_path / "models", hf_hub=tmp_path / "hub",
+                    stores={"ollama": OllamaStore(tmp_path / "ollama")})
 
 
 # --- parse_ref --------------------------------------------------------------------------------
@@ -45,10 +47,16 @@ def test_parse_hf_without_quant() -> None:
     assert str(ref) == "hf:meta-llama/Llama-3.2-1B-Instruct"
 
 
-def test_parse_ollama_tag_defaults_to_latest() -> None:
-    assert parse_ref("ollama:llama3.1") == ModelRef("ollama", "llama3.1:latest")
-    assert parse_ref("ollama:llama3.1:70b") == ModelRef("ollama", "llama3.1:70b")
-    assert str(parse_ref("ollama:qwen2.5")) == "ollama:qwen2.5:latest"
+def test_a_store_reference_is_spelled_by_its_store(resolver: Resolver) -> None:
+    assert parse_ref("ollama:llama3.1") == ModelRef("ollama", "llama3.1")  # parsed generically
+    assert resolver.ref("ollama:llama3.1") == ModelRef("ollama", "llama3.1:latest")
+    assert resolver.ref("ollama:llama3.1:70b") == ModelRef("ollama", "llama3.1:70b")
+    assert str(resolver.ref("ollama:qwen2.5")) == "ollama:qwen2.5:latest"
+
+
+def test_an_unknown_store_is_a_clear_error(resolver: Resolver) -> None:
+    with pytest.raises(ModelError, match=r"unknown model source 'nosuch:'.*ollama:"):
+        resolver.resolve("nosuch:model")
 
 
 def test_parse_testbed() -> None:

@@ -4,6 +4,7 @@ daemon (no Ollama server can be installed here) that speaks Ollama's HTTP protoc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -15,27 +16,47 @@ from pathlib import Path
 import pytest
 import requests
 
+from specctl.adapters import ollama_store
 from specctl.adapters.ollama import Ollama
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import ModelError
-from specctl.orchestrator.models import ollama_store, testbed
+from specctl.orchestrator.models import testbed
 from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import ROOT, specctl
+from tests.ggufs import write_gguf
 
 FAKE = ROOT / "tests" / "fake_ollama.py"
 SHIM = ROOT / "tests" / "bin"
 MODELS = {"qwen2.5-coder:1.5b": "qwen-1.5b-q4", "qwen2.5-coder:0.5b": "qwen-0.5b-q4"}
 
 
-def build_store(root: Path) -> Path:
-    """A real Ollama store layout; blobs link to the testbed files, named by their SHA-256."""
-    for name_tag, key in MODELS.items():
-        model = testbed.BY_KEY[key]
+def testbed_blobs() -> dict[str, tuple[str, Path]]:
+    """The real testbed files (provisioned by CI) as the store's blobs."""
+    models = Dirs.from_env().models
+    return {name_tag: (testbed.BY_KEY[key].sha256, testbed.path_of(key, models))
+            for name_tag, key in MODELS.items()}
+
+
+def small_blobs(folder: Path) -> dict[str, tuple[str, Path]]:
+    """Small GGUFs with the same shape of metadata (one tokenizer for both), for tests where
+    nothing loads the weights: the fake daemon, the resolver."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for (name_tag, key), layers in zip(MODELS.items(), (28, 24), strict=True):
+        path = write_gguf(folder / f"{key}.gguf", name=name_tag, block_count=layers)
+        out[name_tag] = (hashlib.sha256(path.read_bytes()).hexdigest(), path)
+    return out
+
+
+def build_store(root: Path, blobs: dict[str, tuple[str, Path]]) -> Path:
+    """A real Ollama store layout: manifests, and blobs named by their SHA-256 that link to
+    `blobs`' files."""
+    for name_tag, (digest, file) in blobs.items():
         name, tag = name_tag.split(":")
-        blob = root / "blobs" / f"sha256-{model.sha256}"
+        blob = root / "blobs" / f"sha256-{digest}"
         blob.parent.mkdir(parents=True, exist_ok=True)
         if not blob.exists():
-            blob.symlink_to(testbed.path_of(key, Dirs.from_env().models))
+            blob.symlink_to(file)
         manifest = root / "manifests" / "registry.ollama.ai" / "library" / name / tag
         manifest.parent.mkdir(parents=True, exist_ok=True)
         manifest.write_text(json.dumps({
@@ -44,7 +65,7 @@ def build_store(root: Path) -> Path:
             "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
                        "digest": "sha256:" + "0" * 64, "size": 485},
             "layers": [{"mediaType": "application/vnd.ollama.image.model",
-                        "digest": f"sha256:{model.sha256}", "size": model.size},
+                        "digest": f"sha256:{digest}", "size": file.stat().st_size},
                        {"mediaType": "application/vnd.ollama.image.template",
                         "digest": "sha256:" + "1" * 64, "size": 1000}]}))
     return root
@@ -52,12 +73,23 @@ def build_store(root: Path) -> Path:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
-    return build_store(tmp_path / "ollama-models")
+    return build_store(tmp_path / "ollama-models", small_blobs(tmp_path / "files"))
+
+
+@pytest.fixture
+def real_store(tmp_path: Path) -> Path:
+    return build_store(tmp_path / "ollama-models", testbed_blobs())
+
+
+def digest_of(store: Path, name: str, tag: str) -> str:
+    manifest = store / "manifests/registry.ollama.ai/library" / name / tag
+    return str(json.loads(manifest.read_text())["layers"][0]["digest"]).removeprefix("sha256:")
 
 
 def test_resolver_finds_the_gguf_blob_of_an_ollama_model(store: Path) -> None:
     blob = ollama_store.blob_for("qwen2.5-coder:1.5b", store)
-    assert blob is not None and blob.name == f"sha256-{testbed.BY_KEY['qwen-1.5b-q4'].sha256}"
+    assert blob is not None
+    assert blob.name == f"sha256-{digest_of(store, 'qwen2.5-coder', '1.5b')}"
     assert ollama_store.blob_for("qwen2.5-coder:7b", store) is None
     assert dict(ollama_store.all_models(store)).keys() == set(MODELS)
     assert ollama_store.models_dir({"OLLAMA_MODELS": str(store)}, Path("/nowhere")) == store
@@ -68,14 +100,15 @@ def test_a_broken_store_gives_clear_errors(store: Path) -> None:
     manifest.write_text("{not json")
     with pytest.raises(ModelError, match="unreadable"):
         ollama_store.blob_for("qwen2.5-coder:0.5b", store)
-    blob = store / "blobs" / f"sha256-{testbed.BY_KEY['qwen-1.5b-q4'].sha256}"
+    blob = store / "blobs" / f"sha256-{digest_of(store, 'qwen2.5-coder', '1.5b')}"
     blob.unlink()
     with pytest.raises(ModelError, match=r"ollama pull qwen2\.5-coder:1\.5b"):
         ollama_store.blob_for("qwen2.5-coder:1.5b", store)
 
 
 @pytest.mark.server
-def test_llamacpp_serves_ollama_models_with_a_draft(store: Path, tmp_path: Path) -> None:
+def test_llamacpp_serves_ollama_models_with_a_draft(real_store: Path, tmp_path: Path) -> None:
+    store = real_store
     env = {**os.environ, "OLLAMA_MODELS": str(store), "SPECCTL_STATE_DIR": str(tmp_path / "s")}
     profile = tmp_path / "from-ollama.toml"
     profile.write_text('target = "ollama:qwen2.5-coder:1.5b"\ndraft = "ollama:qwen2.5-coder:0.5b"'
@@ -124,6 +157,7 @@ def test_probe_detects_the_fake_daemon_through_the_client(fake_daemon: str) -> N
     assert Ollama(url=f"http://127.0.0.1:{free_port()}").probe() is None
 
 
+@pytest.mark.server  # the tip needs the llama.cpp build next to the daemon
 def test_doctor_shows_the_daemon(fake_daemon: str) -> None:
     done = specctl("doctor", env={**os.environ, "SPECCTL_OLLAMA_URL": fake_daemon})
     assert done.returncode == 0 and "ollama    ollama 0.32.14" in done.stdout
@@ -165,3 +199,23 @@ def test_up_serves_through_ollama(store: Path, tmp_path: Path, version: str,
         assert reply.status_code == 200
     finally:
         specctl("down", "--all", env=env)
+
+
+def test_bench_against_the_fake_daemon_asks_its_openai_api(store: Path, tmp_path: Path) -> None:
+    """bench/tune reach a server through its adapter's API root (Ollama: /v1), not a URL cut
+    from its health check (/api/version)."""
+    env = {**os.environ, "OLLAMA_MODELS": str(store), "FAKE_OLLAMA_VERSION": "0.32.14",
+           "FAKE_OLLAMA_PYTHON": sys.executable, "PATH": f"{SHIM}:{os.environ['PATH']}",
+           "SPECCTL_STATE_DIR": str(tmp_path / "s"),
+           "SPECCTL_OLLAMA_URL": f"http://127.0.0.1:{free_port()}"}
+    profile = tmp_path / "ollama.toml"
+    profile.write_text('target = "ollama:qwen2.5-coder:1.5b"\ndraft_method = "mtp"\nk = 2\n'
+                       'backend = ["ollama"]\n')
+    done = specctl("bench", "--profile", str(profile), "--prompts", "1", "--repeats", "1",
+                   "--suite", "chat", "--max-tokens", "8", env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    logs = list((tmp_path / "s" / "logs").glob("ollama.bench-*.log"))
+    assert len(logs) == 2  # the baseline and the MTP server
+    for log in logs:
+        asked = [ln for ln in log.read_text().splitlines() if "chat/completions" in ln]
+        assert asked and all(ln.endswith("POST /v1/chat/completions") for ln in asked), asked

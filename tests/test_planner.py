@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from specctl.adapters.base import Backend, Installed
+from specctl.adapters.base import Adapter, Installed
 from specctl.adapters.llamacpp import LlamaCpp
 from specctl.adapters.ollama import Ollama
 from specctl.adapters.vllm import Vllm
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.config.profiles import Profile
+from specctl.orchestrator.config.profiles import profile_model
 from specctl.orchestrator.errors import (
     BackendError,
     DoesNotFitError,
@@ -32,13 +32,13 @@ DRAFT_1B = "hf:bartowski/Llama-3.2-1B-Instruct-GGUF:Q8_0"
 MAC = "macos_m3_ultra_96g"
 
 
-def registry() -> dict[str, Backend]:
+def registry() -> dict[str, Adapter]:
     return {"llamacpp": LlamaCpp(), "vllm": Vllm(), "ollama": Ollama()}
 
 
 def plan_for(data: dict[str, Any], machine: str, hub: Path,
              tuned: planner.TunedLookup = lambda _p, _i: None) -> tuple[Plan, Installed]:
-    profile = Profile.model_validate({"name": "test", **data})
+    profile = profile_model().model_validate({"name": "test", **data})
     resolver = Resolver(models_dir=Dirs.from_env().models, hf_hub=hub)
     return planner.resolve(profile, recorded(machine), registry(), None, resolver, tuned)
 
@@ -56,7 +56,8 @@ def test_70b_on_the_m3_ultra(tmp_path: Path) -> None:
     assert 1 <= plan.k <= planner.MAX_AUTO_K
     assert plan.k_source == "cost model"
     assert 40 <= plan.memory.total_gb <= 55
-    assert plan.gpu_layers == 999
+    argv = LlamaCpp().launch(plan, installed).argv
+    assert ("-ngl", "999") in set(itertools.pairwise(argv))  # all layers on the GPU
     assert plan.threads is None  # only CPU plans pin threads
     assert plan.reasons[0].startswith("Backend llamacpp")
     assert any(r.startswith("Draft Llama-3.2-1B-Instruct is compatible") for r in plan.reasons)
@@ -131,6 +132,7 @@ def test_draft_auto_needs_a_named_draft(tmp_path: Path) -> None:
         plan_for(mac_profile(draft="auto"), MAC, tmp_path)
 
 
+@pytest.mark.server  # reads the real testbed files
 def test_incompatible_draft_from_a_profile_file(tmp_path: Path) -> None:
     path = tmp_path / "bad-pair.toml"
     path.write_text('target = "testbed:qwen-1.5b-q4"\ndraft = "testbed:smollm2-135m"\n'
@@ -147,7 +149,8 @@ def test_vllm_refuses_the_padded_qwen_pair(tmp_path: Path) -> None:
     # the shipped profile uses llama.cpp because vLLM needs identical vocabularies
     data = {"target": "hf:bartowski/Qwen2.5-Coder-32B-Instruct-GGUF:Q4_K_M",
             "draft": "hf:bartowski/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q8_0"}
-    with pytest.raises(IncompatibleDraftError, match="vLLM needs identical vocabularies"):
+    with pytest.raises(IncompatibleDraftError,
+                       match=r"needs identical vocabularies.*\[vllm\] heterogeneous_vocab"):
         plan_for({**data, "backend": ["vllm"]}, "linux_1x_rtx4090_24g", tmp_path)
     plan, _ = plan_for({**data, "backend": ["llamacpp"], "memory": {"gpu_utilization": 0.95}},
                        "linux_1x_rtx4090_24g", tmp_path)
@@ -194,7 +197,7 @@ def test_tensor_parallel_budget_uses_that_many_gpus(tmp_path: Path) -> None:
             "draft": "hf:meta-llama/Llama-3.2-1B-Instruct", "backend": ["vllm"]}
     with pytest.raises(DoesNotFitError):  # 141 GB of BF16 weights on one H100
         plan_for(data, "linux_8x_h100_80g", tmp_path)
-    plan, installed = plan_for({**data, "parallel": {"tensor": 4}}, "linux_8x_h100_80g",
+    plan, installed = plan_for({**data, "vllm": {"tensor_parallel": 4}}, "linux_8x_h100_80g",
                                tmp_path)
     assert plan.memory.budget.devices == 4
     assert plan.memory.budget.gb == pytest.approx(4 * 79.6 * 0.9)

@@ -8,17 +8,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from specctl.adapters.base import SpecStats
-from specctl.orchestrator.app import App
 from specctl.orchestrator.measure.fit import copy_share, estimate, fit_alpha
 from specctl.orchestrator.measure.trials import GiveUp, Run, cannot_beat, order
 from specctl.orchestrator.measure.tune import sweep, tune
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Plan
+from tests import plans
 
 ALPHA, COST, VERIFY_SLOPE, BASE_TPS = 0.8, 0.25, 0.2, 10.0
 
@@ -78,10 +77,8 @@ def verify(k: float) -> float:
 
 
 @pytest.fixture
-def plan(tmp_path: Path) -> Plan:
-    profile = tmp_path / "p.toml"
-    profile.write_text('target = "testbed:qwen-1.5b-f16"\ndraft = "testbed:qwen-0.5b-q4"\nk = 3\n')
-    return App.from_env().resolve(str(profile)).plan
+def plan() -> Plan:
+    return plans.plan()
 
 
 def test_fit_alpha_inverts_the_expected_accepted_length() -> None:

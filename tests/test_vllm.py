@@ -66,7 +66,7 @@ def test_every_shipped_and_method_argv_parses_with_vllms_own_parser(tmp_path: Pa
         "hetero": vllm_argv(method_profile(
             tmp_path, "hetero", 'target = "hf:Qwen/Qwen2.5-Coder-32B-Instruct:AWQ"\n'
             'draft = "hf:Qwen/Qwen2.5-Coder-0.5B-Instruct"\nk = 3\n'
-            '[speculative]\nheterogeneous_vocab = true'), H100),
+            '[vllm]\nheterogeneous_vocab = true'), H100),
     }
     results = dict(zip(argvs, check(list(argvs.values())), strict=True))
     for name, result in results.items():
@@ -135,5 +135,7 @@ def test_real_vllm_cpu_serves_with_speculation(served: str, request: pytest.Fixt
     ask(served)
     stats = Vllm().spec_stats(Endpoint(served))
     assert stats.drafts > 0 and stats.drafted > 0, stats
-    if request.node.callspec.params["served"] == "target":  # the target drafting for itself
-        assert stats.acceptance_rate == 1.0, stats
+    if request.node.callspec.params["served"] == "target":
+        # the target drafting for itself agrees on (nearly) every token; a batched verification
+        # sums in another order than a one-token step, so a rare near-tie can flip (seen: 49/51)
+        assert stats.acceptance_rate is not None and stats.acceptance_rate >= 0.9, stats

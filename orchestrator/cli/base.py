@@ -1,16 +1,46 @@
-"""The command group, shared options and consoles of the `specctl` command line."""
+"""The command group, shared options and consoles of the `specctl` command line.
+
+Start-up is kept fast (`specctl --help` imports click and little else): command modules import
+what they use inside their functions, and the rich consoles are made on first use.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
-from specctl import __version__
+if TYPE_CHECKING:
+    from rich.console import Console
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+
+class _LazyConsole:
+    """A rich Console made on first use (importing rich costs ~0.1 s)."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def get(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr, soft_wrap=True)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
+
+    def __enter__(self) -> Console:  # rich's Live and Progress hold the console this way
+        return self.get().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self.get().__exit__(*exc)
+
+
+console: Any = _LazyConsole()
+err_console: Any = _LazyConsole(stderr=True)
 
 PROFILE = click.option("--profile", "-p", "profile_ref", required=True, metavar="NAME|FILE",
                        help="A profile name (`specctl profiles`) or a path to a .toml file.")
@@ -20,7 +50,7 @@ HARDWARE = click.option("--hardware", type=click.Path(path_type=Path), metavar="
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="specctl")
+@click.version_option(package_name="specctl", prog_name="specctl")
 def cli() -> None:
     """Speculative decoding for local LLM serving, tuned for this machine.
 

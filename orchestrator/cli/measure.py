@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from specctl.orchestrator.app import App
-from specctl.orchestrator.cli import render
 from specctl.orchestrator.cli.base import PROFILE, cli, console
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.measure import bench as bench_mod
-from specctl.orchestrator.measure import reports, trials
-from specctl.orchestrator.measure import tune as tune_mod
-from specctl.orchestrator.measure import tuned as tuned_mod
-from specctl.orchestrator.planning import costmodel
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.measure import tuned as tuned_mod
+
+SUITES = "chat,code,summarize"  # the shipped prompt suites (measure/prompts)
 
 
 def _ints(text: str | None) -> list[int]:
@@ -27,7 +27,7 @@ def _ints(text: str | None) -> list[int]:
 
 @cli.command()
 @PROFILE
-@click.option("--suite", default=",".join(bench_mod.SUITES), show_default=True,
+@click.option("--suite", default=SUITES, show_default=True,
               help="Prompt categories, comma-separated.")
 @click.option("--k", "ks", metavar="K,K,...", help="Draft lengths to compare (default: the "
               "plan's k).")
@@ -47,6 +47,11 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, per_suite:
     temperature 0. Reports decode tokens/s, speedup (median of paired ratios, with a bootstrap
     95% interval), acceptance, accepted tokens per step and how many greedy outputs were
     identical to the baseline's."""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.cli import render
+    from specctl.orchestrator.measure import bench as bench_mod
+    from specctl.orchestrator.measure import reports
+
     app = App.from_env()
     resolved = app.resolve(profile_ref)
     configs = bench_mod.configs_for(resolved.plan, _ints(ks))
@@ -90,6 +95,13 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
     or its runner-up, tries n-gram and a p-min, and keeps the best measured - or "off" when
     nothing beats the baseline by 5%. A run that can no longer win stops early; the table marks
     it "(n/3 prompts)"."""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.cli import render
+    from specctl.orchestrator.measure import trials
+    from specctl.orchestrator.measure import tune as tune_mod
+    from specctl.orchestrator.measure import tuned as tuned_mod
+    from specctl.orchestrator.planning import costmodel
+
     if what_if:
         if alpha is None or cost is None:
             raise click.UsageError("--what-if needs --alpha and --cost")
@@ -138,6 +150,8 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
 
 
 def _safe_load(app: App, key: str) -> tuned_mod.Result | None:
+    from specctl.orchestrator.measure import tuned as tuned_mod
+
     try:
         return tuned_mod.load(app.dirs.tuned, key)
     except SpecctlError:

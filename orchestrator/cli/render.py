@@ -10,55 +10,31 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from specctl.adapters.base import Installed, Launch
+from specctl.orchestrator.cli import tables
+from specctl.orchestrator.cli.tables import Column
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.measure.tuned import Measured
 from specctl.orchestrator.measure.tuned import Result as Tuned
-from specctl.orchestrator.models.drafts import Candidate
-from specctl.orchestrator.models.resolve import ModelInfo
+from specctl.orchestrator.planning.drafts import Candidate
 from specctl.orchestrator.planning.plan import Plan
 
 if TYPE_CHECKING:
-    from specctl.orchestrator.runtime.runs import Row
-
-
-def model_json(info: ModelInfo | None) -> dict[str, Any] | None:
-    if info is None:
-        return None
-    return {"ref": info.ref, "name": info.name, "path": str(info.path) if info.path else None,
-            "quant": info.quant, "size_gb": round(info.weights_gb, 2),
-            "architecture": info.architecture, "layers": info.layers,
-            "kv_heads": info.kv_heads, "head_dim": info.head_dim, "vocab_size": info.vocab_size}
-
-
-def plan_json(plan: Plan, installed: Installed, launch: Launch) -> dict[str, Any]:
-    return {
-        "profile": plan.profile, "hardware": plan.hardware.name, "backend": plan.backend,
-        "backend_version": installed.version, "dialect": installed.dialect,
-        "target": model_json(plan.target), "draft": model_json(plan.draft),
-        "method": plan.method, "k": plan.k, "k_source": plan.k_source, "p_min": plan.p_min,
-        "context": plan.context, "argv": list(launch.argv), "env": dict(launch.env),
-        "env_from": dict(launch.env_from), "url": launch.base_url, "model": launch.model,
-        "memory": plan.memory.to_json(), "reasons": list(plan.reasons),
-    }
+    from specctl.orchestrator.runs import Row
 
 
 def show_plan(console: Console, plan: Plan, installed: Installed, launch: Launch) -> None:
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row("profile", plan.profile)
-    table.add_row("machine", f"{plan.hardware.name}: {plan.hardware.describe()}")
-    table.add_row("backend", installed.describe())
-    table.add_row("target", plan.target.describe())
-    table.add_row("draft", plan.draft.describe() if plan.draft else "-")
-    table.add_row("speculation", plan.describe_spec())
     m = plan.memory
-    table.add_row("memory", f"{m.total_gb:.1f} GB of {m.budget.gb:.1f} GB: {m.breakdown()}")
-    table.add_row("url", launch.base_url)
-    console.print(table)
+    for key, value in (
+            ("profile", plan.profile),
+            ("machine", f"{plan.hardware.name}: {plan.hardware.describe()}"),
+            ("backend", installed.describe()), ("target", plan.target.describe()),
+            ("draft", plan.draft.describe() if plan.draft else "-"),
+            ("speculation", plan.describe_spec()),
+            ("memory", f"{m.total_gb:.1f} GB of {m.budget.gb:.1f} GB: {m.breakdown()}"),
+            ("url", launch.base_url)):
+        console.print(f"[bold]{key:<11}[/bold] {escape(value)}", highlight=False)
     console.print("\n[bold]argv[/bold]")
     console.print(shlex.join(launch.argv), soft_wrap=True, highlight=False)
     console.print("\n[bold]why[/bold]")
@@ -76,14 +52,17 @@ def status_json(row: Row) -> dict[str, Any]:
 
 
 def show_status(console: Console, rows: list[Row]) -> None:
-    table = Table("profile", "status", "url", "uptime", "restarts", "speculation", "acceptance")
+    cells = []
     for r in rows:
         rate = r.stats.acceptance_rate if r.stats else None
         acc = (f"{rate:.0%} ({r.stats.accepted}/{r.stats.drafted})" if r.stats and rate is not None
                else "-")
-        table.add_row(r.profile, r.status, r.url, f"{r.uptime_s / 60:.0f} min", str(r.restarts),
-                      r.spec, acc)
-    console.print(table)
+        cells.append([r.profile, r.status, r.url, f"{r.uptime_s / 60:.0f} min", str(r.restarts),
+                      r.spec, acc])
+    tables.show(console, [Column("profile"), Column("status"), Column("url"),
+                          Column("uptime", right=True), Column("restarts", right=True),
+                          Column("speculation", text=True), Column("acceptance", right=True)],
+                cells)
     for r in rows:
         if r.note:
             console.print(f"{r.profile}: {r.note}", highlight=False)
@@ -106,47 +85,53 @@ def _pct(value: float | None) -> str:
     return f"{value:.0%}" if value is not None else "-"
 
 
+BENCH_COLUMNS = [Column("category"), *(Column(h, right=True) for h in (
+    "base t/s", "spec t/s", "speedup", "95% CI", "range", "accept", "acc/step", "same", "n"))]
+
+
+def _span(low: float | None, high: float | None) -> str:
+    return f"{_x(low)}-{_x(high)}" if low is not None and high is not None else "-"
+
+
 def show_bench(console: Console, result: dict[str, Any]) -> None:
     for label, rows in result["configs"].items():
-        table = Table(title=f"{result['profile']}: {label} vs baseline ({result['hardware']})")
-        for col in ("category", "base t/s", "spec t/s", "speedup", "95% CI", "range", "accept",
-                    "acc/step", "same", "n"):
-            table.add_column(col, justify="left" if col == "category" else "right")
+        cells = []
         for cat in [*result["categories"], "overall"]:
             r = rows[cat]
-            table.add_row(
+            cells.append([
                 cat, f"{r['baseline_tps']:.1f}" if r["baseline_tps"] else "-",
-                f"{r['tps']:.1f}" if r["tps"] else "-", _x(r.get("speedup")) +
-                ("*" if r.get("noisy") else ""),
-                f"{_x(r.get('speedup_low'))}-{_x(r.get('speedup_high'))}".replace("x-", "-"),
-                f"{_x(r.get('speedup_min'))}-{_x(r.get('speedup_max'))}".replace("x-", "-"),
-                _pct(r["acceptance"]),
+                f"{r['tps']:.1f}" if r["tps"] else "-",
+                _x(r.get("speedup")) + ("*" if r.get("noisy") else ""),
+                _span(r.get("speedup_low"), r.get("speedup_high")),
+                _span(r.get("speedup_min"), r.get("speedup_max")), _pct(r["acceptance"]),
                 f"{r['accepted_per_step']:.2f}" if r["accepted_per_step"] else "-",
-                _pct(r["identical"]), str(r["n"]))
-        console.print(table)
+                _pct(r["identical"]), str(r["n"])])
+        tables.show(console, BENCH_COLUMNS, cells,
+                    title=f"{result['profile']}: {label} vs baseline ({result['hardware']})")
     console.print("speedup: median of paired ratios; * = noisy (wide interval or few samples); "
                   "same = greedy output identical to the baseline's")
     console.print(f"[bold]verdict:[/bold] {escape(result['verdict'])}")
 
 
 def show_curve(console: Console, data: dict[str, Any]) -> None:
-    table = Table("k", "tokens/step", "speedup", title=f"alpha {data['alpha']}, c {data['cost']}")
-    for p in data["curve"]:
-        mark = " <- best" if p["k"] == data["best_k"] else ""
-        table.add_row(str(p["k"]), f"{p['tokens_per_step']:.2f}", f"{p['speedup']:.2f}x{mark}")
-    console.print(table)
+    cells = [[str(p["k"]), f"{p['tokens_per_step']:.2f}", f"{p['speedup']:.2f}x",
+              "best" if p["k"] == data["best_k"] else ""] for p in data["curve"]]
+    tables.show(console, [Column("k", right=True), Column("tokens/step", right=True),
+                          Column("speedup", right=True), Column("")], cells,
+                title=f"alpha {data['alpha']}, c {data['cost']}")
 
 
 def show_tuned(console: Console, result: Tuned) -> None:
     predicted = {int(p["k"]): p["speedup"] for p in result.predicted}
-    table = Table("config", "predicted", "measured", "tok/s", "acceptance", "seconds",
-                  title=f"{result.profile}: alpha {result.alpha}, c {result.cost}, "
-                        f"v {result.verify}, baseline {result.baseline_tps:.1f} tok/s")
+    cells = []
     for m in result.measured:
         pred = predicted.get(m.k) if m.method == "draft" and m.p_min is None else None
-        table.add_row(m.label, _x(pred), _x(m.speedup), f"{m.tps:.1f}", _pct(m.acceptance),
-                      f"{m.seconds:.0f}")
-    console.print(table)
+        cells.append([m.label, _x(pred), _x(m.speedup), f"{m.tps:.1f}", _pct(m.acceptance),
+                      f"{m.seconds:.0f}"])
+    tables.show(console, [Column("config"), *(Column(h, right=True) for h in (
+        "predicted", "measured", "tok/s", "acceptance", "seconds"))], cells,
+        title=f"{result.profile}: alpha {result.alpha}, c {result.cost}, v {result.verify}, "
+              f"baseline {result.baseline_tps:.1f} tok/s")
     for line in result.skipped:
         console.print(escape(line), highlight=False)
     console.print(f"[bold]result:[/bold] {escape(result.summary)} (tuning took "
@@ -170,13 +155,11 @@ def sweep_json(results: list[Measured], base_tps: float, seconds: float,
 
 
 def show_sweep(console: Console, data: dict[str, Any]) -> None:
-    table = Table("k", "speedup", "tok/s", "acceptance",
-                  title=f"exhaustive sweep (baseline {data['baseline_tps']:.1f} tok/s, "
-                        f"{data['seconds']:.0f} s)")
-    for row in data["sweep"]:
-        table.add_row(str(row["k"]), _x(row["speedup"]), f"{row['tps']:.1f}",
-                      _pct(row["acceptance"]))
-    console.print(table)
+    cells = [[str(row["k"]), _x(row["speedup"]), f"{row['tps']:.1f}", _pct(row["acceptance"])]
+             for row in data["sweep"]]
+    tables.show(console, [Column(h, right=True) for h in ("k", "speedup", "tok/s", "acceptance")],
+                cells, title=f"exhaustive sweep (baseline {data['baseline_tps']:.1f} tok/s, "
+                             f"{data['seconds']:.0f} s)")
     t = data.get("tuned")
     if t:
         console.print(f"tuned choice: {t['method']} k={t['k']} reaches "
@@ -185,12 +168,11 @@ def show_sweep(console: Console, data: dict[str, Any]) -> None:
 
 
 def show_drafts(console: Console, target: str, ranked: list[Candidate]) -> None:
-    table = Table("#", "draft", "where", "ok", "score", "reason", title=f"drafts for {target}")
-    for i, c in enumerate(ranked, 1):
-        where = str(c.path) if c.path else c.model
-        table.add_row(str(i), c.name, f"{c.source}: {where}", "yes" if c.compatible else "no",
-                      f"{c.score:.2f}x" if c.compatible else "-", escape(c.reason))
-    console.print(table)
+    cells = [[c.name, "yes" if c.compatible else "no", f"{c.score:.2f}x" if c.compatible else "-",
+              f"{c.source}: {c.path or c.model}", c.reason] for c in ranked]
+    tables.show(console, [Column("draft"), Column("ok"), Column("score", right=True),
+                          Column("where"), Column("reason", text=True)], cells,
+                title=f"drafts for {target}")
 
 
 def show_hardware(console: Console, hw: Hardware) -> None:

@@ -1,4 +1,4 @@
-"""Commands that run servers: up, down, status, logs, RPC workers, services."""
+"""Commands that run servers: up, down, status, logs, workers, services."""
 
 from __future__ import annotations
 
@@ -7,17 +7,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from specctl.orchestrator.app import App
-from specctl.orchestrator.cli import render
 from specctl.orchestrator.cli.base import PROFILE, cli, console, err_console
-from specctl.orchestrator.config import profiles as profiles_mod
-from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.runtime import procs, provision, runs, state
-from specctl.orchestrator.service import manage as service_mod
-from specctl.orchestrator.service import units
+from specctl.orchestrator.errors import BackendError, SpecctlError
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.app import App, Resolved
+    from specctl.orchestrator.service import units
 
 
 @cli.command()
@@ -25,23 +24,27 @@ from specctl.orchestrator.service import units
 @click.option("--foreground", is_flag=True,
               help="Supervise in this process until stopped (for systemd/launchd).")
 @click.option("--no-provision", is_flag=True,
-              help="Fail instead of building llama.cpp or fetching test models.")
-def up(profile_ref: str, foreground: bool, no_provision: bool) -> None:
+              help="Fail instead of installing the chosen backend or fetching test models.")
+@click.option("--handoff", type=click.Path(path_type=Path), hidden=True,
+              help="The launch `up` resolved (internal: the detached supervisor reads it).")
+def up(profile_ref: str, foreground: bool, no_provision: bool, handoff: Path | None) -> None:
     """Launch the profile's server, wait until healthy, print the OpenAI-compatible URL.
 
     Without --foreground a detached supervisor keeps the server up (restarting it after a crash)
-    until `specctl down`."""
+    until `specctl down`. The plan is made once, here: what is printed is what runs."""
+    from specctl.orchestrator import runs
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.runtime import handoff as handoff_mod
+
     app = App.from_env()
-    if not no_provision and not foreground:
-        profile = profiles_mod.load(profile_ref, app.dirs)
-        needs = not profile.backend or "llamacpp" in profile.backend
-        provision.for_profile(profile, app.dirs, needs, console.print)
-    resolved = app.resolve(profile_ref)
+    if handoff is not None:  # the detached supervisor: run what the parent resolved
+        sys.exit(runs.serve_foreground(app, handoff_mod.take(handoff), console.print))
+    resolved = _resolve_for_up(app, profile_ref, provide=not no_provision)
+    ready = runs.ready_of(app, resolved)
     if foreground:
-        sys.exit(runs.serve_foreground(app, resolved, console.print))
-    console.print(f"starting {resolved.plan.profile}: {resolved.plan.describe_spec()}",
-                  highlight=False)
-    run = runs.start_detached(app, resolved, profile_ref, console.print)
+        sys.exit(runs.serve_foreground(app, ready, console.print))
+    console.print(f"starting {ready.name}: {ready.spec}", highlight=False)
+    run = runs.start_detached(app, ready, console.print)
     console.print(f"[bold green]{run.profile} is up[/bold green] at {run.url}", highlight=False)
     console.print(f"speculation: {run.spec}", highlight=False)
     if run.plan.get("model"):
@@ -49,11 +52,34 @@ def up(profile_ref: str, foreground: bool, no_provision: bool) -> None:
     console.print(f"logs: specctl logs {run.profile} -f    stop: specctl down {run.profile}")
 
 
+def _resolve_for_up(app: App, profile_ref: str, provide: bool) -> Resolved:
+    """Load the profile once, probe once, provide only what the chosen backend needs, plan."""
+    from specctl.orchestrator.runtime import provision
+
+    profile = app.load(profile_ref)
+    choice = app.choose(profile)
+    if choice.installed.assumed:
+        backend = app.backends()[choice.name]
+        if not provide or not provision.installable(backend):
+            raise BackendError(f"{profile.name} runs on {choice.name}, which is not installed "
+                               f"here; install it with {backend.install_hint}")
+        console.print(f"{choice.name} is not installed: installing it", highlight=False)
+        provision.install(backend, app.dirs)
+        app.reprobe(choice.name)
+    if provide:
+        provision.missing_models(profile, app.dirs, app.backends(), console.print)
+    return app.resolve(profile)
+
+
 @cli.command()
 @click.argument("name", required=False)
 @click.option("--all", "all_", is_flag=True, help="Stop every running profile.")
 def down(name: str | None, all_: bool) -> None:
     """Stop a profile's server (the whole process group) and its supervisor."""
+    from specctl.orchestrator import runs
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.runtime import state
+
     app = App.from_env()
     names = state.all_profiles(app.dirs.runs) if all_ else [name] if name else []
     if not names:
@@ -67,6 +93,10 @@ def down(name: str | None, all_: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def status(as_json: bool) -> None:
     """Running profiles: URL, uptime, restarts and the live draft acceptance rate."""
+    from specctl.orchestrator import runs
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.cli import render
+
     rows = runs.status(App.from_env())
     if as_json:
         click.echo(json.dumps([render.status_json(r) for r in rows], indent=2))
@@ -83,7 +113,10 @@ def status(as_json: bool) -> None:
 @click.option("-n", "--lines", default=50, show_default=True, help="Lines to show first.")
 def logs(name: str, follow: bool, lines: int) -> None:
     """Print a profile's server log."""
-    path = App.from_env().dirs.logs / f"{name}.log"
+    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.runtime import procs
+
+    path = Dirs.from_env().logs / f"{name}.log"
     if not path.is_file():
         raise SpecctlError(f"no log for {name} in {path.parent}; has it been started?")
     click.echo(procs.tail(str(path), lines))
@@ -95,36 +128,43 @@ def logs(name: str, follow: bool, lines: int) -> None:
 
 @cli.group()
 def worker() -> None:
-    """llama.cpp RPC workers: lend this machine's memory to a llama-server on another host."""
+    """Workers: lend this machine's memory and compute to a server on another host (the
+    backend's own distribution, e.g. llama.cpp RPC workers)."""
 
 
 @worker.command("up")
 @click.option("--port", type=click.IntRange(1, 65535), default=50052, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on. rpc-server has no authentication: bind beyond "
+              help="Address to listen on. Workers have no authentication: bind beyond "
                    "loopback only on a trusted network.")
-@click.option("--threads", type=int, help="CPU threads (default: rpc-server's).")
+@click.option("--threads", type=int, help="CPU threads (default: the worker's own).")
 @click.option("--foreground", is_flag=True, help="Supervise in this process (for services).")
 def worker_up(port: int, host: str, threads: int | None, foreground: bool) -> None:
-    """Start `rpc-server` under supervision (restarted after a crash until `worker down`)."""
+    """Start a worker under supervision (restarted after a crash until `worker down`)."""
+    from specctl.orchestrator import runs
+    from specctl.orchestrator.app import App
+
     app = App.from_env()
     if host not in ("127.0.0.1", "localhost", "::1"):
-        err_console.print(f"specctl: warning: rpc-server on {host} accepts anyone who can reach "
+        err_console.print(f"specctl: warning: a worker on {host} accepts anyone who can reach "
                           "it; use it only on a trusted network")
     if foreground:
         sys.exit(runs.serve_worker(app, host, port, threads, console.print))
     args = ["worker", "up", "--port", str(port), "--host", host, "--foreground"]
     run = runs.detach(app, f"worker-{port}", args + (["--threads", str(threads)] if threads
                                                      else []))
-    console.print(f"RPC worker up at {host}:{port}; add \"{host}:{port}\" to a profile's "
-                  "cluster.rpc_workers", highlight=False)
+    console.print(f"worker up at {host}:{port} ({run.plan.get('backend', '?')}); add "
+                  f"\"{host}:{port}\" to a profile's workers list", highlight=False)
     console.print(f"stop: specctl worker down --port {run.port}")
 
 
 @worker.command("down")
 @click.option("--port", type=click.IntRange(1, 65535), default=50052, show_default=True)
 def worker_down(port: int) -> None:
-    """Stop the RPC worker on PORT."""
+    """Stop the worker on PORT."""
+    from specctl.orchestrator import runs
+    from specctl.orchestrator.app import App
+
     stopped = runs.down(App.from_env(), f"worker-{port}")
     console.print(f"worker-{port}: {'stopped' if stopped else 'was not running'}")
 
@@ -151,6 +191,11 @@ def service_install(profile_ref: str, system: bool, manager: str | None, dry_run
                     enable: bool) -> None:
     """Write a unit running `specctl up --profile NAME --foreground` (restart on failure,
     whole-group stop, hardened). API keys go in <config>/service.env, never in the unit."""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.config import profiles as profiles_mod
+    from specctl.orchestrator.service import manage as service_mod
+    from specctl.orchestrator.service import units
+
     app = App.from_env()
     profile = profiles_mod.load(profile_ref, app.dirs)
     mgr = manager or service_mod.default_manager()
@@ -174,8 +219,11 @@ def service_install(profile_ref: str, system: bool, manager: str | None, dry_run
 def _named_service(name: str, system: bool,
                    manager: str | None) -> tuple[units.ServiceSpec, str]:
     """The service of an installed profile, found by its name (no profile file needed)."""
+    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.service import manage as service_mod
+
     mgr = manager or service_mod.default_manager()
-    return service_mod.spec_for(name, name, App.from_env().dirs, system, dict(os.environ)), mgr
+    return service_mod.spec_for(name, name, Dirs.from_env(), system, dict(os.environ)), mgr
 
 
 @service.command("uninstall")
@@ -184,6 +232,8 @@ def _named_service(name: str, system: bool,
 @MANAGER
 def service_uninstall(name: str, system: bool, manager: str | None) -> None:
     """Stop, disable and remove a profile's service."""
+    from specctl.orchestrator.service import manage as service_mod
+
     spec, mgr = _named_service(name, system, manager)
     path = service_mod.uninstall(spec, mgr)
     console.print(f"removed {path}" if path else f"no {mgr} service for {name}", highlight=False)
@@ -195,6 +245,8 @@ def service_uninstall(name: str, system: bool, manager: str | None) -> None:
 @MANAGER
 def service_status(name: str, system: bool, manager: str | None) -> None:
     """Show the service manager's view of a profile's service."""
+    from specctl.orchestrator.service import units
+
     spec, mgr = _named_service(name, system, manager)
     path = units.unit_path(spec, mgr, Path.home())
     if not path.exists():

@@ -6,14 +6,51 @@ config: user profiles (SPECCTL_CONFIG_DIR); state: runs, logs, tuned results, be
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 APP = "specctl"
+
+
+class _Variables(BaseSettings):
+    """SPECCTL_CONFIG_DIR, SPECCTL_STATE_DIR, SPECCTL_CACHE_DIR; unset or empty: the default."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", env_ignore_empty=True,
+                                      extra="ignore")
+
+    config_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_config_dir(APP)))
+    state_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_state_dir(APP)))
+    cache_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_cache_dir(APP)))
+
+    @field_validator("config_dir", "state_dir", "cache_dir")
+    @classmethod
+    def _expand_user(cls, path: Path) -> Path:
+        return path.expanduser()
+
+
+class _Given(_Variables):
+    """The same variables from an explicit mapping alone: init values only, never os.environ."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+    @classmethod
+    def of(cls, env: Mapping[str, str]) -> _Given:
+        prefix = cls.model_config.get("env_prefix", "")
+        given = {key.upper(): value for key, value in env.items() if value}  # empty: default
+        return cls.model_validate({name: given[var] for name in cls.model_fields
+                                   if (var := f"{prefix}{name}".upper()) in given})
 
 
 @dataclass(frozen=True)
@@ -52,14 +89,5 @@ class Dirs:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Dirs:
-        env = os.environ if env is None else env
-
-        def pick(var: str, default: str) -> Path:
-            value = env.get(var)
-            return Path(value).expanduser() if value else Path(default)
-
-        return cls(
-            config=pick("SPECCTL_CONFIG_DIR", platformdirs.user_config_dir(APP)),
-            state=pick("SPECCTL_STATE_DIR", platformdirs.user_state_dir(APP)),
-            cache=pick("SPECCTL_CACHE_DIR", platformdirs.user_cache_dir(APP)),
-        )
+        found = _Variables() if env is None else _Given.of(env)
+        return cls(config=found.config_dir, state=found.state_dir, cache=found.cache_dir)

@@ -1,5 +1,8 @@
 """Named profiles: TOML files validated by pydantic (`extra="forbid"`), with SPECCTL_* overrides.
 
+The core sections are defined here; each backend adds its own section (`[llamacpp]`, `[vllm]`,
+...) with its adapter's Options model, so a profile is validated as one model all the same.
+
 Shipped profiles live in `profiles/` (inside the package); user profiles in the user config dir
 shadow them. `--profile` takes a name or a path to a `.toml` file. Environment variables override
 single fields, e.g. `SPECCTL_SERVER__PORT=9000` or `SPECCTL_K=4`.
@@ -8,15 +11,17 @@ single fields, e.g. `SPECCTL_SERVER__PORT=9000` or `SPECCTL_K=4`.
 from __future__ import annotations
 
 import difflib
+import functools
 import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from specctl.adapters.base import Options
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import ProfileError
 
@@ -25,7 +30,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-BackendName = Literal["llamacpp", "vllm", "ollama"]
 DRAFTLESS = ("ngram", "none")
 
 
@@ -51,17 +55,10 @@ class Memory(Strict):
 
 
 class Speculative(Strict):
-    p_min: float | None = Field(None, ge=0, le=1, description="llama.cpp draft p-min")
-    n_min: int | None = Field(None, ge=0)
+    p_min: float | None = Field(None, ge=0, le=1, description="draft p-min, where the backend "
+                                "has one")
     ngram_min: int = Field(2, ge=1)
     ngram_max: int = Field(4, ge=1)
-    heterogeneous_vocab: bool = False
-
-
-class Parallel(Strict):
-    tensor: int = Field(1, ge=1)
-    pipeline: int = Field(1, ge=1)
-    draft_tensor: int | None = Field(None, ge=1)
 
 
 class Node(Strict):
@@ -77,24 +74,10 @@ class Node(Strict):
 
 
 class Cluster(Strict):
-    """Beyond one machine, with the engines' own distribution: llama.cpp RPC workers, or vLLM
-    over Ray."""
+    """Beyond one machine: the machines planned as one (the engines' own distribution runs over
+    them; each backend's section says how)."""
 
-    rpc_workers: list[str] = Field(default_factory=list, description="host:port of rpc-servers")
-    worker_memory_gb: list[float] = Field(default_factory=list,
-                                          description="per worker, when they cannot be asked")
-    draft_local: bool = True
-    ray_address: str | None = None
     nodes: list[Node] = Field(default_factory=list)
-
-    @field_validator("rpc_workers")
-    @classmethod
-    def _host_port(cls, v: list[str]) -> list[str]:
-        for w in v:
-            host, sep, port = w.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"'{w}' is not host:port")
-        return v
 
 
 class Profile(Strict):
@@ -104,12 +87,26 @@ class Profile(Strict):
     draft: str = Field("auto", description='"auto", a model reference, "ngram" or "none"')
     draft_method: Literal["draft", "eagle", "eagle3", "mtp"] = "draft"
     k: int | Literal["auto"] = "auto"
-    backend: list[BackendName] = Field(default_factory=list, description="preference order")
+    backend: list[str] = Field(default_factory=list, description="preference order")
     server: Server = Server()
     memory: Memory = Memory()
     speculative: Speculative = Speculative()
-    parallel: Parallel = Parallel()
     cluster: Cluster = Cluster()
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backends(cls, v: list[str]) -> list[str]:
+        from specctl.adapters import registry as backends
+
+        try:
+            return [backends.canonical(name) for name in v]
+        except Exception as exc:  # a BackendError: reported as the field's error
+            raise ValueError(str(exc)) from None
+
+    def section(self, backend: str) -> Options:
+        """The backend's own section of this profile (its defaults when the file has none)."""
+        found = getattr(self, backend, None)
+        return found if isinstance(found, Options) else Options()
 
     @field_validator("k")
     @classmethod
@@ -143,6 +140,26 @@ class _EnvOverrides(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (env_settings,)
+
+
+@functools.cache
+def profile_model() -> type[Profile]:
+    """Profile with one optional section per backend, typed by that adapter's Options."""
+    from specctl.adapters import registry as backends
+
+    sections: dict[str, Any] = {name: (cls.options, cls.options())
+                                for name, cls in backends.adapter_classes().items()}
+    return create_model("Profile", __base__=Profile, **sections)
+
+
+def _moved(key: str) -> str | None:
+    """Where a key of an earlier profile format lives now, e.g. `[llamacpp] rpc_workers`."""
+    from specctl.adapters import registry as backends
+
+    for name, cls in backends.adapter_classes().items():
+        if key in cls.moved_keys:
+            return f"[{name}] {cls.moved_keys[key]}"
+    return None
 
 
 def env_overrides() -> dict[str, Any]:
@@ -185,6 +202,9 @@ def _format_validation(exc: ValidationError, source: str) -> str:
         loc = loc[:-1]  # pydantic names the union member it tried; the user wrote the field
     where = ".".join(loc) or "(top level)"
     if err["type"] == "extra_forbidden":
+        moved = _moved(where)
+        if moved:
+            return f"{source}: '{where}' is now {moved}; move it there"
         return f"{source}: unknown key '{where}'; check the spelling (see `specctl profiles show`)"
     return f"{source}: '{where}': {err['msg']}"
 
@@ -197,7 +217,7 @@ def parse(text: str, name: str, source: str) -> Profile:
     data = _merge(data, env_overrides())
     data.setdefault("name", name)
     try:
-        return Profile.model_validate(data)
+        return profile_model().model_validate(data)
     except ValidationError as exc:
         raise ProfileError(_format_validation(exc, source)) from None
 

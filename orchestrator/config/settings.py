@@ -1,4 +1,6 @@
-"""Machine-wide settings (not per profile), from SPECCTL_* variables. Passed in, never global."""
+"""Machine-wide settings (not per profile), from SPECCTL_* variables. Passed in, never global.
+
+Each backend reads its own settings (e.g. where its server program is) in its adapter."""
 
 from __future__ import annotations
 
@@ -11,10 +13,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
 
-    llama_server: Path | None = None  # use this llama-server instead of finding one
-    vllm_python: Path | None = None  # interpreter of a separate vLLM environment
-    ollama_url: str = "http://127.0.0.1:11434"
-    allow_download: bool = True  # fetch missing test models and backends when `up` needs them
     models_dirs: str = ""  # extra GGUF folders for draft search, separated by os.pathsep
     # supervision: a server that was healthy and dies is restarted with exponential backoff
     max_restarts: int = 5

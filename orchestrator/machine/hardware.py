@@ -57,6 +57,8 @@ class Hardware:
     gpus: tuple[Gpu, ...] = ()
     apple: AppleSilicon | None = None
     source: str = field(default="detected", compare=False)
+    nodes: int = field(default=1, compare=False)  # machines planned as one (a cluster)
+    gpus_per_node: int = field(default=0, compare=False)  # in a cluster: the fewest per node
 
     @property
     def kind(self) -> Kind:
@@ -90,7 +92,8 @@ class Hardware:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data.pop("source")
+        for derived in ("source", "nodes", "gpus_per_node"):
+            data.pop(derived)
         return data
 
 

@@ -3,12 +3,12 @@
 Baseline and speculative servers run the same build and model files side by side; requests go
 to them interleaved (the order rotates per prompt and repeat) so machine noise hits both alike.
 Temperature 0, same prompts and max_tokens; one warm-up request per server is not counted.
-Acceptance comes from the backend's counters (difference before/after each request).
+Acceptance comes from the backend's counters (each server's difference across each request).
+The mechanics are engine's, shared with `specctl tune`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import statistics
 import time
@@ -19,14 +19,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specctl.adapters.base import Backend, Installed, SpecStats
+from specctl.adapters.base import Adapter, Installed, SpecStats
 from specctl.orchestrator.errors import ProfileError
-from specctl.orchestrator.measure import stats
+from specctl.orchestrator.measure import engine, stats
 from specctl.orchestrator.planning.plan import Plan
-from specctl.orchestrator.runtime import client, servers
 
 SUITES = ("chat", "code", "summarize")
-HELPS = 1.05  # a config "helps" when its median speedup beats the baseline by 5%
+HELPS = 1 + engine.MARGIN  # a config "helps" when its median speedup beats the baseline by 5%
 BASELINE = "baseline"
 Progress = Callable[[str], None]
 
@@ -74,36 +73,29 @@ def configs_for(plan: Plan, ks: Sequence[int]) -> list[Config]:
     return out
 
 
-def measure(configs: Sequence[Config], backend: Backend, installed: Installed,
+def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
             prompts: dict[str, list[str]], repeats: int, max_tokens: int, logs: Path,
             progress: Progress = lambda _m: None) -> list[Sample]:
     samples: list[Sample] = []
     with ExitStack() as stack:
-        running = []
+        running: list[tuple[Config, engine.Served]] = []
         for cfg in configs:
             progress(f"starting {cfg.label} server")
-            label = cfg.label.replace(" ", "").replace("=", "")
-            running.append(stack.enter_context(servers.ephemeral(
-                cfg.plan, backend, installed, logs, f"bench-{label}")))
-        for srv in running:
-            client.chat(srv.endpoint, "Hello", 8)  # warm-up, not counted
+            running.append((cfg, stack.enter_context(engine.serve(
+                cfg.plan, backend, installed, logs, f"bench-{cfg.label}"))))
         work = [(r, cat, i, p) for r in range(repeats) for cat, ps in prompts.items()
                 for i, p in enumerate(ps)]
         for step, (r, cat, i, prompt) in enumerate(work):
             progress(f"[{step + 1}/{len(work)}] {cat} #{i} repeat {r + 1}")
             shift = (r + i) % len(running)
-            for cfg, srv in list(zip(configs, running, strict=True))[shift:] + \
-                    list(zip(configs, running, strict=True))[:shift]:
-                spec = cfg.plan.speculative
-                before = backend.spec_stats(srv.endpoint) if spec else SpecStats()
-                reply = client.chat(srv.endpoint, prompt, max_tokens)
-                got = backend.spec_stats(srv.endpoint) - before if spec else SpecStats()
+            for cfg, srv in running[shift:] + running[:shift]:
+                got = srv.ask(prompt, max_tokens)
+                reply, spec = got.reply, got.spec
                 samples.append(Sample(
                     config=cfg.label, method=cfg.plan.method, k=cfg.plan.k, category=cat,
                     prompt=i, repeat=r, tokens=reply.tokens, decode_tps=reply.decode_tps,
-                    wall_s=round(reply.wall_s, 4), timed_by=reply.timed_by, drafted=got.drafted,
-                    accepted=got.accepted, drafts=got.drafts,
-                    text_sha=hashlib.sha256(reply.text.encode()).hexdigest()[:16]))
+                    wall_s=round(reply.wall_s, 4), timed_by=reply.timed_by, drafted=spec.drafted,
+                    accepted=spec.accepted, drafts=spec.drafts, text_sha=got.sha))
     return samples
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.runtime.state import write_atomic
+from specctl.orchestrator.files import write_atomic
 
 
 def save(folder: Path, profile: str, result: dict[str, Any]) -> Path:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from specctl.adapters.base import Backend, Endpoint, Installed, SpecStats
+from specctl.adapters.base import Adapter, Installed, SpecStats
+from specctl.orchestrator.measure import engine
 from specctl.orchestrator.measure.bench import load_suite
 from specctl.orchestrator.measure.tuned import Measured
 from specctl.orchestrator.planning.plan import Plan
-from specctl.orchestrator.runtime import client, servers
 
 Say = Callable[[str], None]
 
@@ -74,7 +74,7 @@ class Measurer(Protocol):
 class Bench:
     """How configurations are measured: the same prompts, one server at a time."""
 
-    backend: Backend
+    backend: Adapter
     installed: Installed
     prompts: tuple[str, ...]
     max_tokens: int
@@ -89,22 +89,14 @@ class Bench:
         self.say(f"measuring {label}")
         start = time.monotonic()
         run = Run(label, plan, (), (), (), 0.0, len(self.prompts))
-        with servers.ephemeral(plan, self.backend, self.installed, self.logs,
-                               f"tune-{label.replace(' ', '').replace('=', '')}") as srv:
-            client.chat(srv.endpoint, "Hello", 4)  # warm-up, not counted
-            before = self._counters(srv.endpoint, plan)
+        with engine.serve(plan, self.backend, self.installed, self.logs, f"tune-{label}") as srv:
             for i in which:
-                reply = client.chat(srv.endpoint, self.prompts[i], self.max_tokens)
-                after = self._counters(srv.endpoint, plan)
-                run = run.plus(i, reply.decode_tps, after - before, reply.text)
-                before = after
+                got = srv.ask(self.prompts[i], self.max_tokens)
+                run = run.plus(i, got.reply.decode_tps, got.spec, got.reply.text)
                 if give_up is not None and len(run.prompts) < len(which) and give_up(run):
                     self.say(f"{label}: cannot win, stopped after {len(run.prompts)} prompts")
                     break
         return replace(run, seconds=time.monotonic() - start)
-
-    def _counters(self, endpoint: Endpoint, plan: Plan) -> SpecStats:
-        return self.backend.spec_stats(endpoint) if plan.speculative else SpecStats()
 
 
 def ratios(run: Run, baseline: Run) -> dict[int, float]:

@@ -24,12 +24,13 @@ import time
 from collections.abc import Sequence
 
 from specctl.orchestrator.errors import ProfileError
+from specctl.orchestrator.measure import engine
 from specctl.orchestrator.measure.fit import Estimates, copy_share, estimate, stop_early_bounds
 from specctl.orchestrator.measure.trials import Measurer, Run, cannot_beat, measured, order, speedup
 from specctl.orchestrator.measure.tuned import Measured, Result
 from specctl.orchestrator.planning.plan import Method, Plan
 
-MARGIN = 0.05
+MARGIN = engine.MARGIN
 PROBE_K = 8
 P_MIN_TRY = 0.5
 

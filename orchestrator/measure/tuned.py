@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from specctl.orchestrator.errors import StateError
+from specctl.orchestrator.files import write_atomic
 from specctl.orchestrator.models.resolve import ModelInfo
 from specctl.orchestrator.models.testbed import sha256_file
 from specctl.orchestrator.planning.plan import Method, Plan
-from specctl.orchestrator.runtime.state import write_atomic
 
 
 def file_sha(path: Path, cache_file: Path) -> str:

@@ -35,7 +35,7 @@ def near(target: ModelInfo, draft: ModelInfo, tokens: Tokens = file_tokens,
          heterogeneous: bool = False) -> str | None:
     if target.vocab_type != draft.vocab_type:
         return (f"vocab type differs: target {target.vocab_type.upper()}, draft "
-                f"{draft.vocab_type.upper()} (llama.cpp needs the same tokenizer type)")
+                f"{draft.vocab_type.upper()} (the near rule needs the same tokenizer type)")
     if _add_bos(target) != _add_bos(draft) or (_add_bos(target) and target.bos_id != draft.bos_id):
         return (f"BOS handling differs: target add_bos={_add_bos(target)} id={target.bos_id}, "
                 f"draft add_bos={_add_bos(draft)} id={draft.bos_id}")
@@ -45,7 +45,7 @@ def near(target: ModelInfo, draft: ModelInfo, tokens: Tokens = file_tokens,
     diff = abs(target.vocab_size - draft.vocab_size)
     if diff > MAX_VOCAB_DIFF:
         return (f"vocab sizes differ by {diff} (target {target.vocab_size}, draft "
-                f"{draft.vocab_size}; llama.cpp allows {MAX_VOCAB_DIFF})")
+                f"{draft.vocab_size}; the near rule allows {MAX_VOCAB_DIFF})")
     tt, dt = tokens(target), tokens(draft)
     if tt is not None and dt is not None:
         for i in range(CHECK_FROM_ID, min(len(tt), len(dt))):
@@ -63,8 +63,7 @@ def identical(target: ModelInfo, draft: ModelInfo, tokens: Tokens = file_tokens,
         return None
     if target.vocab_size != draft.vocab_size:
         return (f"vocab sizes differ (target {target.vocab_size}, draft {draft.vocab_size}); "
-                "vLLM needs identical vocabularies unless heterogeneous vocab is on "
-                "(profile: speculative.heterogeneous_vocab = true)")
+                "the backend needs identical vocabularies")
     return near(target, draft, tokens)
 
 

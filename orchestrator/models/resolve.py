@@ -1,6 +1,6 @@
 """Model references and their metadata.
 
-A reference is a GGUF path, `hf:org/repo[:quant]` (local Hugging Face cache), `ollama:name[:tag]`
+A reference is a GGUF path, `hf:org/repo[:quant]` (local Hugging Face cache), `STORE:name`
 (Ollama's store), or `testbed:KEY` (the test models `specctl models testbed` provides). Metadata
 comes from the file when it is on disk, otherwise from the built-in catalog.
 """
@@ -8,15 +8,18 @@ comes from the file when it is on disk, otherwise from the built-in catalog.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from specctl.adapters.base import ModelStore
 from specctl.orchestrator.errors import ModelError
-from specctl.orchestrator.models import catalog, hf_meta, ollama_store, testbed
+from specctl.orchestrator.models import catalog, hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import ArrayInfo, file_type_name, read_metadata
 
-Scheme = Literal["gguf", "hf", "ollama", "testbed"]
+_STORE_SCHEME = re.compile(r"[a-z][a-z0-9]+")  # another tool's store, e.g. `NAME:model:tag`
 VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
 GB = 1e9
 GGUF_QUANTS = frozenset(q for q in catalog.BYTES_PER_WEIGHT if q not in ("AWQ", "GPTQ", "INT4",
@@ -25,7 +28,7 @@ GGUF_QUANTS = frozenset(q for q in catalog.BYTES_PER_WEIGHT if q not in ("AWQ", 
 
 @dataclass(frozen=True)
 class ModelRef:
-    scheme: Scheme
+    scheme: str  # gguf, hf, testbed, or a store's scheme
     name: str
     quant: str | None = None
 
@@ -39,22 +42,19 @@ def parse_ref(text: str) -> ModelRef:
     text = text.strip()
     if not text:
         raise ModelError("empty model reference; use a .gguf path, hf:org/repo[:quant], "
-                         "ollama:name[:tag] or testbed:KEY")
+                         "STORE:name (`specctl drafts` shows the stores) or testbed:KEY")
     scheme, sep, rest = text.partition(":")
     if sep and scheme == "hf":
         repo, _, quant = rest.partition(":")
         if repo.count("/") != 1 or not all(repo.split("/")):
             raise ModelError(f"'{text}': a Hugging Face reference is hf:org/repo[:quant]")
         return ModelRef("hf", repo, quant.upper() or None)
-    if sep and scheme == "ollama":
-        name, _, tag = rest.partition(":")
-        if not name:
-            raise ModelError(f"'{text}': an Ollama reference is ollama:name[:tag]")
-        return ModelRef("ollama", f"{name}:{tag or 'latest'}")
     if sep and scheme == "testbed":
         if rest not in testbed.BY_KEY:
             raise ModelError(f"unknown testbed model '{rest}'; known: {', '.join(testbed.BY_KEY)}")
         return ModelRef("testbed", rest)
+    if sep and rest and _STORE_SCHEME.fullmatch(scheme) and not rest.startswith(("/", "\\")):
+        return ModelRef(scheme, rest)  # the store named by the scheme checks the rest
     return ModelRef("gguf", str(Path(text).expanduser()))
 
 
@@ -203,8 +203,20 @@ class Resolver:
 
     models_dir: Path
     hf_hub: Path
-    ollama_models: Path | None = None
+    stores: Mapping[str, ModelStore] = field(default_factory=dict)  # scheme -> store
     default_quant: str = "Q4_K_M"
+
+    def ref(self, text: str) -> ModelRef:
+        """A parsed reference, in its store's spelling; an unknown scheme is a clear error."""
+        ref = parse_ref(text)
+        if ref.scheme in ("gguf", "hf", "testbed"):
+            return ref
+        store = self.stores.get(ref.scheme)
+        if store is None:
+            known = ", ".join(f"{s}:" for s in ["hf", "testbed", *self.stores])
+            raise ModelError(f"'{text}': unknown model source '{ref.scheme}:'; use a .gguf path "
+                             f"or one of {known}")
+        return ModelRef(ref.scheme, store.normalize(ref.name), ref.quant)
 
     def locate(self, ref: ModelRef, quant: str) -> Path | None:
         if ref.scheme == "gguf":
@@ -215,12 +227,11 @@ class Resolver:
             if (ref.quant or quant) in GGUF_QUANTS:
                 return find_hf_gguf(ref, self.hf_hub)
             return find_hf_snapshot(ref, self.hf_hub)
-        if self.ollama_models is not None:
-            return ollama_store.blob_for(ref.name, self.ollama_models)
-        return None
+        store = self.stores.get(ref.scheme)
+        return store.locate(ref.name) if store is not None else None
 
     def resolve(self, text: str, default_quant: str | None = None) -> ModelInfo:
-        ref = parse_ref(text)
+        ref = self.ref(text)
         path = self.locate(ref, default_quant or self.default_quant)
         if path is not None and hf_meta.is_hf_dir(path):
             return from_hf_dir(path, str(ref))
@@ -238,14 +249,14 @@ class Resolver:
         if ref.scheme == "hf":
             inc = f" --include '*{ref.quant}*'" if ref.quant else ""
             return f"download it with `huggingface-cli download {ref.name}{inc}`"
-        if ref.scheme == "ollama":
-            return f"pull it with `ollama pull {ref.name}`"
+        if ref.scheme in self.stores:
+            return self.stores[ref.scheme].how_to_get(ref.name)
         return "check the path"
 
     def require_file(self, info: ModelInfo) -> Path:
         """The file to serve; a clear error when the model is only known from the catalog."""
         if info.path is None:
-            raise ModelError(f"{info.ref} is not on disk; {self.how_to_get(parse_ref(info.ref))}")
+            raise ModelError(f"{info.ref} is not on disk; {self.how_to_get(self.ref(info.ref))}")
         return info.path
 
 

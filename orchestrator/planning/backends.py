@@ -1,37 +1,18 @@
-"""The backends specctl knows, how to build them from settings, and which one a plan uses."""
+"""Which backend a plan uses: probe what is installed, pick by the profile's preference or the
+hardware's default. Nothing here names a backend (adapters.registry lists them)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specctl.adapters.base import Backend, Installed
-from specctl.adapters.llamacpp import LlamaCpp
-from specctl.adapters.ollama import Ollama
-from specctl.adapters.vllm import Vllm
-from specctl.orchestrator import build
-from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.config.settings import Settings
+from specctl.adapters.base import Adapter, Installed
+from specctl.adapters.registry import default_order
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.machine.hardware import Hardware
 
-# Preference when the profile names none: vLLM on CUDA, llama.cpp on Metal and CPU, and Ollama
-# when it is what the machine has.
-DEFAULT_ORDER = {"cuda": ("vllm", "llamacpp", "ollama"), "metal": ("llamacpp", "ollama"),
-                 "cpu": ("llamacpp", "ollama")}
-INSTALL_HINT = {b.name: b.install_hint for b in (LlamaCpp, Vllm, Ollama)}
 
-
-def registry(dirs: Dirs, settings: Settings) -> dict[str, Backend]:
-    return {
-        "llamacpp": LlamaCpp(configured=settings.llama_server,
-                             built=build.installed_server(dirs.backends)),
-        "vllm": Vllm(python=settings.vllm_python),
-        "ollama": Ollama(url=settings.ollama_url),
-    }
-
-
-def probe_all(backends: Mapping[str, Backend]) -> dict[str, Installed | None]:
+def probe_all(backends: Mapping[str, Adapter]) -> dict[str, Installed | None]:
     return {name: b.probe() for name, b in backends.items()}
 
 
@@ -42,10 +23,10 @@ class Choice:
     reasons: tuple[str, ...]
 
 
-def choose(prefer: list[str], hw: Hardware, backends: Mapping[str, Backend],
+def choose(prefer: list[str], hw: Hardware, backends: Mapping[str, Adapter],
            probed: Mapping[str, Installed | None] | None) -> Choice:
     """Pick a backend. `probed` is None when planning for a recorded (other) machine."""
-    order = list(prefer) or list(DEFAULT_ORDER[hw.kind])
+    order = list(prefer) or list(default_order(hw.kind))
     why_order = ("the profile's preference " if prefer else f"the default for {hw.kind.upper()} "
                  "machines ") + f"({' > '.join(order)})"
     usable = [n for n in order if hw.kind in backends[n].runs_on or (probed and probed.get(n))]
@@ -68,4 +49,4 @@ def choose(prefer: list[str], hw: Hardware, backends: Mapping[str, Backend],
     name = usable[0]
     return Choice(name, backends[name].assumed(), (
         f"Backend {name}: first of {why_order}; it is not installed here yet "
-        f"({INSTALL_HINT[name]}), so argv uses its newest known dialect.",))
+        f"({backends[name].install_hint}), so argv uses its newest known dialect.",))

@@ -1,10 +1,14 @@
-"""The resolved plan: everything an adapter needs, decided once, frozen, with the reasons."""
+"""The resolved plan: everything an adapter needs, decided once, frozen, with the reasons.
+
+The core fields are what every backend has; `options` is the chosen backend's own section of the
+profile (an adapters.base.Options subclass), filled in by its hooks, read only by its adapter."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from specctl.adapters.base import Installed, Launch, Options
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.resolve import ModelInfo
 from specctl.orchestrator.planning.memory import MemoryPlan
@@ -27,21 +31,12 @@ class Plan:
     port: int = 8080
     threads: int | None = None
     parallel: int = 1
-    gpu_layers: int = 0
     gpu_utilization: float = 0.9
     p_min: float | None = None
-    n_min: int | None = None
     ngram_min: int = 2
     ngram_max: int = 4
-    tensor_parallel: int = 1
-    pipeline_parallel: int = 1
-    draft_tensor_parallel: int | None = None
-    rpc_workers: tuple[str, ...] = ()
-    tensor_split: tuple[float, ...] = ()
-    draft_local: bool = True
-    ray_address: str | None = None
-    heterogeneous_vocab: bool = False
     api_key_env: str | None = None
+    options: Options = field(default_factory=Options)
     reasons: tuple[str, ...] = ()
 
     @property
@@ -72,3 +67,26 @@ class Plan:
         what = self.draft.name if self.draft else self.method
         extra = f", p-min {self.p_min}" if self.p_min is not None else ""
         return f"{self.method} {what}, k={self.k} ({self.k_source}){extra}"
+
+
+def model_json(info: ModelInfo | None) -> dict[str, Any] | None:
+    if info is None:
+        return None
+    return {"ref": info.ref, "name": info.name, "path": str(info.path) if info.path else None,
+            "quant": info.quant, "size_gb": round(info.weights_gb, 2),
+            "architecture": info.architecture, "layers": info.layers,
+            "kv_heads": info.kv_heads, "head_dim": info.head_dim, "vocab_size": info.vocab_size}
+
+
+def plan_json(plan: Plan, installed: Installed, launch: Launch) -> dict[str, Any]:
+    """The plan as `plan --json` prints it and a run's state records it."""
+    return {
+        "profile": plan.profile, "hardware": plan.hardware.name, "backend": plan.backend,
+        "backend_version": installed.version, "dialect": installed.dialect,
+        "target": model_json(plan.target), "draft": model_json(plan.draft),
+        "method": plan.method, "k": plan.k, "k_source": plan.k_source, "p_min": plan.p_min,
+        "context": plan.context, "options": plan.options.model_dump(mode="json"),
+        "argv": list(launch.argv), "env": dict(launch.env),
+        "env_from": dict(launch.env_from), "url": launch.base_url, "model": launch.model,
+        "memory": plan.memory.to_json(), "reasons": list(plan.reasons),
+    }

@@ -5,14 +5,11 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from specctl.adapters.base import Backend, Installed
+from specctl.adapters.base import Adapter, Installed, Options
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import IncompatibleDraftError, ProfileError, SpecctlError
-from specctl.orchestrator.machine import cluster
 from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.models import compat
 from specctl.orchestrator.models.resolve import ModelInfo, Resolver
 from specctl.orchestrator.planning import costmodel, memory
 from specctl.orchestrator.planning.backends import choose
@@ -36,10 +33,10 @@ class Tuned:
 
 TunedLookup = Callable[[Plan, Installed], Tuned | None]
 # Picks a draft for draft = "auto": (target, backend) -> (model reference, why).
-DraftPicker = Callable[[ModelInfo, Backend], tuple[str, str]]
+DraftPicker = Callable[[ModelInfo, Adapter], tuple[str, str]]
 
 
-def no_auto_draft(target: ModelInfo, backend: Backend) -> tuple[str, str]:
+def no_auto_draft(target: ModelInfo, backend: Adapter) -> tuple[str, str]:
     raise ProfileError("draft = \"auto\" needs a draft picker; name a draft model instead")
 
 
@@ -60,8 +57,8 @@ def _method(profile: Profile) -> Method:
     return profile.draft_method
 
 
-def _check_draft(backend: Backend, target: ModelInfo, draft: ModelInfo, hetero: bool) -> str:
-    reason = compat.RULES[backend.vocab_rule](target, draft, compat.file_tokens, hetero)
+def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: ModelInfo) -> str:
+    reason = backend.draft_problem(options, target, draft)
     if reason is not None:
         raise IncompatibleDraftError(
             f"draft {draft.name} cannot speculate for {target.name} on {backend.name}: {reason}; "
@@ -82,15 +79,9 @@ def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None) -> tuple
                     "`specctl tune` measures both here")
 
 
-def _rpc_budget(workers: list[cluster.Worker], local: memory.Budget) -> memory.Budget:
-    free = sum(w.free_gb for w in workers)
-    each = ", ".join(f"{w.address} {w.free_gb:.1f} GB" for w in workers)
-    return memory.Budget(gb=free + local.gb, why=f"{len(workers)} RPC workers ({each} free) + "
-                                                 f"this machine {local.gb:.1f} GB")
-
-
-def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Backend,
-           resolver: Resolver, pick_draft: DraftPicker, reasons: list[str]) -> ModelInfo | None:
+def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Adapter,
+           options: Options, resolver: Resolver, pick_draft: DraftPicker,
+           reasons: list[str]) -> ModelInfo | None:
     if method not in ("draft", "eagle", "eagle3"):
         return None
     draft_ref = profile.draft
@@ -99,39 +90,30 @@ def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Backend
         reasons.append(why_draft)
     draft = resolver.resolve(draft_ref, backend.default_quant)
     if method == "draft":
-        reasons.append(_check_draft(backend, target, draft,
-                                    profile.speculative.heterogeneous_vocab))
+        reasons.append(_check_draft(backend, options, target, draft))
     return draft
 
 
-def _budget(profile: Profile, hw: Hardware, workers: list[cluster.Worker] | None,
-            target: ModelInfo, draft: ModelInfo | None,
-            reasons: list[str]) -> tuple[memory.Budget, tuple[float, ...]]:
-    """The memory budget (this machine, RPC workers, or the cluster's GPUs) and the RPC split."""
-    par = profile.parallel
-    budget = memory.budget_for(hw, profile.memory, par.tensor * par.pipeline)
-    split: tuple[float, ...] = ()
-    if profile.cluster.rpc_workers:
-        if not workers:
-            raise ProfileError(f"{profile.name}: cannot tell the RPC workers' memory; start them "
-                               "(`specctl worker up --port P` on each host) or set "
-                               "cluster.worker_memory_gb")
-        budget, split = _rpc_budget(workers, budget), cluster.split_by_memory(workers)
-        reasons.append(f"RPC: the target's layers are split across {len(workers)} workers by "
-                       f"free memory ({', '.join(f'{s:.0%}' for s in split)}); the draft stays "
-                       f"{'on this machine' if profile.cluster.draft_local else 'with them'}.")
-    if par.tensor * par.pipeline > 1 or par.draft_tensor:
-        reasons += cluster.check_vllm_parallel(
-            target, draft, par.tensor, par.pipeline, par.draft_tensor, len(hw.gpus) or 1,
-            cluster.gpus_per_node(profile.cluster, Path.cwd()) or len(hw.gpus))
-    return budget, split
+def _budget(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
+            installed: Installed, target: ModelInfo, draft: ModelInfo | None,
+            reasons: list[str]) -> tuple[memory.Budget, Options]:
+    """The memory budget (this machine's devices plus what the backend adds, e.g. remote
+    workers), after the backend's own rules for the plan; the options as filled in."""
+    budget = memory.budget_for(hw, profile.memory, backend.devices(options))
+    more = backend.resources(options, installed, hw, budget)
+    if more.extra_gb:
+        budget = memory.Budget(gb=budget.gb + more.extra_gb, why=more.why,
+                               devices=budget.devices)
+    reasons += more.notes
+    options = more.options or options
+    reasons += backend.check(options, hw, target, draft)
+    return budget, options
 
 
-def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
+def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
             probed: Mapping[str, Installed | None] | None, resolver: Resolver,
             tuned: TunedLookup = lambda _p, _i: None,
-            pick_draft: DraftPicker = no_auto_draft,
-            workers: list[cluster.Worker] | None = None) -> tuple[Plan, Installed]:
+            pick_draft: DraftPicker = no_auto_draft) -> tuple[Plan, Installed]:
     """The plan and the backend installation it is for. Raises a SpecctlError with what to do."""
     srv = profile.server
     if not _is_loopback(srv.host) and not srv.api_key_env:
@@ -146,8 +128,13 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
         reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
                        f"'{method}' speculation, so it serves without; {backend.no_spec_hint}.")
         method = "none"
-    draft = _draft(profile, method, target, backend, resolver, pick_draft, reasons)
-    budget, split = _budget(profile, hw, workers, target, draft, reasons)
+    options = profile.section(choice.name)
+    draft = _draft(profile, method, target, backend, options, resolver, pick_draft, reasons)
+    try:
+        budget, options = _budget(profile, hw, backend, options, choice.installed, target, draft,
+                                  reasons)
+    except SpecctlError as exc:
+        raise type(exc)(f"{profile.name}: {exc}") from None
     try:
         mem, notes = memory.plan(target, draft, srv.context, profile.memory, budget,
                                  backend.cache_types)
@@ -164,19 +151,9 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Backend],
         method=method, k=0 if method == "none" else k, k_source=k_source, memory=mem,
         host=srv.host, port=srv.port, threads=srv.threads or (hw.cpu.cores
                                                               if hw.kind == "cpu" else None),
-        parallel=srv.parallel,
-        gpu_layers=0 if hw.kind == "cpu" and not profile.cluster.rpc_workers else 999,
-        gpu_utilization=profile.memory.gpu_utilization, p_min=profile.speculative.p_min,
-        n_min=profile.speculative.n_min, ngram_min=profile.speculative.ngram_min,
-        ngram_max=profile.speculative.ngram_max, tensor_parallel=profile.parallel.tensor,
-        pipeline_parallel=profile.parallel.pipeline,
-        draft_tensor_parallel=profile.parallel.draft_tensor,
-        heterogeneous_vocab=profile.speculative.heterogeneous_vocab,
-        api_key_env=srv.api_key_env, rpc_workers=tuple(profile.cluster.rpc_workers),
-        tensor_split=split, draft_local=profile.cluster.draft_local,
-        ray_address=profile.cluster.ray_address or ("auto" if len(profile.cluster.nodes) > 1 or
-                                                    sum(n.count for n in profile.cluster.nodes)
-                                                    > 1 else None),
+        parallel=srv.parallel, gpu_utilization=profile.memory.gpu_utilization,
+        p_min=profile.speculative.p_min, ngram_min=profile.speculative.ngram_min,
+        ngram_max=profile.speculative.ngram_max, api_key_env=srv.api_key_env, options=options,
     )
     found = tuned(plan, choice.installed) if profile.k == "auto" and method != "none" else None
     if found is not None:

@@ -1,16 +1,18 @@
-"""One OpenAI-compatible chat request, timed. Uses the server's own decode timing when it reports
-one (llama.cpp `timings`), else completion tokens over wall time."""
+"""One OpenAI-compatible chat request to an endpoint's API root, timed. Uses the server's own
+decode timing when its adapter can read one from the reply, else completion tokens over wall
+time."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import requests
-
 from specctl.adapters.base import Endpoint
 from specctl.orchestrator.errors import ServerError
+
+Timing = Callable[[Mapping[str, Any]], tuple[int, float] | None]
 
 
 @dataclass(frozen=True)
@@ -23,23 +25,36 @@ class Reply:
     raw: dict[str, Any]
 
 
-def chat(endpoint: Endpoint, prompt: str, max_tokens: int, timeout: float = 600) -> Reply:
-    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": 0, "seed": 0, "stream": False}
+def _no_timing(_reply: Mapping[str, Any]) -> tuple[int, float] | None:
+    return None
+
+
+def chat(endpoint: Endpoint, prompt: str, max_tokens: int, timeout: float = 600,
+         timing: Timing = _no_timing, model: str | None = None) -> Reply:
+    import requests
+
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}],
+                            "max_tokens": max_tokens, "temperature": 0, "seed": 0,
+                            "stream": False}
+    if model:
+        body["model"] = model
+    url = f"{endpoint.api.rstrip('/')}/chat/completions"
     start = time.perf_counter()
     try:
-        resp = requests.post(f"{endpoint.url}/v1/chat/completions", json=body,
-                             headers=endpoint.headers(), timeout=timeout)
+        resp = requests.post(url, json=body, headers=endpoint.headers(), timeout=timeout)
     except requests.RequestException as exc:
-        raise ServerError(f"request to {endpoint.url} failed: {exc}") from None
+        raise ServerError(f"request to {url} failed: {exc}") from None
     wall = time.perf_counter() - start
     if resp.status_code != 200:
-        raise ServerError(f"{endpoint.url} answered {resp.status_code}: {resp.text[:200]}")
-    data: dict[str, Any] = resp.json()
-    text = data["choices"][0]["message"].get("content") or ""
-    tokens = int(data.get("usage", {}).get("completion_tokens", 0))
-    timings = data.get("timings") or {}
-    if timings.get("predicted_per_second"):
-        return Reply(text, int(timings.get("predicted_n", tokens)),
-                     float(timings["predicted_per_second"]), wall, "server", data)
+        raise ServerError(f"{url} answered {resp.status_code}: {resp.text[:200]}")
+    try:
+        data: dict[str, Any] = resp.json()
+        text = data["choices"][0]["message"].get("content") or ""
+        tokens = int(data.get("usage", {}).get("completion_tokens", 0))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise ServerError(f"{url} answered something that is not a chat completion: "
+                          f"{resp.text[:200]!r}") from None
+    measured = timing(data)
+    if measured is not None:
+        return Reply(text, measured[0] or tokens, measured[1], wall, "server", data)
     return Reply(text, tokens, tokens / wall if wall > 0 else 0.0, wall, "client", data)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import psutil
 import requests
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from specctl.orchestrator.errors import ServerError
 
@@ -36,16 +37,23 @@ def stop_group(pgid: int, grace: float = 10.0, sleep: Callable[[float], None] = 
         return False
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not group_members(pgid):
-            return True
-        sleep(0.1)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while group_members(pgid) and time.monotonic() < deadline:
-        sleep(0.05)
+    if not _gone_within(pgid, grace, 0.1, sleep):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        _gone_within(pgid, 5.0, 0.05, sleep)
+    return True
+
+
+def _gone_within(pgid: int, timeout: float, every: float, sleep: Callable[[float], None]) -> bool:
+    """Poll until no live member of the group is left: True, or False after `timeout` s.
+
+    Not psutil.wait_procs: it reaps a zombie leader that is our own child (Popen's returncode
+    would read 0) and waits on zombies that nobody reaps; group_members skips zombies."""
+    try:
+        Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(every),
+                 retry=retry_if_result(bool), sleep=sleep)(group_members, pgid)
+    except RetryError:
+        return False
     return True
 
 

@@ -1,64 +1,64 @@
-"""Provide what a profile needs before it can run: the llama.cpp build and the test models."""
+"""Provide what a plan needs before it can run: the chosen backend (when its adapter can install
+it) and the test models. Only what the chosen backend needs is provided."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-from specctl.orchestrator import build
+from specctl.adapters.base import Adapter, Installed
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
-from specctl.orchestrator.machine import hardware
+from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.models import testbed
 from specctl.orchestrator.models.resolve import parse_ref
 
 Say = Callable[[str], None]
 
 
-def install_llamacpp(dirs: Dirs, rebuild: bool = False) -> Path:
-    """Build llama.cpp into the cache (or reuse the cached build), with a progress bar."""
-    tc = build.toolchain(hardware.detect_cpu().flags, bool(hardware.detect_nvidia()))
+def install(backend: Adapter, dirs: Dirs, rebuild: bool = False) -> Installed:
+    """Install (or reuse the cached install of) a backend, with a progress bar."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
                   "{task.total}"), TimeElapsedColumn(), transient=False) as bar:
-        task = bar.add_task(f"llama.cpp ({tc.accel})", total=None)
+        task = bar.add_task(f"installing {backend.name}", total=None)
 
         def progress(msg: str, done: int, total: int) -> None:
             bar.update(task, description=msg, completed=done, total=total or None)
 
-        return build.install(dirs.backends, tc, progress, rebuild=rebuild)
+        return backend.install(dirs, rebuild, progress)
 
 
-def quantize_binary(dirs: Dirs) -> Path | None:
-    """llama-quantize from our build, else from PATH."""
-    server = build.installed_server(dirs.backends)
-    if server is not None and server.with_name("llama-quantize").is_file():
-        return server.with_name("llama-quantize")
-    found = shutil.which("llama-quantize")
-    return Path(found) if found else None
+def installable(backend: Adapter) -> bool:
+    return type(backend).install is not Adapter.install
 
 
-def testbed_models(dirs: Dirs, keys: tuple[str, ...], say: Say) -> dict[str, Path]:
-    return testbed.ensure(dirs.models, quantize_binary(dirs), keys, progress=say)
+def quantizer(backends: Mapping[str, Adapter]) -> Path | None:
+    """A GGUF quantize tool from any backend's installation (the F16 test model needs one)."""
+    return next((found for b in backends.values() if (found := b.tool("quantize"))), None)
+
+
+def testbed_models(dirs: Dirs, keys: tuple[str, ...], backends: Mapping[str, Adapter],
+                   say: Say) -> dict[str, Path]:
+    tool = quantizer(backends)
+    if tool is None and any(testbed.BY_KEY[k].derive_from for k in keys):
+        hints = [b.install_hint for b in backends.values() if installable(b)]
+        raise BackendError("the F16 test model is made with a GGUF quantize tool; install a "
+                           f"backend that has one first ({'; '.join(hints) or 'none known'})")
+    return testbed.ensure(dirs.models, tool, keys, progress=say)
 
 
 def testbed_keys(profile: Profile) -> tuple[str, ...]:
-    keys = []
-    for ref in (profile.target, profile.draft):
-        if ref.startswith("testbed:"):
-            keys.append(parse_ref(ref).name)
-    return tuple(keys)
+    return tuple(parse_ref(ref).name for ref in (profile.target, profile.draft)
+                 if ref.startswith("testbed:"))
 
 
-def for_profile(profile: Profile, dirs: Dirs, need_llamacpp: bool, say: Say) -> None:
-    """Build llama.cpp if the plan needs it and none is there; fetch missing test models."""
-    if need_llamacpp and build.installed_server(dirs.backends) is None:
-        say("llama-server not found: building it from source (about 6-13 minutes on 2 cores)")
-        install_llamacpp(dirs)
+def missing_models(profile: Profile, dirs: Dirs, backends: Mapping[str, Adapter],
+                   say: Say) -> None:
+    """Fetch the profile's test models that are not on disk yet."""
     keys = testbed_keys(profile)
     missing = [k for k in keys if not testbed.path_of(k, dirs.models).is_file()]
     if missing:
         say(f"fetching test models: {', '.join(missing)}")
-        testbed_models(dirs, keys, say)
+        testbed_models(dirs, keys, backends, say)

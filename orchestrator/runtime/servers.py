@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
-from specctl.adapters.base import Backend, Endpoint, Installed, Launch, api_key
+from specctl.adapters.base import Adapter, Endpoint, Installed, Launch
 from specctl.orchestrator.errors import ServerError
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import procs
@@ -34,7 +34,7 @@ class Running:
 
 
 @contextmanager
-def ephemeral(plan: Plan, backend: Backend, installed: Installed, logs: Path, label: str,
+def ephemeral(plan: Plan, backend: Adapter, installed: Installed, logs: Path, label: str,
               health_timeout: float = 300.0) -> Iterator[Running]:
     """Serve `plan` on a free loopback port until the block ends."""
     plan = plan.but(host="127.0.0.1", port=free_port())
@@ -57,8 +57,7 @@ def ephemeral(plan: Plan, backend: Backend, installed: Installed, logs: Path, la
             raise ServerError(f"{label} server not healthy after {health_timeout:.0f} s; see "
                               f"{log}") from None
         apply_setup(launch)
-        key = api_key(launch.env_from, os.environ)
-        yield Running(plan, launch, Endpoint(launch.health_url.rsplit("/", 1)[0], key), log)
+        yield Running(plan, launch, Endpoint.of(launch, os.environ), log)
     finally:
         procs.stop_group(proc.pid, grace=10)
         if proc.poll() is None:

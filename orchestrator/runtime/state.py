@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -20,24 +19,7 @@ import psutil
 from filelock import FileLock, Timeout
 
 from specctl.orchestrator.errors import ServerError, StateError
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same dir, fsync, rename; mode 0600. Never a half file."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise StateError(f"cannot write {path}: {exc.strerror or exc}; free some disk space or "
-                         "set SPECCTL_STATE_DIR to a writable place") from None
+from specctl.orchestrator.files import write_atomic
 
 
 def check_writable(folder: Path) -> None:
@@ -65,6 +47,7 @@ class RunState:
     error: str | None = None
     spec: str = ""
     plan: dict[str, Any] = field(default_factory=dict)
+    metrics_url: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"

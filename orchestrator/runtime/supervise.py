@@ -43,15 +43,13 @@ class Stopping(Exception):
 
 def apply_setup(launch: Launch, timeout: float = 600.0) -> None:
     """Send the backend's post-start requests (Ollama: create the derived model, load it)."""
-    root = launch.health_url.split("/", 3)[:3]
     for call in launch.setup:
-        url = "/".join(root) + call.path
         try:
-            resp = requests.request(call.method, url, json=dict(call.body), timeout=timeout)
+            resp = requests.request(call.method, call.url, json=dict(call.body), timeout=timeout)
         except requests.RequestException as exc:
-            raise ServerError(f"setup request {call.method} {call.path} failed: {exc}") from None
+            raise ServerError(f"setup request {call.method} {call.url} failed: {exc}") from None
         if resp.status_code >= 400:
-            raise ServerError(f"setup request {call.method} {call.path} answered "
+            raise ServerError(f"setup request {call.method} {call.url} answered "
                               f"{resp.status_code}: {resp.text[:200]}")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.runtime.state import write_atomic
+from specctl.orchestrator.files import write_atomic
 from specctl.orchestrator.service import units
 
 PASSED_ENV = ("SPECCTL_LLAMA_SERVER", "SPECCTL_VLLM_PYTHON", "SPECCTL_MODELS_DIRS", "HF_HOME",

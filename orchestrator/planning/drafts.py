@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from specctl.adapters.base import ModelStore
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.models import catalog, compat, ollama_store
+from specctl.orchestrator.models import catalog
 from specctl.orchestrator.models.resolve import ModelInfo, from_catalog, from_gguf, parse_ref
 from specctl.orchestrator.planning import costmodel
 
@@ -81,19 +82,20 @@ def scan_folders(folders: Iterable[tuple[Path, str]]) -> Iterator[Found]:
 
 
 def scan_local(folders: list[tuple[Path, str]], hf_hub: Path,
-               ollama_root: Path | None) -> list[Found]:
+               stores: Iterable[ModelStore] = ()) -> list[Found]:
     found = list(scan_folders([*folders, (hf_hub, "hf-cache")]))
-    if ollama_root is not None:
-        found += [Found(f"ollama:{name}", blob, "ollama")
-                  for name, blob in ollama_store.all_models(ollama_root)]
+    for store in stores:
+        found += [Found(f"{store.scheme}:{name}", path, store.scheme)
+                  for name, path in store.models()]
     return found
 
 
-def catalog_entries(target: ModelInfo, backend: str) -> list[Found]:
+def catalog_entries(target: ModelInfo, formats: frozenset[str]) -> list[Found]:
+    """Known drafts to download, in the model format the backend serves (GGUF or HF)."""
     out = []
     for known in catalog.CATALOG:
         gguf_repo, hf_repo = DOWNLOAD.get(known.name, ("", ""))
-        repo = hf_repo if backend == "vllm" else gguf_repo
+        repo = gguf_repo if "gguf" in formats else hf_repo
         if repo:
             out.append(Found(f"hf:{repo}", None, "catalog"))
     return out
@@ -105,27 +107,27 @@ def _score(target: ModelInfo, draft: ModelInfo) -> float:
     return costmodel.best(costmodel.curve(alpha, ratio, 8)).speedup
 
 
-def judge(target: ModelInfo, draft: ModelInfo, found: Found, rule: str, hetero: bool,
-          tokens: compat.Tokens = compat.file_tokens,
-          tuned: Callable[[ModelInfo], float | None] = lambda _d: None) -> Candidate:
+Rule = Callable[[ModelInfo, ModelInfo], str | None]  # (target, draft) -> why not, or None
+
+
+def judge(target: ModelInfo, draft: ModelInfo, found: Found, rule: Rule,
+          heads: bool) -> Candidate:
+    """`rule` is the backend's compatibility rule; `heads`: it loads EAGLE-3 heads (HF format)."""
     def cand(ok: bool, reason: str, score: float = 0.0, method: str = "draft") -> Candidate:
         return Candidate(found.ref, canonical(draft), found.path, found.source, ok, reason,
                          score, method)
 
     if draft.kind == "eagle3":
         wanted = EAGLE3_FOR.get(draft.name)
-        if rule != "identical":
-            return cand(False, "EAGLE-3 head: vLLM only (method eagle3)")
+        if not heads:
+            return cand(False, "EAGLE-3 head: needs a backend that loads Hugging Face heads "
+                               "(method eagle3)")
         if wanted != target.name:
             return cand(False, f"EAGLE-3 head trained for {wanted}, not {target.name}")
         return cand(True, f"EAGLE-3 head trained for {target.name}", 2.5, "eagle3")
-    reason = compat.RULES[rule](target, draft, tokens, hetero)
+    reason = rule(target, draft)
     if reason is not None:
         return cand(False, reason)
-    measured = tuned(draft)
-    if measured is not None:
-        return cand(True, f"compatible; measured {measured:.2f}x here by `specctl tune`",
-                    measured)
     ratio = draft.size_bytes / max(target.size_bytes, 1)
     score = _score(target, draft)
     same = "same family" if draft.family == target.family else "other family, same vocab"
@@ -135,9 +137,8 @@ def judge(target: ModelInfo, draft: ModelInfo, found: Found, rule: str, hetero: 
                       f"{large}", score)
 
 
-def rank(target: ModelInfo, candidates: Iterable[Found], rule: str, backend_quant: str,
-         hetero: bool = False, tokens: compat.Tokens = compat.file_tokens,
-         tuned: Callable[[ModelInfo], float | None] = lambda _d: None) -> list[Candidate]:
+def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool,
+         backend_quant: str) -> list[Candidate]:
     """Judge every candidate (on-disk ones first, so catalog duplicates are dropped)."""
     out: list[Candidate] = []
     seen: set[str] = set()
@@ -162,7 +163,7 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: str, backend_quan
         if found.path is None and (name in seen or name == canonical(target)):
             continue  # a catalog entry for a model already found on disk, or the target itself
         seen.add(name)
-        out.append(judge(target, draft, found, rule, hetero, tokens, tuned))
+        out.append(judge(target, draft, found, rule, heads))
     return sorted(out, key=lambda c: (c.compatible, c.score, c.path is not None), reverse=True)
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import ClassVar
 
+from specctl.adapters.base import ModelStore
 from specctl.orchestrator.errors import ModelError
 
 MODEL_LAYER = "application/vnd.ollama.image.model"
@@ -74,3 +76,27 @@ def all_models(root: Path) -> Iterator[tuple[str, Path]]:
             continue
         if blob is not None:
             yield f"{short}:{tag}", blob
+
+
+class OllamaStore(ModelStore):
+    """`ollama:name[:tag]` references: the models Ollama has pulled, as GGUF files."""
+
+    scheme: ClassVar[str] = "ollama"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def normalize(self, name: str) -> str:
+        base, _, tag = name.partition(":")
+        if not base:
+            raise ModelError(f"'ollama:{name}': an Ollama reference is ollama:name[:tag]")
+        return f"{base}:{tag or 'latest'}"
+
+    def locate(self, name: str) -> Path | None:
+        return blob_for(name, self.root)
+
+    def models(self) -> Iterator[tuple[str, Path]]:
+        return all_models(self.root)
+
+    def how_to_get(self, name: str) -> str:
+        return f"pull it with `ollama pull {name}`"

@@ -10,16 +10,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 
-from specctl.adapters.base import Endpoint, Launch, SpecStats, api_key
-from specctl.adapters.llamacpp import rpc_server_of, worker_launch
+from specctl.adapters.base import Endpoint, SpecStats, api_key
 from specctl.orchestrator.app import App, Resolved
-from specctl.orchestrator.cli import render
-from specctl.orchestrator.errors import ServerError, SpecctlError, StateError
-from specctl.orchestrator.runtime import procs, state
+from specctl.orchestrator.errors import ModelError, ServerError, SpecctlError, StateError
+from specctl.orchestrator.planning.plan import plan_json
+from specctl.orchestrator.runtime import handoff, procs, state
 from specctl.orchestrator.runtime.supervise import Policy, Supervisor
 
 Say = Callable[[str], None]
@@ -43,16 +41,25 @@ def _clean_leftover(runs: Path, profile: str, say: Say) -> None:
     state.remove(runs, profile)
 
 
-def preflight(app: App, resolved: Resolved, say: Say) -> None:
-    plan, runs = resolved.plan, app.dirs.runs
+def ready_of(app: App, resolved: Resolved) -> handoff.Ready:
+    """The resolved launch, checked: its model files are on disk (else how to get them)."""
+    plan, resolver = resolved.plan, app.resolver()
+    files = [str(resolver.require_file(m)) for m in (plan.target, plan.draft) if m is not None]
+    launch = resolved.launch()
+    return handoff.Ready.of(plan.profile, plan.host, plan.port, plan.describe_spec(), launch,
+                            files, plan_json(plan, resolved.installed, launch))
+
+
+def preflight(app: App, ready: handoff.Ready, say: Say) -> None:
+    runs = app.dirs.runs
     runs.mkdir(parents=True, exist_ok=True, mode=0o700)
     state.check_writable(runs)
-    _clean_leftover(runs, plan.profile, say)
-    resolver = app.resolver()
-    resolver.require_file(plan.target)
-    if plan.draft is not None:
-        resolver.require_file(plan.draft)
-    procs.ensure_port_free(plan.host, plan.port)
+    _clean_leftover(runs, ready.name, say)
+    for file in ready.files:
+        if not Path(file).exists():
+            raise ModelError(f"model file {file} is gone since `up` planned; restore it or run "
+                             "`specctl up` again")
+    procs.ensure_port_free(ready.host, ready.port)
 
 
 def policy_of(app: App) -> Policy:
@@ -61,55 +68,55 @@ def policy_of(app: App) -> Policy:
                   backoff_base=s.restart_backoff, grace=s.stop_grace)
 
 
-def serve_foreground(app: App, resolved: Resolved, say: Say) -> int:
+def serve_foreground(app: App, ready: handoff.Ready, say: Say) -> int:
     """Run the supervisor in this process (for systemd/launchd and for the detached `up`)."""
-    with state.profile_lock(app.dirs.runs, resolved.plan.profile):
-        preflight(app, resolved, say)
-        return _supervise(app, resolved, say)
+    with state.profile_lock(app.dirs.runs, ready.name):
+        preflight(app, ready, say)
+        return supervise_launch(app, ready, say)
 
 
-def _supervise(app: App, resolved: Resolved, say: Say) -> int:
-    launch, plan = resolved.launch(), resolved.plan
-    return supervise_launch(app, plan.profile, launch, plan.host, plan.port, plan.describe_spec(),
-                            render.plan_json(plan, resolved.installed, launch), say)
-
-
-def supervise_launch(app: App, name: str, launch: Launch, host: str, port: int, spec: str,
-                     plan: dict[str, Any], say: Say) -> int:
-    """Supervise `launch` under the run name `name` (caller holds its lock)."""
+def supervise_launch(app: App, ready: handoff.Ready, say: Say) -> int:
+    """Supervise the launch under its run name (the caller holds its lock)."""
     app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
-    me = os.getpid()
+    me, launch = os.getpid(), ready.launch()
     run = state.RunState(
-        profile=name, supervisor_pid=me, supervisor_started=state.create_time(me) or 0.0,
-        url=launch.base_url, port=port, host=host, log=str(app.dirs.logs / f"{name}.log"),
-        spec=spec, plan=plan)
+        profile=ready.name, supervisor_pid=me, supervisor_started=state.create_time(me) or 0.0,
+        url=launch.base_url, metrics_url=launch.metrics_url, port=ready.port, host=ready.host,
+        log=str(app.dirs.logs / f"{ready.name}.log"), spec=ready.spec, plan=ready.plan)
     state.save(app.dirs.runs, run)
     return Supervisor(run, launch, app.dirs.runs, policy_of(app), say).serve()
 
 
 def serve_worker(app: App, host: str, port: int, threads: int | None, say: Say) -> int:
-    """An llama.cpp RPC worker (rpc-server) under supervision, as run `worker-PORT`."""
+    """A worker that lends this machine to a server elsewhere, under supervision, as run
+    `worker-PORT`: the first installed backend that has workers."""
     name = f"worker-{port}"
-    found = app.backends()["llamacpp"].probe()
-    if found is None or found.path is None:
-        raise ServerError("no llama.cpp build here; `specctl backend install llama.cpp` first")
-    if not rpc_server_of(found).is_file():
-        raise ServerError(f"no rpc-server next to {found.path}; rebuild with "
-                          "`specctl backend install llama.cpp --rebuild` (it builds with RPC)")
-    launch = worker_launch(found, host, port, threads)
+    able = {n: b for n, b in app.backends().items() if b.has_workers}
+    probed = app.probe(able)
+    found = next(((able[n], i) for n, i in probed.items() if i is not None), None)
+    if found is None:
+        hints = "; ".join(b.install_hint for b in able.values())
+        raise ServerError(f"no backend with workers is installed here; {hints or 'none known'}")
+    backend, installed = found
+    launch = backend.worker(installed, host, port, threads)
+    ready = handoff.Ready.of(name, host, port, "worker", launch, [],
+                             {"backend": f"{backend.name}-worker", "argv": list(launch.argv)})
     with state.profile_lock(app.dirs.runs, name):
         _clean_leftover(app.dirs.runs, name, say)
         procs.ensure_port_free(host, port)
-        return supervise_launch(app, name, launch, host, port, "RPC worker",
-                                {"backend": "llamacpp-rpc", "argv": list(launch.argv)}, say)
+        return supervise_launch(app, ready, say)
 
 
-def start_detached(app: App, resolved: Resolved, profile_ref: str,
-                   say: Say) -> state.RunState:
-    """Start the supervisor in its own session, wait until the server is healthy, return."""
-    preflight(app, resolved, say)
-    ref = str(Path(profile_ref).resolve()) if profile_ref.endswith(".toml") else profile_ref
-    return detach(app, resolved.plan.profile, ["up", "--profile", ref, "--foreground"])
+def start_detached(app: App, ready: handoff.Ready, say: Say) -> state.RunState:
+    """Start the supervisor in its own session with the launch resolved here; wait until the
+    server is healthy, return."""
+    preflight(app, ready, say)
+    path = handoff.write(app.dirs.runs, ready)
+    try:
+        return detach(app, ready.name, ["up", "--profile", ready.name, "--foreground",
+                                        "--handoff", str(path)])
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def detach(app: App, name: str, args: list[str]) -> state.RunState:
@@ -228,9 +235,8 @@ def status(app: App) -> list[Row]:
         backend = registry.get(str(run.plan.get("backend", "")))
         if up and run.status == "running" and backend is not None:
             key = api_key(run.plan.get("env_from", {}), os.environ)
-            base = run.url.removesuffix("/v1")
             try:
-                stats = backend.spec_stats(Endpoint(base, key))
+                stats = backend.spec_stats(Endpoint(run.url, run.metrics_url, key))
             except SpecctlError as exc:
                 note = str(exc)
         label = run.status if up or run.status == "failed" else "dead (run `specctl down`)"

@@ -1,9 +1,10 @@
 """Provision llama.cpp: use a llama-server that is already there, or build one from source.
 
 The source is the llama.cpp tree that the `llama-cpp-python` sdist on PyPI carries under
-`vendor/llama.cpp`. Metal on macOS, CUDA when `nvcc` is present, CPU otherwise; native CPU flags, so
-the cache is keyed by source version, accelerator and CPU flags. A finished build is recorded in
-`build.json`; a second install finds it in seconds.
+`vendor/llama.cpp`. Metal on macOS, CUDA when `nvcc` is present, CPU otherwise; native CPU
+flags, so the cache is keyed by source version, accelerator, the CPU's model and every flag it
+reports (`-march=native` may use any of them). A finished build is recorded in `build.json`; a
+second install finds it in seconds, and a build made for another CPU is never used.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ RPC_TARGETS = ("ggml-rpc-server", "rpc-server")  # the name changed in 2026
 _STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
 Progress = Callable[[str, int, int], None]  # message, done, total (total 0 = unknown)
+# ggml's AMX matmul segfaults on Sapphire-Rapids-class CPUs (ggml-org/llama.cpp#20824, open; seen
+# here on every model at the first decode), and -march=native turns it on wherever AMX exists.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,31 @@ class Toolchain:
     generator: str | None  # "Ninja" when ninja is there
 
     @property
+    def compiler_flags(self) -> str:
+        return NO_AMX if self.accel != "metal" and "amx_tile" in self.cpu_flags else ""
+
+    @property
     def key(self) -> str:
-        digest = hashlib.sha256(" ".join(self.cpu_flags).encode()).hexdigest()[:8]
+        what = " ".join([*self.cpu_flags, self.compiler_flags])
+        digest = hashlib.sha256(what.encode()).hexdigest()[:8]
         return f"{SOURCE_VERSION}-{self.accel}-{platform.machine()}-{digest}"
+
+
+def cpu_signature(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
+    """What a native build depends on: the CPU model and all its flags (Linux), else the
+    processor name."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return (platform.processor() or platform.machine(),)
+    model, flags = "", set[str]()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "CPU part") and not model:
+            model = value.strip()
+        elif key.strip() in ("flags", "Features"):
+            flags |= set(value.split())
+    return (model, *sorted(flags))
 
 
 def toolchain(cpu_flags: tuple[str, ...], has_cuda_gpu: bool) -> Toolchain:
@@ -61,15 +87,12 @@ def llamacpp_root(backends_dir: Path) -> Path:
     return backends_dir / "llama.cpp"
 
 
-def installed_server(backends_dir: Path) -> Path | None:
-    """The newest finished build's llama-server in the cache, if any."""
-    builds = sorted(llamacpp_root(backends_dir).glob("*/build.json"),
-                    key=lambda p: p.stat().st_mtime, reverse=True)
-    for record in builds:
-        server = record.parent / "bin" / "llama-server"
-        if server.is_file():
-            return server
-    return None
+def installed_server(backends_dir: Path, tc: Toolchain) -> Path | None:
+    """This machine's finished build's llama-server in the cache, if any."""
+    if record_of(backends_dir, tc) is None:
+        return None
+    server = llamacpp_root(backends_dir) / tc.key / "bin" / "llama-server"
+    return server if server.is_file() else None
 
 
 def record_of(backends_dir: Path, tc: Toolchain) -> dict[str, object] | None:
@@ -122,6 +145,8 @@ def cmake_args(src: Path, out: Path, tc: Toolchain) -> list[str]:
             "-DBUILD_SHARED_LIBS=OFF", "-DGGML_RPC=ON", "-Wno-dev"]
     if tc.generator:
         args += ["-G", tc.generator]
+    if tc.compiler_flags:
+        args += [f"-DCMAKE_C_FLAGS={tc.compiler_flags}", f"-DCMAKE_CXX_FLAGS={tc.compiler_flags}"]
     if tc.accel == "cuda":
         args.append("-DGGML_CUDA=ON")
     elif tc.accel == "metal":
@@ -167,7 +192,8 @@ def install(backends_dir: Path, tc: Toolchain, progress: Progress, rebuild: bool
         version = subprocess.run([str(staged / "bin" / "llama-server"), "--version"],
                                  capture_output=True, text=True, check=False)
         record = {"source": f"{SOURCE_PACKAGE}=={SOURCE_VERSION}", "accel": tc.accel,
-                  "cpu_flags": list(tc.cpu_flags), "version": (version.stdout + version.stderr)
+                  "cpu_flags": list(tc.cpu_flags),
+                  "compiler_flags": tc.compiler_flags, "version": (version.stdout + version.stderr)
                   .strip(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                   "seconds": round(time.monotonic() - started)}
         (staged / "build.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -1,0 +1,77 @@
+"""How `specctl bench` and `specctl tune` measure: a short-lived server per configuration, one
+warm-up request that is not counted, then counted requests, each with the backend's draft
+counters for it (read only when the plan speculates) and a hash of its reply."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from specctl.adapters.base import Adapter, Endpoint, Installed, SpecStats
+from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.runtime import client, servers
+
+MARGIN = 0.05  # a configuration must beat another by 5% to count as better: noise is below it
+WARM_UP = ("Hello", 8)  # prompt and max_tokens of the request that is not counted
+
+
+def log_name(label: str) -> str:
+    """A label as it names the server's log file: "bench-draft k=4" -> "bench-draftk4"."""
+    return label.replace(" ", "").replace("=", "")
+
+
+def text_sha(text: str) -> str:
+    """A short hash of a reply: equal replies, equal hashes."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One counted request: the reply and the draft counters it added."""
+
+    reply: client.Reply
+    spec: SpecStats
+
+    @property
+    def sha(self) -> str:
+        return text_sha(self.reply.text)
+
+
+class Served:
+    """A server that is up and warmed up. Each `ask` reads the draft counters once, after its
+    request: the reading after one request is the one before the next. The reading is this
+    server's own, so requests may go to several servers interleaved."""
+
+    def __init__(self, plan: Plan, backend: Adapter, endpoint: Endpoint,
+                 model: str | None = None) -> None:
+        self.plan, self.backend, self.endpoint, self.model = plan, backend, endpoint, model
+        self._seen = SpecStats()
+
+    def reset(self) -> None:
+        """Count from now on (after the warm-up)."""
+        self._seen = self.counters()
+
+    def counters(self) -> SpecStats:
+        """The draft counters so far; not read (all zero) when the plan does not speculate."""
+        return self.backend.spec_stats(self.endpoint) if self.plan.speculative else SpecStats()
+
+    def ask(self, prompt: str, max_tokens: int) -> Asked:
+        reply = client.chat(self.endpoint, prompt, max_tokens, timing=self.backend.decode_timing,
+                            model=self.model)
+        seen = self.counters()
+        spec, self._seen = seen - self._seen, seen
+        return Asked(reply, spec)
+
+
+@contextmanager
+def serve(plan: Plan, backend: Adapter, installed: Installed, logs: Path,
+          label: str) -> Iterator[Served]:
+    """Serve `plan` on its own loopback server, warmed up, until the block ends."""
+    with servers.ephemeral(plan, backend, installed, logs, log_name(label)) as srv:
+        served = Served(plan, backend, srv.endpoint, srv.launch.model)
+        client.chat(srv.endpoint, *WARM_UP, model=served.model)  # not counted
+        served.reset()
+        yield served

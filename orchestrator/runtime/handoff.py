@@ -1,0 +1,95 @@
+"""What `up` hands its detached supervisor: the launch resolved in the parent, so what was printed
+is what runs and the child never plans again. A file in the runs dir, mode 0600, validated on
+read like any other input from disk, and removed once read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from specctl.adapters.base import HttpCall, Launch
+from specctl.orchestrator.errors import StateError
+from specctl.orchestrator.files import write_atomic
+from specctl.orchestrator.runtime import state
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Call(_Strict):
+    method: str
+    url: str
+    body: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Launch(_Strict):
+    argv: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    health_url: str
+    base_url: str
+    metrics_url: str | None = None
+    env_from: dict[str, str] = Field(default_factory=dict)
+    setup: list[_Call] = Field(default_factory=list)
+    model: str | None = None
+
+
+class Ready(_Strict):
+    """A launch ready to supervise: what runs, where, and the record `status` shows."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    host: str
+    port: int = Field(ge=1, le=65535)
+    spec: str
+    launch_: _Launch = Field(alias="launch")
+    files: list[str] = Field(default_factory=list)  # model files that must still be there
+    plan: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, name: str, host: str, port: int, spec: str, launch: Launch, files: list[str],
+           plan: dict[str, Any]) -> Ready:
+        data = {"argv": list(launch.argv), "env": dict(launch.env),
+                "health_url": launch.health_url, "base_url": launch.base_url,
+                "metrics_url": launch.metrics_url, "env_from": dict(launch.env_from),
+                "setup": [{"method": c.method, "url": c.url, "body": dict(c.body)}
+                          for c in launch.setup], "model": launch.model}
+        return cls.model_validate({"name": name, "host": host, "port": port, "spec": spec,
+                                   "launch": data, "files": files, "plan": plan})
+
+    def launch(self) -> Launch:
+        ln = self.launch_
+        return Launch(argv=tuple(ln.argv), env=dict(ln.env), health_url=ln.health_url,
+                      base_url=ln.base_url, metrics_url=ln.metrics_url,
+                      env_from=dict(ln.env_from), model=ln.model,
+                      setup=tuple(HttpCall(c.method, c.url, dict(c.body)) for c in ln.setup))
+
+
+def path_for(runs: Path, name: str) -> Path:
+    return state.state_path(runs, name).with_suffix(".handoff.json")
+
+
+def write(runs: Path, ready: Ready) -> Path:
+    path = path_for(runs, ready.name)
+    write_atomic(path, ready.model_dump_json(by_alias=True, indent=1) + "\n")
+    return path
+
+
+def take(path: Path) -> Ready:
+    """Read and remove the handoff file; a clear one-line error when it is not one."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise StateError(f"cannot read the launch handed over by `up` ({path}: "
+                         f"{exc.strerror or exc}); run `specctl up` again") from None
+    finally:
+        path.unlink(missing_ok=True)
+    try:
+        return Ready.model_validate(json.loads(text))
+    except (ValueError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise StateError(f"the launch handed over by `up` ({path.name}) is not valid ({first}); "
+                         "run `specctl up` again") from None
+
