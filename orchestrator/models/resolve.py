@@ -75,7 +75,8 @@ class ModelInfo:
     quant: str | None
     size_bytes: int
     family: str = ""
-    kind: str = "model"
+    kind: str = "model"  # model | eagle | eagle3 | mtp (built-in MTP layers) | medusa
+    spec_heads: int = 0  # built-in speculative heads: Medusa heads or MTP layers
     bos_id: int | None = None
     eos_id: int | None = None
     add_bos: bool | None = None
@@ -146,9 +147,25 @@ def from_hf_dir(folder: Path, ref: str) -> ModelInfo:
         params_b=known.params_b if known else None,
         quant=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16").upper(),
         size_bytes=hf_meta.weights_bytes(folder), family=known.family if known else
-        str(cfg.get("model_type", "")), kind=known.kind if known else "model",
+        str(cfg.get("model_type", "")), kind=_kind(cfg, known.kind if known else "model"),
+        spec_heads=_spec_heads(cfg),
         bos_id=_opt_int(cfg.get("bos_token_id")), eos_id=_opt_int(cfg.get("eos_token_id")),
         source="file")
+
+
+def _spec_heads(cfg: dict[str, Any]) -> int:
+    """Medusa heads (`medusa_num_heads`) or MTP layers (`num_nextn_predict_layers`)."""
+    for key in ("medusa_num_heads", "num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def _kind(cfg: dict[str, Any], default: str) -> str:
+    if "medusa_num_heads" in cfg:
+        return "medusa"
+    return "mtp" if _spec_heads(cfg) and default == "model" else default
 
 
 def _opt_int(v: Any) -> int | None:
