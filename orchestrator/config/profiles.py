@@ -85,7 +85,7 @@ class Profile(Strict):
     description: str = ""
     target: str
     draft: str = Field("auto", description='"auto", a model reference, "ngram" or "none"')
-    draft_method: Literal["draft", "eagle", "eagle3", "mtp"] = "draft"
+    draft_method: Literal["draft", "eagle", "eagle3", "mtp", "medusa"] = "draft"
     k: int | Literal["auto"] = "auto"
     backend: list[str] = Field(default_factory=list, description="preference order")
     server: Server = Server()

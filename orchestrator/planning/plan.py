@@ -13,7 +13,7 @@ from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.resolve import ModelInfo
 from specctl.orchestrator.planning.memory import MemoryPlan
 
-Method = Literal["draft", "ngram", "eagle", "eagle3", "mtp", "none"]
+Method = Literal["draft", "ngram", "eagle", "eagle3", "mtp", "medusa", "none"]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from specctl.orchestrator.planning.backends import choose
 from specctl.orchestrator.planning.plan import Method, Plan
 
 ASSUMED_ALPHA = 0.7  # until `specctl tune` measures it
-DEFAULT_K = {"ngram": 4, "eagle": 3, "eagle3": 4, "mtp": 1}
+DEFAULT_K = {"ngram": 4, "eagle": 3, "eagle3": 4, "mtp": 1, "medusa": 4}
 MAX_AUTO_K = 8
 
 
