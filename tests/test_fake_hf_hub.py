@@ -416,3 +416,14 @@ def test_stop_and_restart_on_the_same_port(hub: FakeHub) -> None:
     hub.start()
     assert hub.url == url
     assert api.model_info("acme/tiny").id == "acme/tiny"
+
+
+def test_list_models_by_author_and_search(tmp_path: Path) -> None:
+    for repo in ("org/Model-7B-GGUF", "org/Model-0.5B-GGUF", "org/Other-1B", "else/Model-1B"):
+        (tmp_path / repo).mkdir(parents=True)
+        (tmp_path / repo / "README.md").write_text(repo)
+    with FakeHub(tmp_path) as hub:
+        api = HfApi(endpoint=hub.url)
+        found = [m.id for m in api.list_models(author="org", search="model")]
+        assert found == ["org/Model-0.5B-GGUF", "org/Model-7B-GGUF"]
+        assert [m.id for m in api.list_models(search="1b", limit=1)] == ["else/Model-1B"]

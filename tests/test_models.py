@@ -184,8 +184,8 @@ def test_missing_gguf_path(tmp_path: Path, resolver: Resolver) -> None:
 
 @pytest.mark.parametrize(("ref", "how"), [
     ("hf:nobody/unknown-model-GGUF:Q4_K_M",
-     "huggingface-cli download nobody/unknown-model-GGUF --include '*Q4_K_M*'"),
-    ("hf:nobody/unknown-model", "huggingface-cli download nobody/unknown-model"),
+     "specctl models pull hf:nobody/unknown-model-GGUF:Q4_K_M"),
+    ("hf:nobody/unknown-model", "specctl models pull hf:nobody/unknown-model"),
     ("ollama:unknown-model", "ollama pull unknown-model:latest"),
 ])
 def test_unknown_model_says_how_to_get_it(ref: str, how: str, resolver: Resolver) -> None:
@@ -198,7 +198,7 @@ def test_unknown_model_says_how_to_get_it(ref: str, how: str, resolver: Resolver
 
 def test_require_file(tmp_path: Path, resolver: Resolver) -> None:
     info = resolver.resolve("hf:bartowski/Llama-3.2-1B-Instruct-GGUF:Q8_0")
-    with pytest.raises(ModelError, match="huggingface-cli download"):
+    with pytest.raises(ModelError, match="specctl models pull"):
         resolver.require_file(info)
     path = write_gguf(tmp_path / "tiny.gguf")
     assert resolver.require_file(resolver.resolve(str(path))) == path

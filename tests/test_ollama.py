@@ -30,7 +30,7 @@ SHIM = ROOT / "tests" / "bin"
 MODELS = {"qwen2.5-coder:1.5b": "qwen-1.5b-q4", "qwen2.5-coder:0.5b": "qwen-0.5b-q4"}
 
 
-def testbed_blobs() -> dict[str, tuple[str, Path]]:
+def real_blobs() -> dict[str, tuple[str, Path]]:
     """The real testbed files (provisioned by CI) as the store's blobs."""
     models = Dirs.from_env().models
     return {name_tag: (testbed.BY_KEY[key].sha256, testbed.path_of(key, models))
@@ -78,7 +78,7 @@ def store(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def real_store(tmp_path: Path) -> Path:
-    return build_store(tmp_path / "ollama-models", testbed_blobs())
+    return build_store(tmp_path / "ollama-models", real_blobs())
 
 
 def digest_of(store: Path, name: str, tag: str) -> str:

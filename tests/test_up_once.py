@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+import specctl.orchestrator.cli.main  # noqa: F401 (importing it registers the commands)
 from specctl.adapters import registry
 from specctl.adapters.base import Adapter
 from specctl.orchestrator import runs

@@ -25,13 +25,18 @@ if TYPE_CHECKING:
               help="Supervise in this process until stopped (for systemd/launchd).")
 @click.option("--no-provision", is_flag=True,
               help="Fail instead of installing the chosen backend or fetching test models.")
+@click.option("--no-download", is_flag=True,
+              help="Fail instead of pulling models that are only on the Hugging Face Hub "
+                   "(also SPECCTL_NO_DOWNLOAD=1).")
 @click.option("--handoff", type=click.Path(path_type=Path), hidden=True,
               help="The launch `up` resolved (internal: the detached supervisor reads it).")
-def up(profile_ref: str, foreground: bool, no_provision: bool, handoff: Path | None) -> None:
+def up(profile_ref: str, foreground: bool, no_provision: bool, no_download: bool,
+       handoff: Path | None) -> None:
     """Launch the profile's server, wait until healthy, print the OpenAI-compatible URL.
 
     Without --foreground a detached supervisor keeps the server up (restarting it after a crash)
-    until `specctl down`. The plan is made once, here: what is printed is what runs."""
+    until `specctl down`. The plan is made once, here: what is printed is what runs. Models
+    that are only on the Hugging Face Hub are pulled first (size shown), unless --no-download."""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.runtime import handoff as handoff_mod
@@ -39,7 +44,8 @@ def up(profile_ref: str, foreground: bool, no_provision: bool, handoff: Path | N
     app = App.from_env()
     if handoff is not None:  # the detached supervisor: run what the parent resolved
         sys.exit(runs.serve_foreground(app, handoff_mod.take(handoff), console.print))
-    resolved = _resolve_for_up(app, profile_ref, provide=not no_provision)
+    resolved = _resolve_for_up(app, profile_ref, provide=not no_provision,
+                               download=not (no_download or app.settings.no_download))
     ready = runs.ready_of(app, resolved)
     if foreground:
         sys.exit(runs.serve_foreground(app, ready, console.print))
@@ -52,8 +58,11 @@ def up(profile_ref: str, foreground: bool, no_provision: bool, handoff: Path | N
     console.print(f"logs: specctl logs {run.profile} -f    stop: specctl down {run.profile}")
 
 
-def _resolve_for_up(app: App, profile_ref: str, provide: bool) -> Resolved:
-    """Load the profile once, probe once, provide only what the chosen backend needs, plan."""
+def _resolve_for_up(app: App, profile_ref: str, provide: bool, download: bool) -> Resolved:
+    """Load the profile once, probe once, provide only what the chosen backend needs, plan,
+    then pull the plan's models that are only on the Hub."""
+    from dataclasses import replace
+
     from specctl.orchestrator.runtime import provision
 
     profile = app.load(profile_ref)
@@ -68,7 +77,9 @@ def _resolve_for_up(app: App, profile_ref: str, provide: bool) -> Resolved:
         app.reprobe(choice.name)
     if provide:
         provision.missing_models(profile, app.dirs, app.backends(), console.print)
-    return app.resolve(profile)
+    resolved = app.resolve(profile)
+    plan = provision.remote_models(resolved.plan, app.resolver(), download, console.print)
+    return replace(resolved, plan=plan)
 
 
 @cli.command()

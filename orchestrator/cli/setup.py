@@ -159,7 +159,42 @@ def backend_install(name: str, rebuild: bool) -> None:
 
 @cli.group()
 def models() -> None:
-    """Models: the real test models this project serves in its tests and demos."""
+    """Models: pull from the Hugging Face Hub, and the real test models of this project."""
+
+
+@models.command("pull")
+@click.argument("ref", metavar="REF")
+@click.option("--backend", "backend_name", metavar="NAME",
+              help="Whose default quantisation applies to hf:org/repo without one (default: "
+                   "the first this machine would use).")
+@click.option("--refresh", is_flag=True, help="Ask the Hub for the newest revision first.")
+def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
+    """Download REF (hf:org/repo[:QUANT]) into the Hugging Face cache, with progress; a dropped
+    connection resumes within the run; sizes and SHA-256 are checked; then print the local path.
+
+    \b
+    specctl models pull hf:bartowski/Llama-3.2-1B-Instruct-GGUF:Q8_0
+    Honours HF_ENDPOINT, HF_TOKEN (gated repos) and HF_HUB_OFFLINE."""
+    from specctl.adapters import registry as backends
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.models.resolve import parse_ref
+
+    app = App.from_env()
+    parsed = parse_ref(ref)
+    if parsed.scheme != "hf":
+        raise SpecctlError(f"'{ref}': `models pull` fetches hf:org/repo[:QUANT] references; "
+                           "pull another tool's models with that tool")
+    name = (backends.canonical(backend_name) if backend_name
+            else backends.default_order(app.hardware().kind)[0])
+    if refresh:
+        app.hub().repo(parsed.name, refresh=True)
+    resolver = app.resolver()
+    info = resolver.resolve(ref, app.backends()[name].default_quant)
+    if info.path is not None:
+        console.print(f"already on disk: {info.path}", highlight=False)
+        return
+    local = resolver.fetch(info, console.print)
+    console.print(f"{info.ref}: {local.path}", highlight=False)
 
 
 @models.command("testbed")
@@ -195,7 +230,9 @@ def drafts(target: str, backend_name: str | None, models_dirs: tuple[Path, ...],
     """Compatible draft models for a target, ranked by expected speedup, with reasons.
 
     Looks in specctl's cache, the Hugging Face cache, LM Studio's folder, Ollama's store,
-    SPECCTL_MODELS_DIRS and --models-dir, plus the catalog of known pairs. The filter is the
+    SPECCTL_MODELS_DIRS and --models-dir; on the Hugging Face Hub (smaller models of the target's
+    family by its publisher, read without downloading weights); the catalog of known pairs; and
+    draftless methods (the target's own MTP heads, n-gram). The filter is the
     backend's real rule (llama.cpp: same vocab type and BOS/EOS, sizes within 128, same tokens
     from id 5; vLLM: identical vocabularies)."""
     from specctl.adapters import registry as backends
@@ -208,7 +245,8 @@ def drafts(target: str, backend_name: str | None, models_dirs: tuple[Path, ...],
             else backends.default_order(app.hardware().kind)[0])
     backend_obj = app.backends()[name]
     info = app.resolver().resolve(target, backend_obj.default_quant)
-    ranked = app.draft_candidates(info, backend_obj, models_dirs)
+    installed = app.probe({name: backend_obj})[name] or backend_obj.assumed()
+    ranked = app.draft_candidates(info, backend_obj, models_dirs, installed.methods)
     if as_json:
         click.echo(json.dumps({"target": model_json(info),
                                "candidates": [c.to_json() for c in ranked]}, indent=2))

@@ -19,6 +19,7 @@ class Settings(BaseSettings):
     restart_backoff: float = 1.0  # seconds before the first restart; doubles, up to 30 s
     health_timeout: float = 300.0  # a cold 3.5 GB F16 load took 54 s on 2 cores
     stop_grace: float = 10.0  # SIGTERM, then SIGKILL of the server's process group
+    no_download: bool = False  # refuse to fetch models that are not on disk (`up --no-download`)
 
     def model_folders(self) -> list[Path]:
         return [Path(p).expanduser() for p in self.models_dirs.split(os.pathsep) if p]

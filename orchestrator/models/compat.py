@@ -20,11 +20,13 @@ Tokens = Callable[[ModelInfo], list[str] | None]
 
 
 def file_tokens(info: ModelInfo) -> list[str] | None:
-    if info.path is None:
+    """The token texts, from the model file or folder, or from its metadata read off the Hub."""
+    where = info.path or info.meta_file
+    if where is None:
         return None
-    if hf_meta.is_hf_dir(info.path):
-        return hf_meta.read_tokens(info.path) if (info.path / "tokenizer.json").is_file() else None
-    return read_tokens(info.path)
+    if where.is_dir():
+        return hf_meta.read_tokens(where) if (where / "tokenizer.json").is_file() else None
+    return read_tokens(where)
 
 
 def _add_bos(m: ModelInfo) -> bool:

@@ -1,15 +1,18 @@
 """Model references and their metadata.
 
-A reference is a GGUF path, `hf:org/repo[:quant]` (local Hugging Face cache), `STORE:name`
-(Ollama's store), or `testbed:KEY` (the test models `specctl models testbed` provides). Metadata
-comes from the file when it is on disk, otherwise from the built-in catalog.
+A reference is a GGUF path, `hf:org/repo[:quant]` (the Hugging Face Hub), `STORE:name`
+(another tool's store, e.g. Ollama's), or `testbed:KEY` (the test models `specctl models testbed`
+provides). Metadata comes from the file when it is on disk (a model folder or GGUF in the local
+Hugging Face cache counts), else from the Hub without downloading weights (models/hub.py, cached),
+else, when the Hub cannot be reached, from the built-in catalog.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +21,7 @@ from specctl.adapters.base import ModelStore
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models import catalog, hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import ArrayInfo, file_type_name, read_metadata
+from specctl.orchestrator.models.hub import Hub, Repo, RepoFile, pick_quant
 
 _STORE_SCHEME = re.compile(r"[a-z][a-z0-9]+")  # another tool's store, e.g. `NAME:model:tag`
 VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
@@ -59,6 +63,21 @@ def parse_ref(text: str) -> ModelRef:
 
 
 @dataclass(frozen=True)
+class Remote:
+    """Where a model not on disk is on the Hub: the files to fetch at a revision."""
+
+    repo: str
+    revision: str
+    files: tuple[RepoFile, ...]  # a GGUF (its split parts in order) or a model folder's files
+    size_bytes: int
+    gguf: bool
+
+    @property
+    def short(self) -> str:
+        return f"hf:{self.repo}@{self.revision[:7]}"
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     ref: str
     name: str
@@ -81,7 +100,10 @@ class ModelInfo:
     eos_id: int | None = None
     add_bos: bool | None = None
     add_eos: bool | None = None
-    source: Literal["file", "catalog"] = "catalog"
+    source: Literal["file", "catalog", "hub"] = "catalog"
+    meta_file: Path | None = None  # the metadata (GGUF header, config folder) when not on disk
+    remote: Remote | None = None  # where to fetch it, when it is not on disk
+    note: str = ""  # where the metadata came from, when that is worth saying
 
     @property
     def weights_gb(self) -> float:
@@ -93,7 +115,8 @@ class ModelInfo:
         return self.layers * self.kv_heads * self.head_dim * 2 * 2
 
     def describe(self) -> str:
-        size = f"{self.weights_gb:.1f} GB" + ("" if self.path else " (not on disk)")
+        where = f" (on the Hub: {self.remote.short})" if self.remote else " (not on disk)"
+        size = f"{self.weights_gb:.1f} GB" + ("" if self.path else where)
         return f"{self.name} [{self.quant or '?'}] {size}"
 
 
@@ -145,12 +168,21 @@ def from_hf_dir(folder: Path, ref: str) -> ModelInfo:
         vocab_size=int(cfg.get("vocab_size", 0)), vocab_type=hf_meta.tokenizer_type(folder),
         tokenizer=f"hf:{hf_meta.tokenizer_type(folder)}",
         params_b=known.params_b if known else None,
-        quant=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16").upper(),
+        quant=_hf_quant(cfg),
         size_bytes=hf_meta.weights_bytes(folder), family=known.family if known else
         str(cfg.get("model_type", "")), kind=_kind(cfg, known.kind if known else "model"),
         spec_heads=_spec_heads(cfg),
         bos_id=_opt_int(cfg.get("bos_token_id")), eos_id=_opt_int(cfg.get("eos_token_id")),
         source="file")
+
+
+def _hf_quant(cfg: dict[str, Any]) -> str:
+    """'4BIT' for an MLX-quantised folder (its `quantization.bits`), else the dtype ('BF16')."""
+    q = cfg.get("quantization") or cfg.get("quantization_config")
+    bits = q.get("bits") if isinstance(q, dict) else None
+    if isinstance(bits, int) and not isinstance(bits, bool):
+        return f"{bits}BIT"
+    return str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16").upper()
 
 
 def _spec_heads(cfg: dict[str, Any]) -> int:
@@ -202,7 +234,8 @@ def find_hf_snapshot(ref: ModelRef, hub: Path) -> Path | None:
     """The model folder of `ref` in the local Hugging Face cache (vLLM's format), if any."""
     snapshots = hub / f"models--{ref.name.replace('/', '--')}" / "snapshots"
     found = sorted(snapshots.glob("*/config.json")) if snapshots.is_dir() else []
-    return found[-1].parent if found else None
+    complete = [f.parent for f in found if hf_meta.weights_bytes(f.parent)]
+    return complete[-1] if complete else None
 
 
 def find_hf_gguf(ref: ModelRef, hub: Path) -> Path | None:
@@ -211,7 +244,15 @@ def find_hf_gguf(ref: ModelRef, hub: Path) -> Path | None:
     files = sorted(snapshots.glob("*/**/*.gguf")) if snapshots.is_dir() else []
     if ref.quant:
         files = [f for f in files if ref.quant in f.name.upper().replace("-", "_")]
-    return files[0] if files else None
+    for f in files:
+        m = re.search(r"-(\d{5})-of-(\d{5})\.gguf$", f.name)
+        if m is None:
+            return f
+        parts = [f.with_name(f.name.replace(f"-{m.group(1)}-of-", f"-{i:05d}-of-"))
+                 for i in range(1, int(m.group(2)) + 1)]
+        if m.group(1) == "00001" and all(p.is_file() for p in parts):
+            return f  # a split GGUF is on disk when all its parts are
+    return None
 
 
 @dataclass(frozen=True)
@@ -222,6 +263,7 @@ class Resolver:
     hf_hub: Path
     stores: Mapping[str, ModelStore] = field(default_factory=dict)  # scheme -> store
     default_quant: str = "Q4_K_M"
+    hub: Hub | None = None  # Hugging Face Hub metadata (None: local files and catalog only)
 
     def ref(self, text: str) -> ModelRef:
         """A parsed reference, in its store's spelling; an unknown scheme is a clear error."""
@@ -254,27 +296,94 @@ class Resolver:
             return from_hf_dir(path, str(ref))
         if path is not None and (path.exists() or ref.scheme == "gguf"):
             return from_gguf(path, str(ref))
-        info = from_catalog(ref, default_quant or self.default_quant)
+        quant = ref.quant or default_quant or self.default_quant
+        unreachable = ""
+        if ref.scheme == "hf" and self.hub is not None:
+            try:
+                return from_hub(self.hub, ref, quant)
+            except ModelError as exc:
+                if "cannot reach" not in str(exc) and "HF_HUB_OFFLINE" not in str(exc):
+                    raise
+                unreachable = str(exc)
+        info = from_catalog(ref, quant)
         if info is None:
-            raise ModelError(f"model '{text}' is not on disk and not in the catalog; "
-                             f"{self.how_to_get(ref)}")
+            raise ModelError(unreachable or f"model '{text}' is not on disk and not in the "
+                             f"catalog; {self.how_to_get(ref)}")
+        if unreachable:
+            return replace(info, note=f"{info.name}: metadata from the built-in catalog (the "
+                                      f"Hub could not be asked: {unreachable})")
         return info
 
     def how_to_get(self, ref: ModelRef) -> str:
         if ref.scheme == "testbed":
             return "run `specctl models testbed`"
         if ref.scheme == "hf":
-            inc = f" --include '*{ref.quant}*'" if ref.quant else ""
-            return f"download it with `huggingface-cli download {ref.name}{inc}`"
+            return f"fetch it with `specctl models pull {shlex.quote(str(ref))}`"
         if ref.scheme in self.stores:
             return self.stores[ref.scheme].how_to_get(ref.name)
         return "check the path"
+
+    def fetch(self, info: ModelInfo, say: Callable[[str], None]) -> ModelInfo:
+        """Download a Hub model that is not on disk (its GGUF, or its folder's files) into the
+        Hugging Face cache; the same ModelInfo with the local path."""
+        if info.path is not None or info.remote is None:
+            return info
+        if self.hub is None:
+            raise ModelError(f"{info.ref} is not on disk and the Hub is not available here")
+        remote = info.remote
+        say(f"pulling {remote.short} ({remote.size_bytes / GB:.1f} GB, "
+            f"{len(remote.files)} file(s)) into the Hugging Face cache")
+        paths = [self.hub.fetch(remote.repo, remote.revision, f) for f in remote.files]
+        local = paths[0] if remote.gguf else next(
+            p.parent for p, f in zip(paths, remote.files, strict=True)
+            if f.path == "config.json")
+        return replace(info, path=local, source="file", remote=None)
 
     def require_file(self, info: ModelInfo) -> Path:
         """The file to serve; a clear error when the model is only known from the catalog."""
         if info.path is None:
             raise ModelError(f"{info.ref} is not on disk; {self.how_to_get(self.ref(info.ref))}")
         return info.path
+
+
+def from_hub(hub: Hub, ref: ModelRef, quant: str) -> ModelInfo:
+    """A Hub model's metadata without its weights: the GGUF header of the chosen quantisation,
+    or the config and tokenizer of a model folder; the sizes are the Hub's."""
+    repo = hub.repo(ref.name)
+    if repo.ggufs():
+        files = pick_quant(repo, ref.quant or (quant if quant in GGUF_QUANTS else None))
+        header = hub.gguf_header(repo, files[0])
+        base = from_gguf(header, str(ref))
+        size = sum(f.size for f in files)
+        return replace(base, path=None, meta_file=header, size_bytes=size, source="hub",
+                       params_b=base.params_b or _params_from(header),
+                       remote=_remote(repo, files, gguf=True),
+                       note=f"{base.name}: metadata from the Hub ({repo.name}, {files[0].path}, "
+                            f"{size / GB:.1f} GB, revision {repo.revision[:7]})")
+    folder = hub.small_files(repo)
+    base = from_hf_dir(folder, str(ref))
+    weights = repo.weights()
+    if not weights:
+        raise ModelError(f"{repo.name} has neither GGUF nor safetensors weights")
+    keep = [f for f in repo.files if f.path.endswith((".json", ".safetensors", ".model",
+                                                      ".txt", ".tiktoken", ".py"))]
+    size = sum(f.size for f in weights)
+    params = repo.params / 1e9 if repo.params else base.params_b
+    return replace(base, path=None, meta_file=folder, size_bytes=size, source="hub",
+                   params_b=params, remote=_remote(repo, keep, gguf=False),
+                   note=f"{base.name}: metadata from the Hub ({repo.name}, {len(weights)} "
+                        f"safetensors files, {size / GB:.1f} GB, revision {repo.revision[:7]})")
+
+
+def _remote(repo: Repo, files: list[RepoFile], gguf: bool) -> Remote:
+    return Remote(repo.name, repo.revision, tuple(files), sum(f.size for f in files), gguf)
+
+
+def _params_from(header: Path) -> float | None:
+    """Billions of parameters from GGUF `general.size_label` ("72B", "500M")."""
+    label = read_metadata(header).get("general.size_label")
+    m = re.fullmatch(r"(?:\d+x)?([\d.]+)([BM])", str(label or ""))
+    return float(m.group(1)) / (1 if m.group(2) == "B" else 1000) if m else None
 
 
 def with_quant(info: ModelInfo, quant: str) -> ModelInfo:

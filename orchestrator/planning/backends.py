@@ -26,7 +26,7 @@ class Choice:
 def choose(prefer: list[str], hw: Hardware, backends: Mapping[str, Adapter],
            probed: Mapping[str, Installed | None] | None) -> Choice:
     """Pick a backend. `probed` is None when planning for a recorded (other) machine."""
-    order = list(prefer) or list(default_order(hw.kind))
+    order = list(prefer) or [n for n in default_order(hw.kind) if n in backends]
     why_order = ("the profile's preference " if prefer else f"the default for {hw.kind.upper()} "
                  "machines ") + f"({' > '.join(order)})"
     usable = [n for n in order if hw.kind in backends[n].runs_on or (probed and probed.get(n))]

@@ -2,11 +2,15 @@
 expected speedup. Every rejected candidate keeps its reason.
 
 Candidates come from the models on this machine (specctl's cache, the Hugging Face cache, extra
-GGUF folders, Ollama's store, LM Studio's folder) and from the built-in catalog of known pairs.
+GGUF folders, Ollama's store, LM Studio's folder), from the Hugging Face Hub (smaller models of
+the target's family by the same publisher, read without downloading weights), from the built-in
+catalog of known pairs (the offline fallback), and draftless methods: the target's own MTP heads
+and n-gram prompt lookup. Candidates must fit the memory left after the target.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +18,16 @@ from pathlib import Path
 from specctl.adapters.base import ModelStore
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.models import catalog
+from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.resolve import ModelInfo, from_catalog, from_gguf, parse_ref
 from specctl.orchestrator.planning import costmodel
+from specctl.orchestrator.planning.plan import Method
 
 LARGE_RATIO = 0.35  # a draft that costs more than this share of a target step rarely pays
+HUB_MAX_RATIO = 0.25  # Hub candidates: at most this share of the target's parameters
+HUB_CHECKED = 6  # Hub candidates whose metadata is read (each is a few ranged requests)
+NGRAM_SCORE = 1.05  # n-gram has no draft cost but pays only where outputs copy the prompt
+_SIZE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)([BbMm])(?![A-Za-z0-9])")
 ALPHA_SAME_FAMILY = 0.75
 ALPHA_OTHER = 0.6
 # Where a catalog draft can be downloaded: GGUF repo (llama.cpp) and original repo (vLLM).
@@ -64,7 +74,7 @@ class Candidate:
     compatible: bool
     reason: str
     score: float
-    method: str = "draft"
+    method: Method = "draft"
 
     def to_json(self) -> dict[str, object]:
         return {"model": self.model, "name": self.name,
@@ -101,6 +111,80 @@ def catalog_entries(target: ModelInfo, formats: frozenset[str]) -> list[Found]:
     return out
 
 
+def size_label(name: str) -> float | None:
+    """Billions of parameters from a model name ('Qwen2.5-0.5B-Instruct' -> 0.5)."""
+    m = _SIZE.search(name.replace("_", "-"))
+    return float(m.group(1)) / (1 if m.group(2) in "Bb" else 1000) if m else None
+
+
+def family_word(repo: str) -> str:
+    """The family a repo name starts with: 'bartowski/Meta-Llama-3.1-70B-Instruct-GGUF' ->
+    'Llama', 'Qwen/Qwen2.5-72B-Instruct' -> 'Qwen'."""
+    name = repo.split("/")[-1].removeprefix("Meta-").removeprefix("meta-")
+    m = re.match(r"[A-Za-z]+", name)
+    return m.group(0) if m else name
+
+
+def hub_entries(target: ModelInfo, hub: Hub, gguf: bool, room_gb: float | None,
+                limit: int = HUB_CHECKED) -> list[Found]:
+    """Smaller models of the target's family by the target's publisher, on the Hub."""
+    ref = parse_ref(target.ref) if target.ref.startswith("hf:") else None
+    if ref is None:
+        return []
+    author, name = ref.name.split("/")
+    big = target.params_b or size_label(name) or target.size_bytes / 1e9
+    found = []
+    for repo in hub.search(author, family_word(ref.name)):
+        params = size_label(repo.split("/")[1])
+        if repo == ref.name or params is None or params > big * HUB_MAX_RATIO:
+            continue
+        if gguf != repo.upper().endswith("GGUF"):
+            continue
+        found.append((params, repo))
+    out = []
+    for params, repo in sorted(found, reverse=True)[:limit]:
+        quant = _draft_quant(hub, repo, params, room_gb) if gguf else None
+        if gguf and quant is None:
+            continue
+        out.append(Found(f"hf:{repo}" + (f":{quant}" if quant else ""), None, "hub"))
+    return out
+
+
+def _draft_quant(hub: Hub, repo: str, params: float, room_gb: float | None) -> str | None:
+    """Q8_0 for a small draft (acceptance matters more than its size), Q4_K_M above 3B, any
+    quantisation that fits the memory left."""
+    try:
+        quants = hub.repo(repo).quants()
+    except SpecctlError:
+        return None
+    prefer = ["Q8_0", "Q6_K", "Q4_K_M"] if params <= 3 else ["Q4_K_M", "Q5_K_M", "Q8_0"]
+    order = [q for q in prefer if q in quants] + sorted(set(quants) - set(prefer))
+    for quant in order:
+        size = sum(f.size for f in quants[quant]) / 1e9
+        if room_gb is None or size <= room_gb:
+            return quant
+    return None
+
+
+def draftless(target: ModelInfo, methods: frozenset[str]) -> list[Candidate]:
+    """Methods without a draft model: the target's own MTP heads, n-gram prompt lookup."""
+    out = []
+    if target.kind == "mtp" and target.spec_heads and "mtp" in methods:
+        out.append(Candidate("mtp", f"{target.name} MTP heads", None, "target", True,
+                             f"the target's own {target.spec_heads} MTP layer(s): no draft "
+                             "model to load", 1.6, "mtp"))
+    if target.kind == "medusa" and target.spec_heads and "medusa" in methods:
+        out.append(Candidate("medusa", f"{target.name} Medusa heads", None, "target", True,
+                             f"the target's own {target.spec_heads} Medusa heads", 1.5,
+                             "medusa"))
+    if "ngram" in methods:
+        out.append(Candidate("ngram", "n-gram prompt lookup", None, "built-in", True,
+                             "no draft model: drafts by copying from the prompt; pays where "
+                             "outputs repeat it (code edits, summaries); `specctl tune` "
+                             "measures it", NGRAM_SCORE, "ngram"))
+    return out
+
+
 def _score(target: ModelInfo, draft: ModelInfo) -> float:
     ratio = draft.size_bytes / max(target.size_bytes, 1)
     alpha = ALPHA_SAME_FAMILY if draft.family == target.family else ALPHA_OTHER
@@ -113,7 +197,7 @@ Rule = Callable[[ModelInfo, ModelInfo], str | None]  # (target, draft) -> why no
 def judge(target: ModelInfo, draft: ModelInfo, found: Found, rule: Rule,
           heads: bool) -> Candidate:
     """`rule` is the backend's compatibility rule; `heads`: it loads EAGLE-3 heads (HF format)."""
-    def cand(ok: bool, reason: str, score: float = 0.0, method: str = "draft") -> Candidate:
+    def cand(ok: bool, reason: str, score: float = 0.0, method: Method = "draft") -> Candidate:
         return Candidate(found.ref, canonical(draft), found.path, found.source, ok, reason,
                          score, method)
 
@@ -137,12 +221,17 @@ def judge(target: ModelInfo, draft: ModelInfo, found: Found, rule: Rule,
                       f"{large}", score)
 
 
+Describe = Callable[[str], ModelInfo]  # a reference not on disk -> its metadata (Hub, catalog)
+
+
 def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool,
-         backend_quant: str) -> list[Candidate]:
-    """Judge every candidate (on-disk ones first, so catalog duplicates are dropped)."""
+         backend_quant: str, describe: Describe | None = None,
+         room_gb: float | None = None) -> list[Candidate]:
+    """Judge every candidate (on-disk ones first, then the Hub's, so catalog duplicates are
+    dropped); one larger than the memory left after the target is rejected with the numbers."""
     out: list[Candidate] = []
     seen: set[str] = set()
-    candidates = sorted(candidates, key=lambda f: f.path is None)
+    candidates = sorted(candidates, key=lambda f: (f.path is None, f.source == "catalog"))
     target_file = target.path.resolve() if target.path else None
     for found in candidates:
         if found.path is not None and found.path.resolve() == target_file:
@@ -150,6 +239,8 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool
         try:
             if found.path is not None:
                 draft = from_gguf(found.path, found.ref)
+            elif describe is not None and found.source == "hub":
+                draft = describe(found.ref)
             else:
                 info = from_catalog(parse_ref(found.ref), backend_quant)
                 if info is None:
@@ -163,7 +254,12 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool
         if found.path is None and (name in seen or name == canonical(target)):
             continue  # a catalog entry for a model already found on disk, or the target itself
         seen.add(name)
-        out.append(judge(target, draft, found, rule, heads))
+        judged = judge(target, draft, found, rule, heads)
+        if judged.compatible and room_gb is not None and draft.weights_gb > room_gb:
+            judged = Candidate(judged.model, judged.name, judged.path, judged.source, False,
+                               f"{draft.weights_gb:.1f} GB does not fit the {room_gb:.1f} GB "
+                               "left after the target", 0.0, judged.method)
+        out.append(judged)
     return sorted(out, key=lambda c: (c.compatible, c.score, c.path is not None), reverse=True)
 
 
@@ -177,4 +273,17 @@ def best_on_disk(ranked: list[Candidate]) -> Candidate | None:
 
 
 def best_to_download(ranked: list[Candidate]) -> Candidate | None:
-    return next((c for c in ranked if c.compatible and c.path is None), None)
+    return next((c for c in ranked if c.compatible and c.path is None and c.method == "draft"),
+                None)
+
+
+def best(ranked: list[Candidate], prefer_on_disk: float = 0.05) -> Candidate | None:
+    """The best compatible candidate; one on disk wins unless another is clearly better."""
+    ok = [c for c in ranked if c.compatible]
+    if not ok:
+        return None
+    top = max(ok, key=lambda c: c.score)
+    local = best_on_disk(ranked)
+    if local is not None and local.score >= top.score * (1 - prefer_on_disk):
+        return local
+    return top

@@ -32,11 +32,23 @@ class Tuned:
 
 
 TunedLookup = Callable[[Plan, Installed], Tuned | None]
-# Picks a draft for draft = "auto": (target, backend) -> (model reference, why).
-DraftPicker = Callable[[ModelInfo, Adapter], tuple[str, str]]
 
 
-def no_auto_draft(target: ModelInfo, backend: Adapter) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Pick:
+    """What draft = "auto" chose: a draft model (its reference), or a draftless method."""
+
+    ref: str | None
+    method: Method
+    why: str
+
+
+# (target, backend, its speculation methods, GB left after the target or None) -> Pick
+DraftPicker = Callable[[ModelInfo, Adapter, frozenset[str], float | None], Pick]
+
+
+def no_auto_draft(target: ModelInfo, backend: Adapter, methods: frozenset[str],
+                  room_gb: float | None) -> Pick:
     raise ProfileError("draft = \"auto\" needs a draft picker; name a draft model instead")
 
 
@@ -63,7 +75,8 @@ def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: M
         raise IncompatibleDraftError(
             f"draft {draft.name} cannot speculate for {target.name} on {backend.name}: {reason}; "
             "pick a draft of the same model family (`specctl drafts --target ...`)")
-    how = "token lists compared" if target.path and draft.path else "catalog tokenizers"
+    how = ("token lists compared" if (target.path or target.meta_file) and
+           (draft.path or draft.meta_file) else "catalog tokenizers")
     return f"Draft {draft.name} is compatible with {target.name} ({backend.vocab_rule} vocab " \
            f"rule, {how})."
 
@@ -71,6 +84,8 @@ def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: M
 def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None) -> tuple[int, str]:
     if method != "draft" or draft is None:
         k = DEFAULT_K.get(method, 4)
+        if method in ("medusa", "mtp") and target.spec_heads:
+            k = min(k, target.spec_heads)  # no more tokens than the target has heads
         return k, f"k={k}: the usual best for {method}; `specctl tune` measures it here"
     c = draft.size_bytes / max(target.size_bytes, 1)  # decode is memory-bound: cost ~ bytes read
     pick = costmodel.best(costmodel.curve(ASSUMED_ALPHA, c, MAX_AUTO_K))
@@ -80,18 +95,23 @@ def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None) -> tuple
 
 
 def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Adapter,
-           options: Options, resolver: Resolver, pick_draft: DraftPicker,
-           reasons: list[str]) -> ModelInfo | None:
+           installed: Installed, options: Options, resolver: Resolver, pick_draft: DraftPicker,
+           room_gb: float, reasons: list[str]) -> tuple[Method, ModelInfo | None]:
     if method not in ("draft", "eagle", "eagle3"):
-        return None
-    draft_ref = profile.draft
-    if draft_ref == "auto":
-        draft_ref, why_draft = pick_draft(target, backend)
-        reasons.append(why_draft)
+        return method, None
+    draft_ref: str | None = profile.draft
+    if draft_ref == "auto" and method == "draft":
+        pick = pick_draft(target, backend, installed.methods, room_gb)
+        reasons.append(pick.why)
+        draft_ref, method = pick.ref, pick.method
+    if draft_ref is None:
+        return method, None
     draft = resolver.resolve(draft_ref, backend.default_quant)
+    if draft.note:
+        reasons.append(draft.note + ".")
     if method == "draft":
         reasons.append(_check_draft(backend, options, target, draft))
-    return draft
+    return method, draft
 
 
 def _budget(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
@@ -123,13 +143,17 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
     backend = backends[choice.name]
     reasons = list(choice.reasons)
     target = resolver.resolve(profile.target, backend.default_quant)
+    if target.note:
+        reasons.append(target.note + ".")
     method = _method(profile)
     if method not in choice.installed.methods:
         reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
                        f"'{method}' speculation, so it serves without; {backend.no_spec_hint}.")
         method = "none"
     options = profile.section(choice.name)
-    draft = _draft(profile, method, target, backend, options, resolver, pick_draft, reasons)
+    room = memory.budget_for(hw, profile.memory, backend.devices(options)).gb - target.weights_gb
+    method, draft = _draft(profile, method, target, backend, choice.installed, options, resolver,
+                           pick_draft, room, reasons)
     try:
         budget, options = _budget(profile, hw, backend, options, choice.installed, target, draft,
                                   reasons)

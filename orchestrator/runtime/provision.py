@@ -9,9 +9,10 @@ from pathlib import Path
 from specctl.adapters.base import Adapter, Installed
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
-from specctl.orchestrator.errors import BackendError
+from specctl.orchestrator.errors import BackendError, ModelError
 from specctl.orchestrator.models import testbed
-from specctl.orchestrator.models.resolve import parse_ref
+from specctl.orchestrator.models.resolve import ModelInfo, Resolver, parse_ref
+from specctl.orchestrator.planning.plan import Plan
 
 Say = Callable[[str], None]
 
@@ -47,6 +48,24 @@ def testbed_models(dirs: Dirs, keys: tuple[str, ...], backends: Mapping[str, Ada
         raise BackendError("the F16 test model is made with a GGUF quantize tool; install a "
                            f"backend that has one first ({'; '.join(hints) or 'none known'})")
     return testbed.ensure(dirs.models, tool, keys, progress=say)
+
+
+def remote_models(plan: Plan, resolver: Resolver, allow: bool, say: Say) -> Plan:
+    """The plan with its Hub models on disk: pulled now (with progress) unless `allow` is off,
+    which refuses in one line naming what is missing and how to get it."""
+    missing = [m for m in (plan.target, plan.draft) if m is not None and m.path is None
+               and m.remote is not None]
+    if missing and not allow:
+        what = ", ".join(f"{m.ref} ({m.weights_gb:.1f} GB)" for m in missing)
+        how = resolver.how_to_get(resolver.ref(missing[0].ref))
+        raise ModelError(f"{what} not on disk and downloads are off (--no-download or "
+                         f"SPECCTL_NO_DOWNLOAD); {how}")
+    changes: dict[str, ModelInfo] = {}
+    for role in ("target", "draft"):
+        info = getattr(plan, role)
+        if info in missing:
+            changes[role] = resolver.fetch(info, say)
+    return plan.but(**changes) if changes else plan
 
 
 def testbed_keys(profile: Profile) -> tuple[str, ...]:

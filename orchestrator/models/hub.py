@@ -1,0 +1,319 @@
+"""Model metadata from the Hugging Face Hub, without downloading weights, cached per revision.
+
+Through `huggingface_hub` (it honours HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE and gated repos):
+a repo's files and sizes and its safetensors parameter count (`model_info`), its `config.json`
+and `tokenizer.json` (small files), and for GGUF files the metadata header alone, read with
+ranged requests (the architecture and the tokenizer live there). Everything read is kept under
+specctl's cache dir, `hub/<org>--<repo>/<revision>/`, with the revision `main` pointed to in
+`refs.json`: a second plan makes no request and works offline (`specctl models pull` refreshes
+the revision). The client is imported only when the cache cannot answer.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import struct
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.files import write_atomic
+from specctl.orchestrator.models import gguf_meta
+
+REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+_QUANT = re.compile(r"[.-]((?:I?Q\d(?:_[A-Z0-9]+)*)|F16|F32|BF16)(?:-\d{5}-of-\d{5})?\.gguf$",
+                    re.IGNORECASE)
+FIRST_READ = 4 << 20  # most GGUF metadata (a 150k-token vocabulary) fits in a few MB
+MAX_HEADER = 128 << 20
+SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
+SEARCH_TTL = 24 * 3600
+
+
+class RepoFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(min_length=1, max_length=1000)
+    size: int = Field(ge=0)
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+
+    @property
+    def quant(self) -> str | None:
+        m = _QUANT.search(self.path)
+        return m.group(1).upper() if m else None
+
+
+class Repo(BaseModel):
+    """What the Hub says of one revision of a model repo (also its cached record, validated
+    the same way when read back)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=REPO.pattern)
+    revision: str = Field(pattern=r"^[0-9a-f]{40}$")
+    files: tuple[RepoFile, ...]
+    params: int | None = Field(None, ge=0)  # the safetensors parameter count
+    gated: bool = False
+
+    def ggufs(self) -> list[RepoFile]:
+        return [f for f in self.files if f.path.endswith(".gguf") and "mmproj" not in f.path]
+
+    def quants(self) -> dict[str, list[RepoFile]]:
+        """Quantisation -> its file(s): a split GGUF's parts in order, the first holding the
+        metadata."""
+        out: dict[str, list[RepoFile]] = {}
+        for f in sorted(self.ggufs(), key=lambda f: f.path):
+            if f.quant:
+                out.setdefault(f.quant, []).append(f)
+        return out
+
+    def weights(self) -> list[RepoFile]:
+        return [f for f in self.files if f.path.endswith(".safetensors")]
+
+
+class _Search(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    at: float
+    repos: tuple[str, ...]
+
+
+def check_name(name: str) -> str:
+    if not REPO.fullmatch(name) or ".." in name:
+        raise ModelError(f"'{name}' is not a Hugging Face repo id (org/name)")
+    return name
+
+
+def _safe_file(path: str) -> str:
+    """A repo file's path as one name in our cache dir (no folders, no '..')."""
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
+        raise ModelError(f"the Hub listed a file with an unsafe path: {path!r}")
+    return path.replace("/", "--")
+
+
+class Hub:
+    """Hub metadata with a cache under `root` (specctl's cache dir / "hub")."""
+
+    def __init__(self, root: Path, endpoint: str | None = None, offline: bool = False) -> None:
+        self.root, self.endpoint, self.offline = root, endpoint, offline
+        self.requests = 0  # made by this object (tests and `plan` timing read it)
+
+    # -- the cache ---------------------------------------------------------------------------
+    def _dir(self, name: str) -> Path:
+        return self.root / check_name(name).replace("/", "--")
+
+    def _cached_ref(self, name: str) -> str | None:
+        try:
+            data = json.loads((self._dir(name) / "refs.json").read_text())
+            rev = data.get("main") if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            return None
+        return rev if isinstance(rev, str) and re.fullmatch(r"[0-9a-f]{40}", rev) else None
+
+    def _cached_repo(self, name: str, revision: str) -> Repo | None:
+        """The cached record, validated; one that fails is set aside and asked again."""
+        path = self._dir(name) / revision / "repo.json"
+        try:
+            return Repo.model_validate_json(path.read_bytes())
+        except OSError:
+            return None
+        except ValidationError:
+            path.replace(path.with_suffix(".json.corrupt"))
+            return None
+
+    def cached(self, name: str) -> Repo | None:
+        rev = self._cached_ref(name)
+        return self._cached_repo(name, rev) if rev else None
+
+    # -- asking the Hub ----------------------------------------------------------------------
+    @contextmanager
+    def _asking(self, name: str, what: str) -> Iterator[None]:
+        """Turn the client's errors into one line that names the repo and what to do."""
+        from huggingface_hub import errors
+
+        if self.offline:
+            raise ModelError(f"{name}: {what} is not in specctl's cache and HF_HUB_OFFLINE is "
+                             "set; run once with network (or `specctl models pull hf:"
+                             f"{name}`), or unset HF_HUB_OFFLINE")
+        self.requests += 1
+        try:
+            yield
+        except errors.GatedRepoError:
+            raise ModelError(f"{name} is gated: accept its terms on its Hugging Face page, then "
+                             "log in (`hf auth login` or HF_TOKEN)") from None
+        except errors.RepositoryNotFoundError:
+            raise ModelError(f"no Hugging Face repo {name} (or it is private): check the name, "
+                             "or log in (`hf auth login` or HF_TOKEN)") from None
+        except errors.RevisionNotFoundError:
+            raise ModelError(f"{name}: the revision is not on the Hub") from None
+        except errors.EntryNotFoundError:
+            raise ModelError(f"{name}: {what} is not in the repo") from None
+        except errors.OfflineModeIsEnabled:
+            raise ModelError(f"{name}: {what} is not in specctl's cache and HF_HUB_OFFLINE is "
+                             "set; run once with network") from None
+        except errors.HfHubHTTPError as exc:
+            status = exc.response.status_code if exc.response is not None else "an error"
+            raise ModelError(f"{name}: the Hub answered {status} for {what}; try again later"
+                             ) from None
+        except (OSError, ValueError) as exc:  # connection refused, DNS, timeouts (httpx errors)
+            raise ModelError(f"{name}: cannot reach the Hugging Face Hub for {what} "
+                             f"({type(exc).__name__}); check the network or HF_ENDPOINT, or set "
+                             "HF_HUB_OFFLINE=1 to use what is cached") from None
+        except Exception as exc:
+            if type(exc).__module__.startswith(("httpx", "httpcore")):
+                raise ModelError(f"{name}: cannot reach the Hugging Face Hub for {what} "
+                                 f"({type(exc).__name__}); check the network or HF_ENDPOINT"
+                                 ) from None
+            raise
+
+    def repo(self, name: str, refresh: bool = False) -> Repo:
+        """The repo at `main`: from the cache, else from the Hub (and then cached)."""
+        found = None if refresh else self.cached(name)
+        if found is not None:
+            return found
+        from huggingface_hub import HfApi
+
+        with self._asking(name, "the repo's file list"):
+            info = HfApi(endpoint=self.endpoint).model_info(name, files_metadata=True)
+        try:
+            repo = Repo(name=name, revision=str(info.sha), params=(
+                info.safetensors.total if info.safetensors else None), gated=bool(info.gated),
+                files=tuple(RepoFile(path=s.rfilename, size=int(s.size or 0),
+                                     sha256=s.lfs.sha256 if s.lfs else None)
+                            for s in info.siblings or []))
+        except ValidationError as exc:
+            raise ModelError(f"{name}: the Hub's answer is not a model repo listing "
+                             f"({exc.errors()[0]['msg']})") from None
+        folder = self._dir(name)
+        write_atomic(folder / repo.revision / "repo.json", repo.model_dump_json() + "\n")
+        write_atomic(folder / "refs.json", json.dumps({"main": repo.revision,
+                                                       "at": int(time.time())}) + "\n")
+        return repo
+
+    def _read(self, repo: Repo, path: str, start: int, end: int) -> bytes:
+        from huggingface_hub import HfFileSystem
+
+        fs = HfFileSystem(endpoint=self.endpoint, skip_instance_cache=True)
+        with self._asking(repo.name, path):
+            data = fs.cat_file(f"{repo.name}/{path}", start=start, end=end,
+                               revision=repo.revision)
+        return bytes(data)
+
+    def gguf_header(self, repo: Repo, file: RepoFile) -> Path:
+        """A local file holding `file`'s GGUF metadata (the bytes up to its end), read with
+        ranged requests that grow until the metadata is whole."""
+        out = self._dir(repo.name) / repo.revision / (_safe_file(file.path) + ".header")
+        if out.is_file():
+            return out
+        size, data = min(FIRST_READ, file.size), b""
+        while True:
+            data += self._read(repo, file.path, len(data), size)
+            try:
+                with io.BytesIO(data) as fh:
+                    gguf_meta.parse(fh)
+                    end = fh.tell()
+                break
+            except (EOFError, struct.error):
+                if size >= min(MAX_HEADER, file.size):
+                    raise ModelError(f"{repo.name}/{file.path}: no complete GGUF metadata in "
+                                     f"its first {size >> 20} MB") from None
+                size = min(size * 4, MAX_HEADER, file.size)
+            except ValueError as exc:
+                raise ModelError(f"{repo.name}/{file.path} is not a GGUF file ({exc})") from None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data[:end])
+        return out
+
+    def small_files(self, repo: Repo) -> Path:
+        """A folder with the repo's config.json and tokenizer files (what planning reads)."""
+        folder = self._dir(repo.name) / repo.revision / "meta"
+        present = {f.path for f in repo.files}
+        wanted = [f for f in SMALL_FILES if f in present]
+        if "config.json" not in present:
+            raise ModelError(f"{repo.name} has no config.json and no GGUF file; is it a model?")
+        for name in wanted:
+            if not (folder / name).is_file():
+                size = next(f.size for f in repo.files if f.path == name)
+                if size > MAX_HEADER:
+                    raise ModelError(f"{repo.name}/{name} is implausibly large ({size} bytes)")
+                data = self._read(repo, name, 0, size)
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / name).write_bytes(data)
+        return folder
+
+    def fetch(self, repo: str, revision: str, file: RepoFile) -> Path:
+        """Download one file into the standard Hugging Face cache (huggingface_hub's progress
+        bar; a dropped connection resumes within the call; a file already there is not fetched
+        again), then check its size and SHA-256. A partial file is never left in the cache."""
+        from huggingface_hub import hf_hub_download
+
+        with self._asking(repo, file.path):
+            path = Path(hf_hub_download(repo, file.path, revision=revision,
+                                        endpoint=self.endpoint))
+        verify(path, file)
+        return path
+
+    def search(self, author: str, text: str, limit: int = 40) -> list[str]:
+        """Repo ids by `author` whose id contains `text` (the Hub's own search); an answer is
+        reused for a day, and for ever offline."""
+        key = re.sub(r"[^A-Za-z0-9._-]", "_", f"{author}--{text}")[:150]
+        path = self.root / "search" / f"{key}.json"
+        try:
+            cached = _Search.model_validate_json(path.read_bytes())
+            if self.offline or time.time() - cached.at < SEARCH_TTL:
+                return list(cached.repos)
+        except OSError:
+            pass
+        except ValidationError:
+            path.replace(path.with_suffix(".json.corrupt"))
+        from huggingface_hub import HfApi
+
+        with self._asking(f"{author}/*", f"models matching '{text}'"):
+            repos = [m.id for m in HfApi(endpoint=self.endpoint).list_models(
+                author=author, search=text, limit=limit)]
+        found = _Search(at=time.time(), repos=tuple(r for r in repos if REPO.fullmatch(r)))
+        write_atomic(path, found.model_dump_json() + "\n")
+        return list(found.repos)
+
+
+def verify(path: Path, file: RepoFile) -> None:
+    """Size, and SHA-256 when the Hub gave one (LFS files); a mismatch removes the file."""
+    import hashlib
+
+    size = path.stat().st_size
+    problem = f"{size} bytes, expected {file.size}" if size != file.size else ""
+    if not problem and file.sha256:
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(block)
+        if digest.hexdigest() != file.sha256:
+            problem = f"SHA-256 {digest.hexdigest()[:12]}..., expected {file.sha256[:12]}..."
+    if problem:
+        path.resolve().unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        raise ModelError(f"{file.path} arrived damaged ({problem}); removed it, pull again")
+
+
+def pick_quant(repo: Repo, quant: str | None) -> list[RepoFile]:
+    """The GGUF file(s) of `quant` in the repo; a clear error listing the ones it has."""
+    quants = repo.quants()
+    if not quants:
+        raise ModelError(f"{repo.name} has no GGUF files; name a repo of GGUF files (its name "
+                         "usually ends in -GGUF)")
+    if quant and quant.upper() in quants:
+        return quants[quant.upper()]
+    have = ", ".join(sorted(quants))
+    if quant:
+        raise ModelError(f"{repo.name} has no {quant} file; choose one of {have} "
+                         f"(hf:{repo.name}:QUANT)")
+    if len(quants) == 1:
+        return next(iter(quants.values()))
+    raise ModelError(f"{repo.name} has several quantisations ({have}); name one as "
+                     f"hf:{repo.name}:QUANT")

@@ -1,0 +1,143 @@
+"""Repos for the stand-in Hub (tests/fake_hf_hub.py), laid out as the real ones are.
+
+Large models are "stub" files: listed with their real size (the sizes bartowski's model cards
+give), served as a GGUF metadata header written here and zeros after it. The headers carry the
+real architecture facts of each model (layers, heads, KV heads, embedding, context) and a
+vocabulary with the real shape: Qwen2.5's 151,936 tokens (72B/7B files padded to 152,064, as
+their GGUFs are), Llama 3's 128,256, Llama 2's 32,000 SentencePiece pieces. The token texts
+themselves are stand-ins (no tokenizer can be downloaded here), the same list for every model
+of one family, so the vocabulary rules see what they would see on the real files.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+
+from tests.fake_hf_hub import write_stub
+
+GB = 10**9
+
+
+@dataclass(frozen=True)
+class Shape:
+    arch: str
+    name: str
+    size_label: str
+    layers: int
+    heads: int
+    kv_heads: int
+    embedding: int
+    context: int
+
+
+@dataclass(frozen=True)
+class Vocab:
+    model: str  # tokenizer.ggml.model
+    pre: str
+    count: int
+    pad_to: int
+    bos: int
+    eos: int
+    add_bos: bool
+    stem: str
+
+
+QWEN = Vocab("gpt2", "qwen2", 151936, 151936, 151643, 151645, False, "qw")
+QWEN_PADDED = Vocab("gpt2", "qwen2", 151936, 152064, 151643, 151645, False, "qw")
+LLAMA3 = Vocab("gpt2", "llama-bpe", 128256, 128256, 128000, 128009, True, "l3")
+LLAMA2 = Vocab("llama", "default", 32000, 32000, 1, 2, True, "l2")
+
+# (repo, file, real size in bytes, shape, vocab)
+MODELS: list[tuple[str, str, int, Shape, Vocab]] = [
+    ("bartowski/Qwen2.5-72B-Instruct-GGUF", "Qwen2.5-72B-Instruct-Q4_K_M.gguf", 47_420_000_000,
+     Shape("qwen2", "Qwen2.5 72B Instruct", "72B", 80, 64, 8, 8192, 32768), QWEN_PADDED),
+    ("bartowski/Qwen2.5-7B-Instruct-GGUF", "Qwen2.5-7B-Instruct-Q4_K_M.gguf", 4_680_000_000,
+     Shape("qwen2", "Qwen2.5 7B Instruct", "7B", 28, 28, 4, 3584, 32768), QWEN_PADDED),
+    ("bartowski/Qwen2.5-7B-Instruct-GGUF", "Qwen2.5-7B-Instruct-Q8_0.gguf", 8_100_000_000,
+     Shape("qwen2", "Qwen2.5 7B Instruct", "7B", 28, 28, 4, 3584, 32768), QWEN_PADDED),
+    ("bartowski/Qwen2.5-0.5B-Instruct-GGUF", "Qwen2.5-0.5B-Instruct-Q8_0.gguf", 531_000_000,
+     Shape("qwen2", "Qwen2.5 0.5B Instruct", "0.5B", 24, 14, 2, 896, 32768), QWEN),
+    ("bartowski/Meta-Llama-3.1-70B-Instruct-GGUF", "Meta-Llama-3.1-70B-Instruct-Q4_K_M.gguf",
+     42_520_000_000, Shape("llama", "Meta Llama 3.1 70B Instruct", "70B", 80, 64, 8, 8192,
+                           131072), LLAMA3),
+    ("bartowski/Llama-3.2-1B-Instruct-GGUF", "Llama-3.2-1B-Instruct-Q8_0.gguf", 1_320_000_000,
+     Shape("llama", "Llama 3.2 1B Instruct", "1B", 16, 32, 8, 2048, 131072), LLAMA3),
+    ("bartowski/Llama-3.2-3B-Instruct-GGUF", "Llama-3.2-3B-Instruct-Q8_0.gguf", 3_420_000_000,
+     Shape("llama", "Llama 3.2 3B Instruct", "3B", 28, 24, 8, 3072, 131072), LLAMA3),
+    ("bartowski/Llama-2-7b-Chat-GGUF", "Llama-2-7b-Chat-Q4_K_M.gguf", 4_080_000_000,
+     Shape("llama", "Llama 2 7b Chat", "7B", 32, 32, 32, 4096, 4096), LLAMA2),
+]
+# Qwen2.5-72B's Q8_0 is published in two parts (files over 50 GB are split)
+SPLIT = ("bartowski/Qwen2.5-72B-Instruct-GGUF", "Qwen2.5-72B-Instruct-Q8_0/"
+         "Qwen2.5-72B-Instruct-Q8_0-{i:05d}-of-00002.gguf", (39_700_000_000, 37_560_000_000))
+
+
+def tokens(vocab: Vocab) -> list[str]:
+    out = [f"<{vocab.stem}:{i}>" for i in range(vocab.count)]
+    return out + [f"[PAD{i}]" for i in range(vocab.count, vocab.pad_to)]
+
+
+def write_header(path: Path, shape: Shape, vocab: Vocab, file_type: int) -> Path:
+    w = gguf.GGUFWriter(path, shape.arch)
+    w.add_name(shape.name)
+    w.add_string("general.size_label", shape.size_label)
+    w.add_file_type(file_type)
+    w.add_block_count(shape.layers)
+    w.add_head_count(shape.heads)
+    w.add_head_count_kv(shape.kv_heads)
+    w.add_embedding_length(shape.embedding)
+    w.add_context_length(shape.context)
+    w.add_key_length(shape.embedding // shape.heads)
+    w.add_tokenizer_model(vocab.model)
+    w.add_tokenizer_pre(vocab.pre)
+    w.add_token_list(tokens(vocab))
+    w.add_bos_token_id(vocab.bos)
+    w.add_eos_token_id(vocab.eos)
+    w.add_add_bos_token(vocab.add_bos)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+def _file_type(name: str) -> int:
+    for quant in ("Q4_K_M", "Q8_0"):
+        if quant in name:
+            return int(getattr(gguf.LlamaFileType, f"MOSTLY_{quant}"))
+    raise ValueError(name)
+
+
+def build(root: Path) -> Path:
+    """Write the stand-in Hub's repos under `root` (headers are cached next to it)."""
+    headers = root.parent / f"{root.name}-headers"
+    headers.mkdir(parents=True, exist_ok=True)
+    for repo, file, size, shape, vocab in MODELS:
+        header = headers / f"{file}.header"
+        if not header.is_file():
+            write_header(header, shape, vocab, _file_type(file))
+        write_stub(root / repo / file, size, header)
+    repo, pattern, sizes = SPLIT
+    first = headers / "Qwen2.5-72B-Instruct-Q8_0.header"
+    if not first.is_file():
+        write_header(first, MODELS[0][3], QWEN_PADDED, _file_type("Q8_0"))
+    for i, size in enumerate(sizes, 1):
+        write_stub(root / repo / pattern.format(i=i), size, first if i == 1 else None)
+    for repo, *_ in MODELS:
+        (root / repo / "README.md").write_text(f"# {repo}\n")
+    return root
+
+
+def add_file(root: Path, repo: str, source: Path, name: str | None = None) -> Path:
+    """A real file in a repo (e.g. a testbed GGUF), linked, not copied."""
+    dest = root / repo / (name or source.name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not dest.exists():
+        try:
+            dest.symlink_to(source)
+        except OSError:
+            shutil.copy2(source, dest)
+    return dest
