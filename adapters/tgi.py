@@ -1,0 +1,471 @@
+"""TGI (text-generation-inference): plan -> `text-generation-launcher` argv, run natively or in
+TGI's container image (docker or podman), with n-gram or Medusa speculation, and its one
+speculation counter.
+
+TGI cannot run here (no GPU, no container engine): every launcher argument list is checked
+against the launcher options recorded from the v3.3.7 docs (tgi_launcher, dialects/) before it
+is returned; dialects/TGI_NOTES.md holds the facts used below, with their sources.
+
+- Medusa is not a method TGI is told: a `--model-id` whose config.json has `medusa_num_heads`
+  always loads its heads (all of them without `--speculate`); any other model with
+  `--speculate N` uses n-gram lookup. So a Medusa target gets `--speculate 0` when a plan does
+  not speculate, and refuses n-gram.
+- The API key travels in the launcher's API_KEY variable (into a container by name only),
+  never in specctl's argv. (The launcher itself hands it to its router as `--api-key`.)
+- Upstream is in maintenance mode (README at v3.3.7): on CUDA TGI ranks after vLLM and
+  llama.cpp, so it runs when a profile asks for it or it is all the machine has.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from specctl.adapters import prometheus, tgi_launcher
+from specctl.adapters.base import (
+    Adapter,
+    Endpoint,
+    Installed,
+    Launch,
+    Options,
+    Resources,
+    SpecStats,
+    options_of,
+)
+from specctl.adapters.tgi_launcher import LauncherOption
+from specctl.orchestrator.errors import BackendError, ProfileError
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.machine.hardware import Hardware
+    from specctl.orchestrator.models.resolve import ModelInfo
+    from specctl.orchestrator.planning.memory import Budget
+    from specctl.orchestrator.planning.plan import Plan
+
+NAME = "tgi"
+DIALECT = tgi_launcher.VERSION  # the newest (and only) recorded launcher reference
+LAUNCHER = "text-generation-launcher"
+IMAGE = f"ghcr.io/huggingface/text-generation-inference:{tgi_launcher.VERSION}"
+ENGINES = ("docker", "podman")
+METHODS = frozenset({"none", "ngram", "medusa"})
+CONTAINER_PORT = 80  # the image sets PORT=80
+DATA = PurePosixPath("/data")  # the image's HF_HOME: downloads land in /data/hub
+MODELS = PurePosixPath("/models")  # where local model folders are mounted, read-only
+KV_DTYPE = {"fp8": "fp8_e4m3fn"}  # specctl cache type -> --kv-cache-dtype
+SKIPPED = "tgi_request_skipped_tokens"
+# Set from the plan; extra_args may not set them again (the key never goes in argv at all).
+OWN_FLAGS = frozenset({
+    "--model-id", "--revision", "--hostname", "--port", "--prometheus-port", "--num-shard",
+    "--sharded", "--max-input-tokens", "--max-input-length", "--max-total-tokens",
+    "--max-batch-prefill-tokens", "--cuda-memory-fraction", "--usage-stats", "--speculate",
+    "--kv-cache-dtype", "--api-key"})
+# The image's entrypoint runs `exec text-generation-launcher $@` unquoted: an argument with
+# white space is split in two, and one with a wildcard may be globbed.
+_UNSAFE = re.compile(r"[\s*?\[\]]")
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+_SIZE = re.compile(r"\d+[bkmgBKMG]?")
+
+
+@functools.cache
+def recorded() -> dict[str, LauncherOption]:
+    """The launcher options of the recorded reference (dialects/tgi-launcher-<VERSION>.md)."""
+    return tgi_launcher.load(DIALECT)
+
+
+class TgiOptions(Options):
+    """The `[tgi]` section of a profile."""
+
+    engine: Literal["auto", "native", "docker", "podman"] = Field(
+        "auto", description="how to run TGI: its launcher on this machine, or its container "
+        "image; auto: what the probe found (the container when planning for another machine)")
+    image: str = Field(IMAGE, min_length=1, description="the TGI container image")
+    num_shard: int | None = Field(None, ge=1, description="GPUs to shard the target over "
+                                  "(tensor parallel, one machine); default 1")
+    revision: str | None = Field(None, min_length=1, description="branch, tag or commit of the "
+                                 "model repo (e.g. refs/pr/1); for a Medusa repo it picks the "
+                                 "heads, the base model is read at main")
+    hf_cache: str | None = Field(None, description="container: host folder mounted as /data, "
+                                 "the image's HF_HOME (models in its hub/, the login token); "
+                                 "default: HF_HOME, else ~/.cache/huggingface")
+    hf_hub_cache: str | None = Field(None, description="container: a hub cache outside "
+                                     "hf_cache, mounted as /data/hub; default: HF_HUB_CACHE "
+                                     "when it is set elsewhere")
+    shm_size: str = Field("1g", description="container shared memory (NCCL between shards)")
+    prometheus_port: int | None = Field(None, ge=1, le=65535, description="native: the "
+                                        "launcher's extra metrics listener (default 9000; TGI "
+                                        "fails to start when it is taken)")
+    extra_args: tuple[str, ...] = Field((), description="more launcher arguments, checked "
+                                        "against the recorded launcher options")
+
+    @field_validator("shm_size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        if not _SIZE.fullmatch(v):
+            raise ValueError(f"'{v}' is not a size like 1g, 512m or 2147483648")
+        return v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _launcher_args(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for arg in v:
+            flag = arg.split("=", 1)[0]
+            if flag == "--api-key":
+                raise ValueError("the API key never goes in argv: name its variable in "
+                                 "server.api_key_env")
+            if flag in OWN_FLAGS:
+                raise ValueError(f"{flag} is set from the profile; change the profile (or "
+                                 "this section's own keys) instead")
+        problems = tgi_launcher.validate(v, recorded())
+        if problems:
+            raise ValueError(f"text-generation-launcher {DIALECT} would refuse them: "
+                             + "; ".join(problems))
+        return v
+
+
+class _Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
+    tgi_launcher: Path | None = None  # use this text-generation-launcher
+
+
+def parse_version(text: str) -> str | None:
+    """'text-generation-launcher 3.3.6-dev0' (clap's `--version`) -> '3.3.6-dev0'."""
+    m = re.search(r"text-generation-launcher\s+(\S+)", text) or re.search(
+        r"\b(\d+\.\d+\.\d+\S*)", text)
+    return m.group(1) if m else None
+
+
+def image_tag(image: str) -> str:
+    """'ghcr.io/huggingface/text-generation-inference:3.3.7' -> '3.3.7' ('latest' if none)."""
+    name = image.rsplit("/", 1)[-1].split("@", 1)[0]
+    return name.partition(":")[2] or "latest"
+
+
+def installed_of(version: str, path: str | None, assumed: bool = False) -> Installed:
+    return Installed(backend=NAME, version=version, dialect=DIALECT, path=path,
+                     flags=frozenset(recorded()), methods=METHODS, assumed=assumed)
+
+
+def engine_of(opts: TgiOptions, installed: Installed) -> str:
+    """native, docker or podman: the profile's choice, else what the probe found (a container
+    when nothing was probed: the documented way to run TGI)."""
+    if opts.engine != "auto":
+        return opts.engine
+    return _installed_kind(installed) or "docker"
+
+
+def _installed_kind(installed: Installed) -> str | None:
+    if installed.path is None:
+        return None
+    name = Path(installed.path).name
+    return name if name in ENGINES else "native"
+
+
+def default_hf_dirs(environ: Mapping[str, str], home: Path) -> tuple[str, str | None]:
+    """The user's Hugging Face home (mounted as /data) and, when HF_HUB_CACHE puts the hub
+    elsewhere, that hub (mounted as /data/hub)."""
+    hf_home = Path(environ.get("HF_HOME") or home / ".cache" / "huggingface").expanduser()
+    hub = environ.get("HF_HUB_CACHE")
+    if hub and Path(hub).expanduser() != hf_home / "hub":
+        return str(hf_home), str(Path(hub).expanduser())
+    return str(hf_home), None
+
+
+def repo_id(info: ModelInfo) -> str | None:
+    """The Hugging Face repo of an `hf:org/repo[:quant]` reference."""
+    return info.ref.removeprefix("hf:").split(":")[0] if info.ref.startswith("hf:") else None
+
+
+def native_model(info: ModelInfo) -> str:
+    """A Hugging Face model by its repo id (TGI finds it in the HF cache, at `revision`), a local
+    folder by its path."""
+    repo = repo_id(info)
+    if repo is not None:
+        return repo
+    if info.path is not None:
+        return str(info.path)
+    raise BackendError(f"{info.ref} is neither on disk nor a Hugging Face repo; TGI serves a "
+                       "Hugging Face model (hf:org/repo) or a local model folder")
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def _bind_host(host: str) -> str:
+    """The host side of `-p HOST:PORT:80`: an address, as the engines want it."""
+    if host == "localhost":
+        return "127.0.0.1"
+    if host == "":
+        return "0.0.0.0"
+    return f"[{host}]" if ":" in host else host
+
+
+def _host_dir(path: str | Path, what: str) -> str:
+    text = str(path)
+    if not Path(text).is_absolute() or ":" in text:
+        raise BackendError(f"{what} {text} cannot be mounted into the container (`-v "
+                           "HOST:CONTAINER`): use an absolute path without ':'")
+    return text
+
+
+def container_model(info: ModelInfo) -> tuple[str, list[str]]:
+    """`--model-id` inside the container and the mount it needs. A Hugging Face model by its
+    repo id (found in the mounted cache or downloaded there); a local folder mounted read-only
+    under /models (a cache snapshot with its repo folder, so its links into blobs/ resolve)."""
+    repo = repo_id(info)
+    if repo is not None:
+        return repo, []
+    if info.path is None:
+        native_model(info)  # raises with what to do
+    folder = Path(_host_dir(info.path or "", "the model folder"))
+    if folder.parent.name == "snapshots":  # <cache>/models--org--name/snapshots/<revision>
+        top = folder.parent.parent
+        inside = MODELS / _NAME_CHARS.sub("-", top.name) / "snapshots" / \
+            _NAME_CHARS.sub("-", folder.name)
+        return str(inside), ["-v", f"{top}:{inside.parent.parent}:ro"]
+    inside = MODELS / (_NAME_CHARS.sub("-", folder.name) or "model")
+    return str(inside), ["-v", f"{folder}:{inside}:ro"]
+
+
+def speculate(plan: Plan) -> str | None:
+    """`--speculate` for this plan; BackendError with what to do when TGI cannot do it."""
+    target = plan.target
+    medusa = target.kind == "medusa"
+    if plan.method == "medusa" and plan.speculative:
+        if not medusa or target.spec_heads < 1:
+            raise BackendError(
+                f"draft_method = \"medusa\" needs a Medusa model as the target (its config.json "
+                f"has medusa_num_heads); {target.name} has no Medusa heads: target a Medusa repo "
+                "(e.g. hf:FasterDecoding/medusa-vicuna-7b-v1.3) or use draft = \"ngram\"")
+        if plan.k > target.spec_heads:
+            raise BackendError(
+                f"k = {plan.k} but {target.name} has {target.spec_heads} Medusa heads (TGI "
+                f"refuses --speculate above them); set k = {target.spec_heads} or less")
+        return str(plan.k)
+    if plan.method == "ngram" and plan.speculative:
+        if medusa:
+            raise BackendError(
+                f"{target.name} is a Medusa model: TGI always speculates with its "
+                f"{target.spec_heads} heads, never n-gram; set draft_method = \"medusa\" (and "
+                "leave draft unset) or target its base model for n-gram")
+        return str(plan.k)
+    return "0" if medusa else None  # a Medusa model speculates unless told 0
+
+
+def launcher_args(plan: Plan, opts: TgiOptions, model: str, host: str, port: int,
+                  native: bool) -> list[str]:
+    """What follows `text-generation-launcher` (or the image)."""
+    context = plan.context
+    args = ["--model-id", model]
+    if opts.revision:
+        args += ["--revision", opts.revision]
+    args += ["--hostname", host, "--port", str(port)]
+    if native and opts.prometheus_port is not None:
+        args += ["--prometheus-port", str(opts.prometheus_port)]
+    shards = opts.num_shard or plan.memory.budget.devices or 1
+    # one prompt may fill the context but the last token; speculation turns prefill chunking
+    # off, and then the router wants max-batch-prefill-tokens >= max-input-tokens
+    args += ["--num-shard", str(shards), "--max-input-tokens", str(context - 1),
+             "--max-total-tokens", str(context), "--max-batch-prefill-tokens", str(context - 1),
+             "--cuda-memory-fraction", str(plan.gpu_utilization), "--usage-stats", "off"]
+    spec = speculate(plan)
+    if spec is not None:
+        args += ["--speculate", spec]
+    if plan.cache_type in KV_DTYPE:
+        args += ["--kv-cache-dtype", KV_DTYPE[plan.cache_type]]
+    elif plan.cache_type not in ("f16", "bf16"):
+        raise BackendError(f"TGI has no '{plan.cache_type}' KV cache; use cache_type = \"fp8\" "
+                           "or \"auto\"")
+    return [*args, *opts.extra_args]
+
+
+def check_args(args: Sequence[str], container: bool) -> None:
+    """The launcher arguments against the recorded options (and, for the image's entrypoint,
+    free of what an unquoted `$@` would split or glob)."""
+    problems = tgi_launcher.validate(args, recorded())
+    if container:
+        problems += [f"{a!r} would be split or globbed by the image's entrypoint"
+                     for a in args if _UNSAFE.search(a)]
+    if problems:
+        raise BackendError(f"text-generation-launcher {DIALECT} would refuse this plan: "
+                           f"{'; '.join(problems)}; check the [tgi] section of the profile")
+
+
+def container_argv(plan: Plan, opts: TgiOptions, engine: str, program: str
+                   ) -> tuple[list[str], list[str]]:
+    """(`docker run ...` argv, the launcher arguments in it). Environment variables go in by
+    name only: the engine copies their values from its own environment."""
+    model, model_mount = container_model(plan.target)
+    args = launcher_args(plan, opts, model, "0.0.0.0", CONTAINER_PORT, native=False)
+    name = "specctl-" + _NAME_CHARS.sub("-", plan.profile)
+    gpus = ["--gpus", "all"] if engine == "docker" else [
+        "--device", "nvidia.com/gpu=all", "--security-opt", "label=disable"]  # CDI
+    argv = [program, "run", "--rm", "--name", name, *gpus, "--shm-size", opts.shm_size,
+            "-p", f"{_bind_host(plan.host)}:{plan.port}:{CONTAINER_PORT}"]
+    if opts.hf_cache:
+        argv += ["-v", f"{_host_dir(opts.hf_cache, '[tgi] hf_cache')}:{DATA}"]
+    if opts.hf_hub_cache:
+        argv += ["-v", f"{_host_dir(opts.hf_hub_cache, '[tgi] hf_hub_cache')}:{DATA / 'hub'}"]
+    argv += model_mount
+    argv += ["-e", "HF_TOKEN", "-e", "HF_HUB_OFFLINE"]
+    if plan.api_key_env:
+        argv += ["-e", "API_KEY"]
+    return [*argv, opts.image, *args], args
+
+
+class Tgi(Adapter):
+    name: ClassVar[str] = NAME
+    default_quant: ClassVar[str] = "BF16"
+    vocab_rule: ClassVar[str] = "identical"  # no draft model in TGI anyway
+    cache_types: ClassVar[tuple[str, ...]] = ("f16", "fp8")
+    # after vLLM (0) and llama.cpp (1), and after Ollama (2) too rather than tied with it
+    preference: ClassVar[Mapping[str, int]] = {"cuda": 3}
+    formats: ClassVar[frozenset[str]] = frozenset({"hf"})
+    install_hint: ClassVar[str] = (
+        "TGI's upstream is in maintenance mode, so on CUDA prefer vLLM (`pip install "
+        "'specctl[vllm]'`); for TGI itself: docker or podman with the NVIDIA Container Toolkit "
+        f"(`docker pull {IMAGE}`), or text-generation-launcher on PATH (or "
+        "SPECCTL_TGI_LAUNCHER)")
+    no_spec_hint: ClassVar[str] = ("TGI speculates with n-gram (draft = \"ngram\") or a Medusa "
+                                   "model's own heads (draft_method = \"medusa\"); for a draft "
+                                   "model use vLLM or llama.cpp")
+    options: ClassVar[type[Options]] = TgiOptions
+
+    def __init__(self, launcher: Path | None = None, timeout: float = 5.0) -> None:
+        self.launcher, self.timeout = launcher, timeout
+
+    @classmethod
+    def create(cls, dirs: Dirs) -> Tgi:
+        return cls(launcher=_Settings().tgi_launcher)
+
+    # -- what is installed -------------------------------------------------------------------
+    def probe(self) -> Installed | None:
+        """text-generation-launcher (configured or on PATH); else a container engine that
+        answers (the image is pulled on first start)."""
+        found = self.launcher if self.launcher is not None and self.launcher.is_file() else None
+        on_path = shutil.which(LAUNCHER)
+        launcher = found or (Path(on_path) if on_path else None)
+        if launcher is not None:
+            version = parse_version(self._ask([str(launcher), "--version"]) or "")
+            if version:
+                return installed_of(version, str(launcher))
+        for engine in ENGINES:
+            path = shutil.which(engine)
+            field = "Server" if engine == "docker" else "Client"  # docker: the daemon answers
+            if path and self._ask([path, "version", "--format", f"{{{{.{field}.Version}}}}"]):
+                return installed_of(image_tag(IMAGE), path)
+        return None
+
+    def _ask(self, argv: list[str]) -> str | None:
+        """stdout of a quick probe command; None when it fails or says nothing."""
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
+                                  check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        out = (done.stdout + done.stderr).strip()
+        return out if done.returncode == 0 and out else None
+
+    def assumed(self) -> Installed:
+        return installed_of(DIALECT, None, assumed=True)
+
+    # -- planning ----------------------------------------------------------------------------
+    def devices(self, options: Options) -> int:
+        opts = options if isinstance(options, TgiOptions) else TgiOptions()
+        return opts.num_shard or 1
+
+    def resources(self, options: Options, installed: Installed, hw: Hardware,
+                  budget: Budget) -> Resources:
+        """No memory beyond this machine; for the container, the user's Hugging Face cache to
+        mount, filled in here so that `launch` stays pure."""
+        opts = options if isinstance(options, TgiOptions) else TgiOptions()
+        if engine_of(opts, installed) == "native" or opts.hf_cache is not None:
+            return Resources()
+        home, hub = default_hf_dirs(os.environ, Path.home())
+        filled = opts.model_copy(update={"hf_cache": home,
+                                         "hf_hub_cache": opts.hf_hub_cache or hub})
+        also = f", and the hub cache {filled.hf_hub_cache} as /data/hub" \
+            if filled.hf_hub_cache else ""
+        return Resources(options=filled, notes=(
+            f"TGI container: the Hugging Face cache {home} is mounted as /data (the image's "
+            f"HF_HOME){also}, so downloads are kept.",))
+
+    def check(self, options: Options, hw: Hardware, target: ModelInfo,
+              draft: ModelInfo | None) -> list[str]:
+        opts = options if isinstance(options, TgiOptions) else TgiOptions()
+        if hw.kind != "cuda":
+            raise ProfileError(f"TGI serves on NVIDIA CUDA GPUs here, and {hw.describe()} has "
+                               "none; take \"tgi\" out of the profile's backend list")
+        if hw.nodes > 1:
+            raise ProfileError("TGI shards over the GPUs of one machine; plan a cluster with "
+                               "vLLM instead")
+        gpus = hw.gpus_per_node or len(hw.gpus)
+        shards = opts.num_shard or 1
+        if shards > gpus:
+            raise ProfileError(f"[tgi] num_shard = {shards}, but {hw.name} has {gpus} GPUs")
+        for what, count in (("attention heads", target.heads), ("KV heads", target.kv_heads)):
+            if count and count % shards:  # TGI's sharded attention (flash_llama_modeling.py)
+                raise ProfileError(f"[tgi] num_shard = {shards} does not divide {target.name}'s "
+                                   f"{count} {what}; use a divisor of {count}")
+        notes = [f"TGI: {shards} shard(s) over {shards} of {gpus} GPUs (--num-shard), each "
+                 "limited by --cuda-memory-fraction = memory.gpu_utilization."]
+        if target.kind == "medusa":
+            notes.append(f"TGI: {target.name} carries {target.spec_heads} Medusa heads; TGI "
+                         "speculates with them (k <= heads), never with n-gram.")
+        return notes
+
+    # -- running -----------------------------------------------------------------------------
+    def launch(self, plan: Plan, installed: Installed) -> Launch:
+        if plan.method not in installed.methods:
+            raise BackendError(f"TGI has no '{plan.method}' speculation; it has "
+                               f"{', '.join(sorted(installed.methods))}")
+        opts = options_of(plan, TgiOptions)
+        engine = engine_of(opts, installed)
+        program = installed.path if installed.path and _installed_kind(installed) == engine \
+            else (LAUNCHER if engine == "native" else engine)
+        if engine == "native":
+            args = launcher_args(plan, opts, native_model(plan.target), plan.host, plan.port,
+                                 native=True)
+            argv = [program, *args]
+        else:
+            argv, args = container_argv(plan, opts, engine, program)
+        check_args(args, container=engine != "native")
+        url = f"http://{_url_host(plan.host)}:{plan.port}"
+        env_from = {"API_KEY": plan.api_key_env} if plan.api_key_env else {}
+        return Launch(argv=tuple(argv), env={}, health_url=f"{url}/health",
+                      base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from,
+                      model="tgi")
+
+    def spec_stats(self, endpoint: Endpoint) -> SpecStats:
+        return stats_from_metrics(prometheus.fetch(endpoint))
+
+
+def stats_from_metrics(text: str) -> SpecStats:
+    """`tgi_request_skipped_tokens`, a summary recorded once per request per step with the
+    speculated tokens accepted in it: `_sum` = accepted tokens. TGI counts no drafted tokens
+    (and its `_count` includes every prefill), so drafted and drafts stay 0: no rate."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    accepted = 0.0
+    try:
+        for family in text_string_to_metric_families(text):
+            accepted += sum(s.value for s in family.samples if s.name == f"{SKIPPED}_sum")
+    except ValueError as exc:
+        raise BackendError(f"TGI's /metrics is not Prometheus text ({exc})") from None
+    return SpecStats(accepted=int(accepted),
+                     source=f"tgi /metrics {SKIPPED}_sum (accepted speculative tokens; TGI "
+                            "does not count drafted tokens, so no acceptance rate)")
+
+
+ADAPTER = Tgi
