@@ -10,14 +10,16 @@ The core calls the hooks below and names no backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import ipaddress
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from specctl.orchestrator.errors import BackendError
+from specctl.orchestrator.errors import BackendError, SettingsError, first_problem
 
 if TYPE_CHECKING:
     from specctl.orchestrator.config.paths import Dirs
@@ -30,12 +32,41 @@ Progress = Any  # Callable[[str], None]: a line of progress for long work
 
 
 class Options(BaseModel):
-    """A backend's own section of a profile (e.g. `[llamacpp]`); none by default."""
+    """A backend's own section of a profile (e.g. `[llamacpp]`); none by default. Untrusted
+    input like the rest of the profile: no NaN or infinity, and `true` is no number."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    target: str | None = Field(None, max_length=4096, description="the target in this backend's "
+                               "format, when it differs (e.g. an MLX folder beside a GGUF)")
+    draft: str | None = Field(None, max_length=4096, description="the draft in this backend's "
+                              "format, when it differs")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if bool not in (annotation, *typing.get_args(annotation)):
+                raise ValueError("expected a number or text, not true/false")
+        return value
 
 
 OptionsT = TypeVar("OptionsT", bound=Options)
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
+def load_settings(make: Callable[[], SettingsT], prefix: str = "SPECCTL_") -> SettingsT:
+    """Settings read from SPECCTL_* variables (specctl's or a backend's): a bad value is one
+    line naming the variable, never a traceback."""
+    try:
+        return make()
+    except ValueError as exc:  # pydantic's ValidationError, or pydantic-settings' own error
+        errors = exc.errors() if isinstance(exc, ValidationError) else []
+        loc = errors[0]["loc"] if errors else ()
+        var = f"${prefix}{loc[0]}".upper() if loc else f"a {prefix}* variable"
+        why = errors[0]["msg"] if errors else first_problem(exc)
+        raise SettingsError(f"{var}: {why}; fix it or unset it") from None
 
 
 @dataclass(frozen=True)
@@ -67,6 +98,7 @@ class Launch:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     health_url: str = ""
+    health_failed: frozenset[int] = frozenset()  # health answers that mean the start failed
     base_url: str = ""  # the OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1
     metrics_url: str | None = None
     # backend variable -> the user's variable it is copied from at spawn time (API keys: the
@@ -76,9 +108,20 @@ class Launch:
     model: str | None = None  # the model name clients should send, when the server needs one
 
 
+def is_loopback(host: str) -> bool:
+    """Does a server bound to `host` stay on this machine?"""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def api_key(env_from: Mapping[str, str], environ: Mapping[str, str]) -> str | None:
-    """The API key a launch copies from the user's environment (see Launch.env_from), if any."""
-    return next((environ.get(source) for source in env_from.values()), None)
+    """The API key a launch copies from the user's environment (see Launch.env_from), if any;
+    an empty variable is no key."""
+    return next((environ.get(source) or None for source in env_from.values()), None)
 
 
 @dataclass(frozen=True)
@@ -178,6 +221,7 @@ class Adapter:
     moved_keys: ClassVar[Mapping[str, str]] = {}  # old profile key -> its key in this section
     knobs: ClassVar[frozenset[str]] = frozenset()  # tunable extras, e.g. "p_min"
     has_workers: ClassVar[bool] = False  # can lend this machine to a server elsewhere
+    authenticates: ClassVar[bool] = True  # checks an API key (without one: loopback only)
 
     @property
     def runs_on(self) -> frozenset[str]:
@@ -239,6 +283,17 @@ class Adapter:
     def worker(self, installed: Installed, host: str, port: int,
                threads: int | None) -> Launch:
         raise BackendError(f"{self.name} has no workers")
+
+    def k_per_batch(self, installed: Installed) -> bool:
+        """Whether this installation switches k by how many requests run at once (a plan's
+        `k_by_batch`); tune then measures the schedule."""
+        return False
+
+    def rejecting(self, plan: Plan, installed: Installed) -> Plan | None:
+        """The speculative `plan` with every draft rejected: verification still runs in
+        batches, but only the target's own tokens are kept. Its greedy output against the
+        baseline's is the numerics floor of identity. None when the backend cannot do it."""
+        return None
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return SpecStats(source=f"{self.name} (reports no draft counters)")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +29,7 @@ from specctl.adapters.base import (
     Options,
     Resources,
     SpecStats,
+    load_settings,
     options_of,
 )
 from specctl.orchestrator.errors import BackendError, ProfileError
@@ -60,26 +61,33 @@ FLAGS = {
 class LlamaCppOptions(Options):
     """The `[llamacpp]` section of a profile."""
 
-    n_min: int | None = Field(None, ge=0, description="fewest draft tokens per step")
-    rpc_workers: tuple[str, ...] = Field((), description="host:port of rpc-servers")
-    worker_memory_gb: tuple[float, ...] = Field((), description="per worker, when they cannot "
-                                                "be asked")
+    n_min: int | None = Field(None, ge=0, le=32, strict=True,
+                              description="fewest draft tokens per step")
+    rpc_workers: tuple[str, ...] = Field((), max_length=256,
+                                         description="host:port of rpc-servers")
+    worker_memory_gb: tuple[Annotated[float, Field(gt=0, le=1 << 16, strict=True)], ...] = Field(
+        (), max_length=256, description="per worker, when they cannot be asked")
     draft_local: bool = Field(True, description="keep the draft on this machine (RPC)")
-    tensor_split: tuple[float, ...] = Field((), description="filled in by the plan: the "
-                                            "workers' shares of the target's layers")
+    tensor_split: tuple[Annotated[float, Field(ge=0, strict=True)], ...] = Field(
+        (), max_length=257, description="filled in by the plan: the workers' shares of the "
+        "target's layers")
+    spec_synth_rates: tuple[Annotated[float, Field(ge=0, le=1)], ...] = Field(
+        (), max_length=32, description="benchmarking only: synthetic acceptance per draft "
+        "position (0 = reject every draft; bench uses it for the greedy numerics floor)")
 
     @field_validator("rpc_workers")
     @classmethod
     def _host_port(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for w in v:
             host, sep, port = w.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"'{w}' is not host:port")
+            if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError(f"'{w}' is not host:port (port 1-65535)")
         return v
 
 
 class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
+                                      env_ignore_empty=True)
     llama_server: Path | None = None  # use this llama-server instead of finding one
 
 
@@ -186,7 +194,7 @@ class LlamaCpp(Adapter):
 
     @classmethod
     def create(cls, dirs: Dirs) -> LlamaCpp:
-        return cls(configured=_Settings().llama_server, backends_dir=dirs.backends)
+        return cls(configured=load_settings(_Settings).llama_server, backends_dir=dirs.backends)
 
     def locate(self) -> Path | None:
         if self.built is None and self.backends_dir is not None:
@@ -328,6 +336,15 @@ class LlamaCpp(Adapter):
         if plan.cache_type != "f16":
             a.add(names["ctk_draft"], plan.cache_type)
             a.add(names["ctv_draft"], plan.cache_type)
+        if opts.spec_synth_rates:
+            a.add("--spec-synth-rates", ",".join(f"{r:g}" for r in opts.spec_synth_rates))
+
+    def rejecting(self, plan: Plan, installed: Installed) -> Plan | None:
+        """`--spec-synth-rates 0,...`: the build drafts and verifies, then rejects every draft."""
+        if not plan.speculative or "--spec-synth-rates" not in installed.flags:
+            return None
+        opts = options_of(plan, LlamaCppOptions)
+        return plan.but(options=opts.model_copy(update={"spec_synth_rates": (0.0,) * plan.k}))
 
     def worker(self, installed: Installed, host: str, port: int,
                threads: int | None) -> Launch:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.orchestrator.errors import BackendError
+from specctl.orchestrator.files import UnreadableError, read_text
 
 SOURCE_PACKAGE = "llama-cpp-python"
 SOURCE_VERSION = "0.3.36"
@@ -98,8 +99,8 @@ def installed_server(backends_dir: Path, tc: Toolchain) -> Path | None:
 def record_of(backends_dir: Path, tc: Toolchain) -> dict[str, object] | None:
     path = llamacpp_root(backends_dir) / tc.key / "build.json"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(read_text(path, limit=1 << 16))
+    except (OSError, ValueError, RecursionError, UnreadableError):  # no finished build
         return None
     return data if isinstance(data, dict) else None
 

@@ -15,9 +15,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from packaging.version import InvalidVersion, Version
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.adapters.base import Adapter, HttpCall, Installed, Launch, ModelStore
+from specctl.adapters.base import (
+    Adapter,
+    HttpCall,
+    Installed,
+    Launch,
+    ModelStore,
+    is_loopback,
+    load_settings,
+)
 from specctl.adapters.ollama_store import OllamaStore, models_dir
 from specctl.orchestrator.errors import BackendError
 
@@ -31,8 +40,9 @@ DRAFT_SINCE = (0, 32, 12)  # draft_num_predict and the DRAFT layer
 
 
 class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
-    ollama_url: str = DEFAULT_URL
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
+                                      env_ignore_empty=True)
+    ollama_url: str = Field(DEFAULT_URL, pattern=r"^https?://[^\s/]+(/\S*)?$")
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -46,6 +56,8 @@ def methods_for(version: str) -> frozenset[str]:
     return frozenset({"none", "mtp"} if version_tuple(version) >= DRAFT_SINCE else {"none"})
 
 
+
+
 def model_name(plan: Plan) -> str:
     return plan.target.ref.removeprefix("ollama:")
 
@@ -56,6 +68,7 @@ class Ollama(Adapter):
     vocab_rule: ClassVar[str] = "near"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
     preference: ClassVar[Mapping[str, int]] = {"cuda": 2, "metal": 1, "cpu": 1}
+    authenticates: ClassVar[bool] = False  # checks no API key: loopback only
     install_hint: ClassVar[str] = "Ollama from https://ollama.com and `ollama serve`"
     no_spec_hint: ClassVar[str] = ("serve the same model with llama.cpp and a draft instead "
                                    "(target = \"ollama:NAME\", backend = [\"llamacpp\"]; "
@@ -66,7 +79,7 @@ class Ollama(Adapter):
 
     @classmethod
     def create(cls, dirs: Dirs) -> Ollama:
-        return cls(url=_Settings().ollama_url)
+        return cls(url=load_settings(_Settings).ollama_url)
 
     def store(self) -> ModelStore:
         return OllamaStore(models_dir(os.environ, Path.home()))
@@ -122,6 +135,10 @@ class Ollama(Adapter):
                          dialect="ollama", methods=methods_for("0.32.12"), assumed=True)
 
     def launch(self, plan: Plan, installed: Installed) -> Launch:
+        if not is_loopback(plan.host):  # an API key would not help: Ollama checks none
+            raise BackendError(f"Ollama has no authentication: on {plan.host} anyone who can "
+                               "reach it could use it; bind it to 127.0.0.1 (server.host), and "
+                               "put an authenticating proxy in front to share it")
         if plan.method not in installed.methods:
             raise BackendError(f"Ollama {installed.version} cannot speculate with "
                                f"'{plan.method}'; {self.no_spec_hint}")

@@ -8,16 +8,35 @@ The models dir is $OLLAMA_MODELS, else ~/.ollama/models (macOS and user installs
 
 from __future__ import annotations
 
-import json
+import re
+import shlex
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import ClassVar
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from specctl.adapters.base import ModelStore
-from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.errors import ModelError, first_problem
+from specctl.orchestrator.files import UnreadableError, read_text
 
 MODEL_LAYER = "application/vnd.ollama.image.model"
 REGISTRY = "registry.ollama.ai"
+_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a name, namespace or tag: no "..", "/"
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+class _Layer(BaseModel):
+    model_config = ConfigDict(strict=True)
+    mediaType: str  # Ollama's key
+    digest: str
+
+
+class _Manifest(BaseModel):
+    """The part of an Ollama manifest specctl reads; another tool's file: validated."""
+
+    model_config = ConfigDict(strict=True)
+    layers: list[_Layer]
 
 
 def models_dir(env: Mapping[str, str], home: Path) -> Path:
@@ -35,22 +54,32 @@ def manifest_path(name_tag: str, root: Path) -> Path:
         parts = [REGISTRY, "library", *parts]
     elif len(parts) == 2:
         parts = [REGISTRY, *parts]
-    return root / "manifests" / Path(*parts) / (tag or "latest")
+    tag = tag or "latest"
+    bad = next((p for p in [*parts, tag] if not _PART.fullmatch(p)), None)
+    if bad is not None:
+        raise ModelError(f"'ollama:{name_tag}' is not an Ollama model name ('{bad}'); names are "
+                         "like qwen2.5-coder:1.5b or namespace/name:tag")
+    return root / "manifests" / Path(*parts) / tag
 
 
 def blob_for(name_tag: str, root: Path) -> Path | None:
     """The GGUF blob of an Ollama model, None when the model is not pulled."""
     path = manifest_path(name_tag, root)
     try:
-        manifest = json.loads(path.read_text())
+        manifest = _Manifest.model_validate_json(read_text(path, limit=1 << 20))
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelError(f"Ollama manifest {path} is unreadable ({exc}); `ollama pull` it "
-                         "again") from None
-    for layer in manifest.get("layers", []):
-        if layer.get("mediaType") == MODEL_LAYER:
-            blob = root / "blobs" / str(layer["digest"]).replace(":", "-")
+    except (OSError, UnreadableError, ValidationError) as exc:
+        why = first_problem(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise ModelError(f"Ollama manifest {path} is unreadable ({why}); `ollama pull "
+                         f"{name_tag}` again") from None
+    for layer in manifest.layers:
+        if layer.mediaType == MODEL_LAYER:
+            if not _DIGEST.fullmatch(layer.digest):
+                raise ModelError(f"Ollama manifest {path} names a model blob "
+                                 f"{layer.digest[:80]!r} that is not a sha256 digest; "
+                                 f"`ollama pull {name_tag}` again")
+            blob = root / "blobs" / layer.digest.replace(":", "-")
             if not blob.is_file():
                 raise ModelError(f"Ollama blob {blob} for {name_tag} is missing; "
                                  f"`ollama pull {name_tag}` again")
@@ -99,4 +128,4 @@ class OllamaStore(ModelStore):
         return all_models(self.root)
 
     def how_to_get(self, name: str) -> str:
-        return f"pull it with `ollama pull {name}`"
+        return f"pull it with `ollama pull {shlex.quote(name)}`"

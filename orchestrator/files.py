@@ -1,18 +1,34 @@
 """Files specctl writes and reads back. Writes are atomic and user-only.
 
 The one place where a name becomes a path (`inside`), and where files read back from disk are
-read (`read_text`): bounded, regular files only, so a FIFO, a device or a huge file is a clear
-error, never a hang; what fails validation is set aside (`set_aside`), never trusted.
+read (`read_text`): bounded, regular UTF-8 files only, so a FIFO, a device or a huge file is a
+clear error, never a hang. Files specctl wrote are read back through `read_back`, validated by
+the same model as fresh values; what fails is set aside (`set_aside`) and reported, never trusted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from specctl.orchestrator.errors import StateError
+from specctl.orchestrator.errors import NameRefusedError, StateError, first_problem
+
+T = TypeVar("T")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+NAME_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit, 64 at most"
+_NAME = re.compile(NAME_PATTERN)
+_AFFIX = re.compile(r"[A-Za-z0-9._-]*")
+MAX_BYTES = 4 << 20  # specctl's files, profiles and recorded machines are KBs
+
+
+class UnreadableError(StateError):
+    """A file that is not a regular, bounded, UTF-8 text file."""
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -20,7 +36,7 @@ def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
@@ -31,3 +47,90 @@ def write_atomic(path: Path, text: str) -> None:
             os.unlink(tmp)
         raise StateError(f"cannot write {path}: {exc.strerror or exc}; free some disk space or "
                          "set SPECCTL_STATE_DIR to a writable place") from None
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """`name` if it is a strict identifier (a profile, a run, a tuning key), else refused."""
+    if not _NAME.fullmatch(name):
+        raise NameRefusedError(f"{what} {name!r} is not a valid name ({NAME_RULE})")
+    return name
+
+
+def inside(folder: Path, name: str, suffix: str = "", what: str = "name",
+           prefix: str = "") -> Path:
+    """The path of `prefix` + `name` + `suffix` in `folder`; refused unless `name` is a strict
+    identifier and the path stays inside `folder` (symlinks followed)."""
+    if not _AFFIX.fullmatch(suffix) or not _AFFIX.fullmatch(prefix):
+        raise ValueError(f"affix {prefix!r} {suffix!r}")  # ours, never the user's: a bug
+    path = folder / f"{prefix}{check_name(name, what)}{suffix}"
+    try:  # realpath: a symlink loop is no error here
+        real, base = Path(os.path.realpath(path)), os.path.realpath(folder)
+    except ValueError:  # a NUL, or text no file system name can hold
+        raise NameRefusedError(f"{str(folder)!r} cannot be a folder") from None
+    if path.parent != folder or not real.is_relative_to(base):
+        raise NameRefusedError(f"{what} {name!r} leads outside {folder}")
+    return path
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def read_text(path: Path, limit: int = MAX_BYTES) -> str:
+    """A regular UTF-8 text file of at most `limit` bytes. FileNotFoundError when missing;
+    UnreadableError (one line) for a directory, FIFO, device, huge or binary file: never a hang
+    (the open does not block) and never an unbounded read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise UnreadableError(f"{path!s}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnreadableError(f"{path} is {_kind(mode)}, not a file")
+        data = os.read(fd, limit + 1)
+        while len(data) <= limit and (more := os.read(fd, limit + 1 - len(data))):
+            data += more
+    except OSError as exc:
+        raise UnreadableError(f"{path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise UnreadableError(f"{path} is larger than {limit >> 10} KB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableError(f"{path} is not UTF-8 text (byte {exc.start})") from None
+
+
+def set_aside(path: Path) -> Path | None:
+    """Rename a file that failed validation to `NAME.corrupt` (kept for the user to look at)."""
+    aside = path.with_name(f"{path.name}.corrupt")
+    try:
+        os.replace(path, aside)
+    except OSError:
+        return None
+    return aside
+
+
+def read_back(path: Path, parse: Callable[[str], T], what: str, then: str) -> T | None:
+    """A file specctl wrote earlier, validated by `parse` (the model fresh values go through).
+    None when there is none; one that fails is set aside and reported in one line (StateError),
+    never trusted."""
+    try:
+        return parse(read_text(path))
+    except FileNotFoundError:
+        return None
+    except (UnreadableError, ValueError, RecursionError) as exc:  # JSON and pydantic errors
+        why = str(exc).removeprefix(f"{path}").lstrip(": ") if isinstance(
+            exc, UnreadableError) else first_problem(exc)
+        aside = set_aside(path)
+        where = f"moved it to {aside.name}" if aside else "it could not be moved aside"
+        raise StateError(f"{what} {path} was unreadable ({why}); {where}. {then}") from None

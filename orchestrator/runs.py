@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import psutil
 from specctl.adapters.base import Endpoint, SpecStats, api_key
 from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.errors import ModelError, ServerError, SpecctlError, StateError
+from specctl.orchestrator.files import inside
 from specctl.orchestrator.planning.plan import plan_json
 from specctl.orchestrator.runtime import handoff, procs, state
 from specctl.orchestrator.runtime.supervise import Policy, Supervisor
@@ -32,13 +34,24 @@ def _clean_leftover(runs: Path, profile: str, say: Say) -> None:
         return
     if old is None:
         return
-    if state.alive(old.supervisor_pid, old.supervisor_started):
+    if supervisor_of(old) is not None:
         raise ServerError(f"profile {profile} is already up at {old.url} (supervisor pid "
                           f"{old.supervisor_pid}); `specctl down {profile}` first")
-    if old.server_pgid and state.alive(old.server_pid, old.server_started):
+    leader = server_of(old)
+    if leader is not None:
         say(f"stopping a leftover {profile} server (pid {old.server_pid}) from an earlier run")
-        procs.stop_group(old.server_pgid)
+        procs.stop_recorded_group(old.server_pgid, leader)
     state.remove(runs, profile)
+
+
+def supervisor_of(run: state.RunState) -> psutil.Process | None:
+    """The run's supervisor, if the recorded one is still running (identity checked)."""
+    return procs.ours(run.supervisor_pid, run.supervisor_started, run.supervisor_cmdline)
+
+
+def server_of(run: state.RunState) -> psutil.Process | None:
+    """The run's server (its process group's leader), if still the recorded one."""
+    return procs.ours(run.server_pid, run.server_started, run.server_cmdline)
 
 
 def ready_of(app: App, resolved: Resolved) -> handoff.Ready:
@@ -79,10 +92,12 @@ def supervise_launch(app: App, ready: handoff.Ready, say: Say) -> int:
     """Supervise the launch under its run name (the caller holds its lock)."""
     app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
     me, launch = os.getpid(), ready.launch()
+    started, cmdline = procs.identity(me) or (0.0, [])
     run = state.RunState(
-        profile=ready.name, supervisor_pid=me, supervisor_started=state.create_time(me) or 0.0,
-        url=launch.base_url, metrics_url=launch.metrics_url, port=ready.port, host=ready.host,
-        log=str(app.dirs.logs / f"{ready.name}.log"), spec=ready.spec, plan=ready.plan)
+        profile=ready.name, supervisor_pid=me, supervisor_started=started,
+        supervisor_cmdline=cmdline, url=launch.base_url, metrics_url=launch.metrics_url,
+        port=ready.port, host=ready.host, log=str(inside(app.dirs.logs, ready.name, ".log")),
+        spec=ready.spec, plan=ready.plan)
     state.save(app.dirs.runs, run)
     return Supervisor(run, launch, app.dirs.runs, policy_of(app), say).serve()
 
@@ -122,7 +137,7 @@ def start_detached(app: App, ready: handoff.Ready, say: Say) -> state.RunState:
 def detach(app: App, name: str, args: list[str]) -> state.RunState:
     """Run `specctl ARGS` (a --foreground supervisor) in its own session; wait until healthy."""
     app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
-    sup_log = app.dirs.logs / f"{name}.supervisor.log"
+    sup_log = inside(app.dirs.logs, name, ".supervisor.log")
     with sup_log.open("ab") as out:
         child = subprocess.Popen([sys.executable, "-m", "specctl", *args],
                                  stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -163,44 +178,58 @@ def down(app: App, profile: str) -> bool:
     try:
         run = state.load(runs, profile)
     except StateError:
-        return _down_without_state(profile, grace)  # the file was moved aside
+        return _down_without_state(profile, runs, grace)  # the file was moved aside
     if run is None:
-        return _down_without_state(profile, grace)
+        return _down_without_state(profile, runs, grace)
     stopped = False
-    if state.alive(run.supervisor_pid, run.supervisor_started):
-        os.kill(run.supervisor_pid, signal.SIGTERM)
+    supervisor = supervisor_of(run)
+    if supervisor is not None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            supervisor.terminate()  # psutil checks pid and create time again before signalling
         deadline = time.monotonic() + grace + 10
-        while time.monotonic() < deadline and state.alive(run.supervisor_pid,
-                                                          run.supervisor_started):
+        while time.monotonic() < deadline and supervisor_of(run) is not None:
             time.sleep(0.1)
-        if state.alive(run.supervisor_pid, run.supervisor_started):
-            os.kill(run.supervisor_pid, signal.SIGKILL)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if supervisor_of(run) is not None:
+                supervisor.kill()
         stopped = True
-    if run.server_pgid and procs.stop_group(run.server_pgid, grace):
+    if procs.stop_recorded_group(run.server_pgid, server_of(run), grace):
         stopped = True
     state.remove(runs, profile)
     return stopped
 
 
-def supervisors_of(profile: str) -> list[psutil.Process]:
-    """Running `specctl up --profile PROFILE --foreground` processes, found by command line."""
+def supervisors_of(profile: str, runs: Path) -> list[psutil.Process]:
+    """Running `specctl up --profile PROFILE --foreground` processes found by command line that
+    hold the profile's lock in `runs`: a same-named profile's supervisor of another state dir
+    (another user, a test) is not ours."""
+    lock = os.path.realpath(state.lock_path(runs, profile))
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
         if "specctl" not in cmd or "--foreground" not in cmd or "--profile" not in cmd:
             continue
         ref = cmd[cmd.index("--profile") + 1] if cmd.index("--profile") + 1 < len(cmd) else ""
-        if ref == profile or (ref.endswith(".toml") and Path(ref).stem == profile):
+        named = ref == profile or (ref.endswith(".toml") and Path(ref).stem == profile)
+        if named and _holds(proc, lock):
             found.append(proc)
     return found
 
 
-def _down_without_state(profile: str, grace: float) -> bool:
-    """No usable state file: stop the profile's supervisor found by its command line (it then
-    stops its own server group)."""
-    sups = supervisors_of(profile)
+def _holds(proc: psutil.Process, path: str) -> bool:
+    try:
+        return any(os.path.realpath(f.path) == path for f in proc.open_files())
+    except psutil.Error:
+        return False
+
+
+def _down_without_state(profile: str, runs: Path, grace: float) -> bool:
+    """No usable state file: stop the profile's supervisor found by its command line and its
+    lock (it then stops its own server group)."""
+    sups = supervisors_of(profile, runs)
     for proc in sups:
-        proc.terminate()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
     _gone, alive = psutil.wait_procs(sups, timeout=grace + 10)
     for proc in alive:
         proc.kill()
@@ -230,7 +259,7 @@ def status(app: App) -> list[Row]:
             continue
         if run is None:
             continue
-        up = state.alive(run.supervisor_pid, run.supervisor_started)
+        up = supervisor_of(run) is not None
         stats, note = None, ""
         backend = registry.get(str(run.plan.get("backend", "")))
         if up and run.status == "running" and backend is not None:

@@ -212,7 +212,7 @@ def test_state_file_truncated_then_down(env: dict[str, str], smol: Path) -> None
     assert done.returncode == 0 and "stopped" in done.stdout, done.stderr
 
 
-def test_tuning_file_garbage_is_ignored_by_plan_and_reported_by_show(
+def test_tuning_file_garbage_is_set_aside_and_reported_by_plan(
         env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     profile = tmp_path / "smol.toml"
     profile.write_text(SMOL.replace("k = 3", 'k = "auto"'))
@@ -225,8 +225,12 @@ def test_tuning_file_garbage_is_ignored_by_plan_and_reported_by_show(
     bad.write_text('{"profile": "smol", "method": ')
     plan = specctl("plan", "--profile", str(profile), "--json", env=env)
     assert plan.returncode == 0 and json.loads(plan.stdout)["k_source"] == "cost model"
-    one_line_error(specctl("tune", "--profile", str(profile), "--show", env=env), "unreadable")
-    assert bad.read_text() == '{"profile": "smol", "method": '  # left for the user to see
+    assert any("unreadable" in r and f"{bad.name}.corrupt" in r
+               for r in json.loads(plan.stdout)["reasons"])
+    aside = bad.with_name(f"{bad.name}.corrupt")  # set aside for the user to see, never trusted
+    assert not bad.exists() and aside.read_text() == '{"profile": "smol", "method": '
+    one_line_error(specctl("tune", "--profile", str(profile), "--show", env=env),
+                   "no tuning result")
 
 
 def test_profile_toml_malformed(env: dict[str, str], tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.service import units
+from specctl.orchestrator.service import quote, units
 from tests.cli import specctl
 
 GOLDEN = Path(__file__).parent / "fixtures" / "units"
@@ -40,10 +40,15 @@ def test_launchd_plist_matches_the_golden_file_and_round_trips() -> None:
 
 
 def test_quoting_keeps_hostile_values_as_one_word() -> None:
-    assert units.systemd_quote("cpu-demo") == "cpu-demo"
-    assert units.systemd_quote("/a b/x.toml") == '"/a b/x.toml"'
-    assert units.systemd_quote("$(rm -rf ~) 100%") == '"$$(rm -rf ~) 100%%"'
-    assert units.systemd_quote('a"b\\c') == '"a\\"b\\\\c"'
+    def command(arg: str) -> str:
+        return quote.systemd_value(quote.Words((arg,), "command"))
+
+    assert command("cpu-demo") == "cpu-demo"
+    assert command("/a b/x.toml") == '"/a b/x.toml"'
+    assert command("$(rm -rf ~) 100%") == '"$$(rm -rf ~) 100%%"'
+    assert command('a"b\\c') == '"a\\"b\\\\c"'
+    assert command("a\nb") == '"a\\x0ab"'
+    assert quote.systemd_value(quote.Words(("A=$HOME",))) == '"A=$HOME"'  # no $ expansion there
 
 
 def _verify(unit_text: str, name: str, tmp: Path) -> subprocess.CompletedProcess[str]:
@@ -57,9 +62,9 @@ def test_every_shipped_profile_gives_a_unit_systemd_accepts(tmp_path: Path) -> N
     names = list(profiles.available(Dirs.from_env()))
     assert len(names) >= 5
     for name in names:
-        for scope in ("--user", "--system"):
+        for scope in (["--user"], ["--system", "--user-name", "daemon"]):  # never as root
             done = specctl("service", "install", "--profile", name, "--manager", "systemd",
-                           scope, "--dry-run")
+                           *scope, "--dry-run")
             assert done.returncode == 0, done.stderr
             assert "KillMode=control-group" in done.stdout
             checked = _verify(done.stdout, f"specctl-{name}.service", tmp_path)

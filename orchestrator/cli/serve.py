@@ -125,9 +125,10 @@ def status(as_json: bool) -> None:
 def logs(name: str, follow: bool, lines: int) -> None:
     """Print a profile's server log."""
     from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.files import inside
     from specctl.orchestrator.runtime import procs
 
-    path = Dirs.from_env().logs / f"{name}.log"
+    path = inside(Dirs.from_env().logs, name, ".log", "profile name")
     if not path.is_file():
         raise SpecctlError(f"no log for {name} in {path.parent}; has it been started?")
     click.echo(procs.tail(str(path), lines))
@@ -198,10 +199,14 @@ SCOPE = click.option("--system/--user", "system", default=False,
 @click.option("--dry-run", is_flag=True, help="Print the unit/plist; write nothing.")
 @click.option("--enable", is_flag=True,
               help="Also run daemon-reload + enable --now (or launchctl bootstrap).")
+@click.option("--user-name", metavar="USER",
+              help="With --system: the account the service runs as (default: the user who ran "
+                   "sudo, else you). Never root.")
 def service_install(profile_ref: str, system: bool, manager: str | None, dry_run: bool,
-                    enable: bool) -> None:
+                    enable: bool, user_name: str | None) -> None:
     """Write a unit running `specctl up --profile NAME --foreground` (restart on failure,
-    whole-group stop, hardened). API keys go in <config>/service.env, never in the unit."""
+    whole-group stop, hardened). API keys go in <config>/service.env, never in the unit. A
+    --system service runs as a named user (User=), never as root."""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.config import profiles as profiles_mod
     from specctl.orchestrator.service import manage as service_mod
@@ -210,7 +215,9 @@ def service_install(profile_ref: str, system: bool, manager: str | None, dry_run
     app = App.from_env()
     profile = profiles_mod.load(profile_ref, app.dirs)
     mgr = manager or service_mod.default_manager()
-    spec = service_mod.spec_for(profile.name, profile_ref, app.dirs, system, dict(os.environ))
+    user = service_mod.service_user(user_name, os.environ) if system else None
+    spec = service_mod.spec_for(profile.name, profile_ref, app.dirs, system, dict(os.environ),
+                                user)
     if dry_run:
         click.echo(service_mod.render(spec, mgr), nl=False)
         return
@@ -231,9 +238,11 @@ def _named_service(name: str, system: bool,
                    manager: str | None) -> tuple[units.ServiceSpec, str]:
     """The service of an installed profile, found by its name (no profile file needed)."""
     from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.files import check_name
     from specctl.orchestrator.service import manage as service_mod
 
     mgr = manager or service_mod.default_manager()
+    check_name(name, "profile name")
     return service_mod.spec_for(name, name, Dirs.from_env(), system, dict(os.environ)), mgr
 
 

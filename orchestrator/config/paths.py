@@ -14,6 +14,8 @@ import platformdirs
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from specctl.adapters.base import load_settings
+
 APP = "specctl"
 
 
@@ -30,7 +32,9 @@ class _Variables(BaseSettings):
     @field_validator("config_dir", "state_dir", "cache_dir")
     @classmethod
     def _expand_user(cls, path: Path) -> Path:
-        return path.expanduser()
+        """~ expanded; a relative path is taken from here, so services and detached
+        supervisors (started elsewhere) use the same dir."""
+        return path.expanduser().absolute()
 
 
 class _Given(_Variables):
@@ -89,5 +93,5 @@ class Dirs:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Dirs:
-        found = _Variables() if env is None else _Given.of(env)
+        found = load_settings(_Variables) if env is None else load_settings(lambda: _Given.of(env))
         return cls(config=found.config_dir, state=found.state_dir, cache=found.cache_dir)

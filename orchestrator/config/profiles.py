@@ -5,25 +5,39 @@ The core sections are defined here; each backend adds its own section (`[llamacp
 
 Shipped profiles live in `profiles/` (inside the package); user profiles in the user config dir
 shadow them. `--profile` takes a name or a path to a `.toml` file. Environment variables override
-single fields, e.g. `SPECCTL_SERVER__PORT=9000` or `SPECCTL_K=4`.
+single fields, e.g. `SPECCTL_SERVER__PORT=9000` or `SPECCTL_K=4` (config/overrides.py).
+
+A profile is untrusted input (shared, downloaded): it is read bounded, validated strictly (no
+`true` for a number, no NaN, limits on every count and size), and its name is a strict
+identifier, checked here once, since it becomes file, unit and label names.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import os
 import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from specctl.adapters.base import Options
+from specctl.orchestrator.config import overrides
 from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.errors import ProfileError
+from specctl.orchestrator.errors import NameRefusedError, ProfileError
+from specctl.orchestrator.files import UnreadableError, check_name, read_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,57 +45,84 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DRAFTLESS = ("ngram", "none")
+MAX_K = 32
+MAX_GPUS = 64  # per machine (a node); 8 or 16 in the largest today
+MAX_NODES = 1024
+MAX_GB = 1 << 16  # memory of one device or machine, GB
+# Limits shared with what is read back from disk (a tuned result), as fresh input is held to.
+PMin = Annotated[float, Field(ge=0, le=1)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """No unknown keys, no `true` read as 1, no "8080" read as a number, no NaN or infinity."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Server(Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
-    context: int = Field(8192, ge=256)
-    threads: int | None = Field(None, ge=1, description="CPU threads; default: physical cores")
-    parallel: int = Field(1, ge=1, description="concurrent sequences (slots)")
-    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+    context: int = Field(8192, ge=256, le=1 << 24)
+    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; default: "
+                                "physical cores")
+    parallel: int = Field(1, ge=1, le=4096, description="concurrent sequences (slots)")
+    api_key_env: EnvName | None = Field(None, description="environment variable holding the "
+                                        "API key")
 
 
 class Memory(Strict):
-    budget_gb: float | None = Field(None, gt=0, description="cap below what the machine has")
+    budget_gb: float | None = Field(None, gt=0, le=MAX_GB * MAX_NODES,
+                                    description="cap below what the machine has")
     gpu_utilization: float = Field(0.9, gt=0, le=1)
-    ram_reserve_gb: float = Field(2.0, ge=0, description="RAM left to the OS on CPU/Metal")
+    ram_reserve_gb: float = Field(2.0, ge=0, le=MAX_GB, description="RAM left to the OS on "
+                                  "CPU/Metal")
     cache_type: Literal["auto", "f16", "q8_0", "q4_0", "fp8"] = "auto"
-    min_context: int = Field(2048, ge=256, description="never shrink context below this")
+    min_context: int = Field(2048, ge=256, le=1 << 24, description="never shrink context "
+                             "below this")
 
 
 class Speculative(Strict):
-    p_min: float | None = Field(None, ge=0, le=1, description="draft p-min, where the backend "
-                                "has one")
-    ngram_min: int = Field(2, ge=1)
-    ngram_max: int = Field(4, ge=1)
+    p_min: PMin | None = Field(None, description="draft p-min, where the backend has one")
+    ngram_min: int = Field(2, ge=1, le=64)
+    ngram_max: int = Field(4, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _ngram_order(self) -> Speculative:
+        if self.ngram_min > self.ngram_max:
+            raise ValueError(f"ngram_min ({self.ngram_min}) is above ngram_max "
+                             f"({self.ngram_max})")
+        return self
+
+
+class Sampling(Strict):
+    """How clients sample from this server: `bench --quality` checks speculation at these."""
+
+    temperature: float = Field(0.8, ge=0, le=2, allow_inf_nan=False)
+    top_p: float = Field(0.95, gt=0, le=1, allow_inf_nan=False)
 
 
 class Node(Strict):
     """One kind of machine in a cluster: inline, or a recorded machine (JSON file)."""
 
-    count: int = Field(1, ge=1)
+    count: int = Field(1, ge=1, le=MAX_NODES)
     hardware: str | None = Field(None, description="a recorded machine JSON file")
     gpu: str = "GPU"
-    gpus: int = Field(0, ge=0)
-    gpu_memory_gb: float = Field(0, ge=0)
-    ram_gb: float = Field(0, ge=0)
-    cores: int = Field(1, ge=1)
+    gpus: int = Field(0, ge=0, le=MAX_GPUS)
+    gpu_memory_gb: float = Field(0, ge=0, le=MAX_GB)
+    ram_gb: float = Field(0, ge=0, le=MAX_GB)
+    cores: int = Field(1, ge=1, le=4096)
 
 
 class Cluster(Strict):
     """Beyond one machine: the machines planned as one (the engines' own distribution runs over
     them; each backend's section says how)."""
 
-    nodes: list[Node] = Field(default_factory=list)
+    nodes: list[Node] = Field(default_factory=list, max_length=MAX_NODES)
 
 
 class Profile(Strict):
-    name: str = ""
+    name: str = ""  # set from the file name unless the file names itself; checked on load
     description: str = ""
     target: str
     draft: str = Field("auto", description='"auto", a model reference, "ngram" or "none"')
@@ -91,6 +132,7 @@ class Profile(Strict):
     server: Server = Server()
     memory: Memory = Memory()
     speculative: Speculative = Speculative()
+    sampling: Sampling = Sampling()
     cluster: Cluster = Cluster()
 
     @field_validator("backend")
@@ -108,38 +150,24 @@ class Profile(Strict):
         found = getattr(self, backend, None)
         return found if isinstance(found, Options) else Options()
 
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        try:
+            return check_name(v, "profile name")
+        except NameRefusedError as exc:
+            raise ValueError(f"{exc}; rename the file or set `name`") from None
+
     @field_validator("k")
     @classmethod
     def _k_positive(cls, v: int | str) -> int | str:
-        if isinstance(v, int) and not 1 <= v <= 32:
-            raise ValueError("k must be 1..32 or \"auto\"")
+        if isinstance(v, int) and not 1 <= v <= MAX_K:
+            raise ValueError(f"k must be 1..{MAX_K} or \"auto\"")
         return v
 
     @property
     def draftless(self) -> bool:
         return self.draft in DRAFTLESS
-
-
-class _EnvOverrides(BaseSettings):
-    """Reads SPECCTL_* variables into a nested dict, nothing else."""
-
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", env_nested_delimiter="__",
-                                      extra="ignore")
-    target: str | None = None
-    draft: str | None = None
-    k: str | None = None
-    backend: str | None = None
-    server: dict[str, Any] | None = None
-    memory: dict[str, Any] | None = None
-    speculative: dict[str, Any] | None = None
-
-    @classmethod
-    def settings_customise_sources(
-        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (env_settings,)
 
 
 @functools.cache
@@ -162,14 +190,9 @@ def _moved(key: str) -> str | None:
     return None
 
 
-def env_overrides() -> dict[str, Any]:
-    """SPECCTL_* variables (read by pydantic-settings) as a nested dict of profile fields."""
-    raw = _EnvOverrides().model_dump(exclude_none=True)
-    if isinstance(raw.get("k"), str) and raw["k"].isdigit():
-        raw["k"] = int(raw["k"])
-    if isinstance(raw.get("backend"), str):
-        raw["backend"] = [b.strip() for b in raw["backend"].split(",") if b.strip()]
-    return raw
+def env_overrides(environ: Mapping[str, str] | None = None) -> overrides.Overrides:
+    """SPECCTL_* variables that override profile fields (config/overrides.py)."""
+    return overrides.read(profile_model(), os.environ if environ is None else environ)
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,12 +218,16 @@ def available(dirs: Dirs) -> dict[str, Path]:
     return found
 
 
-def _format_validation(exc: ValidationError, source: str) -> str:
+def _format_validation(exc: ValidationError, source: str,
+                       over: overrides.Overrides | None = None) -> str:
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]
     if loc and loc[-1] in ("int", "str", "float", "literal['auto']"):
         loc = loc[:-1]  # pydantic names the union member it tried; the user wrote the field
     where = ".".join(loc) or "(top level)"
+    var = over.blame(tuple(loc)) if over is not None else None
+    if var is not None:
+        return f"${var}: '{where}': {err['msg']}; fix or unset the variable"
     if err["type"] == "extra_forbidden":
         moved = _moved(where)
         if moved:
@@ -214,12 +241,13 @@ def parse(text: str, name: str, source: str) -> Profile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{source}: not valid TOML ({exc})") from None
-    data = _merge(data, env_overrides())
+    over = env_overrides()
+    data = _merge(data, over.data)
     data.setdefault("name", name)
     try:
         return profile_model().model_validate(data)
     except ValidationError as exc:
-        raise ProfileError(_format_validation(exc, source)) from None
+        raise ProfileError(_format_validation(exc, source, over)) from None
 
 
 def load(ref: str, dirs: Dirs) -> Profile:
@@ -236,4 +264,10 @@ def load(ref: str, dirs: Dirs) -> Profile:
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise ProfileError(f"no profile named '{ref}'{hint} (`specctl profiles` lists them)")
         path = known[ref]
-    return parse(path.read_text(), name=path.stem, source=str(path))
+    try:
+        text = read_text(path, limit=1 << 20)
+    except UnreadableError as exc:
+        raise ProfileError(f"profile {exc}; save it as UTF-8 TOML") from None
+    except OSError as exc:
+        raise ProfileError(f"cannot read profile {path}: {exc.strerror or exc}") from None
+    return parse(text, name=path.stem, source=str(path))

@@ -1,25 +1,37 @@
 """Machine-wide settings (not per profile), from SPECCTL_* variables. Passed in, never global.
 
-Each backend reads its own settings (e.g. where its server program is) in its adapter."""
+Each backend reads its own settings (e.g. where its server program is) in its adapter. A bad
+value is one line naming the variable (`from_env`); an empty one means the default."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from specctl.adapters.base import load_settings
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
+                                      env_ignore_empty=True, allow_inf_nan=False)
 
     models_dirs: str = ""  # extra GGUF folders for draft search, separated by os.pathsep
     # supervision: a server that was healthy and dies is restarted with exponential backoff
-    max_restarts: int = 5
-    restart_backoff: float = 1.0  # seconds before the first restart; doubles, up to 30 s
-    health_timeout: float = 300.0  # a cold 3.5 GB F16 load took 54 s on 2 cores
-    stop_grace: float = 10.0  # SIGTERM, then SIGKILL of the server's process group
+    max_restarts: int = Field(5, ge=0, le=1000)
+    # seconds before the first restart; doubles, up to 30 s
+    restart_backoff: float = Field(1.0, ge=0, le=3600)
+    # a cold 3.5 GB F16 load took 54 s on 2 cores
+    health_timeout: float = Field(300.0, gt=0, le=86400)
+    # SIGTERM, then SIGKILL of the server's process group
+    stop_grace: float = Field(10.0, ge=0, le=3600)
     no_download: bool = False  # refuse to fetch models that are not on disk (`up --no-download`)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return load_settings(cls)
 
     def model_folders(self) -> list[Path]:
         return [Path(p).expanduser() for p in self.models_dirs.split(os.pathsep) if p]

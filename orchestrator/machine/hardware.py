@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import psutil
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from specctl.orchestrator.errors import HardwareError
+from specctl.orchestrator.errors import HardwareError, first_problem
+from specctl.orchestrator.files import UnreadableError, read_text
 
 GIB = 1024**3
 Kind = Literal["cuda", "metal", "cpu"]
@@ -97,27 +99,79 @@ class Hardware:
         return data
 
 
-def from_json(data: dict[str, Any], source: str = "recorded") -> Hardware:
+MAX_GPUS = 64  # per machine
+MAX_GB = 1 << 16
+
+
+class _Recorded(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class _Gpu(_Recorded):
+    name: str = Field(max_length=256)
+    memory_gb: float = Field(gt=0, le=MAX_GB)
+    index: int = Field(0, ge=0, lt=MAX_GPUS)
+
+
+class _Apple(_Recorded):
+    chip: str = Field(max_length=256)
+    unified_memory_gb: float = Field(gt=0, le=MAX_GB)
+    metal_working_set_gb: float = Field(gt=0, le=MAX_GB)
+
+    @model_validator(mode="after")
+    def _within(self) -> _Apple:
+        if self.metal_working_set_gb > self.unified_memory_gb:
+            raise ValueError("metal_working_set_gb is above unified_memory_gb")
+        return self
+
+
+class _Cpu(_Recorded):
+    model: str = Field(max_length=256)
+    cores: int = Field(ge=1, le=4096)
+    ram_gb: float = Field(gt=0, le=MAX_GB)
+    flags: list[str] = Field(default_factory=list, max_length=1024)
+
+
+class _Machine(_Recorded):
+    """A recorded machine as `to_json` writes it: the one model a file is validated by."""
+
+    name: str = Field(max_length=256)
+    os: str = Field(max_length=64)
+    arch: str = Field(max_length=64)
+    cpu: _Cpu
+    gpus: list[_Gpu] = Field(default_factory=list, max_length=MAX_GPUS)
+    apple: _Apple | None = None
+
+
+def from_json(data: Any, source: str = "recorded") -> Hardware:
     try:
-        cpu = Cpu(**{**data["cpu"], "flags": tuple(data["cpu"].get("flags", ()))})
-        gpus = tuple(Gpu(**g) for g in data.get("gpus", ()))
-        apple = AppleSilicon(**data["apple"]) if data.get("apple") else None
-        return Hardware(name=data["name"], os=data["os"], arch=data["arch"], cpu=cpu,
-                        gpus=gpus, apple=apple, source=source)
-    except (KeyError, TypeError) as exc:
-        raise HardwareError(f"{source}: not a recorded machine ({exc}); see "
-                            "tests/fixtures/hardware/*.json for the format") from exc
+        m = _Machine.model_validate(data)
+    except ValidationError as exc:
+        raise HardwareError(f"{source}: not a recorded machine ({first_problem(exc)}); see "
+                            "tests/fixtures/hardware/*.json for the format") from None
+    apple = (AppleSilicon(m.apple.chip, m.apple.unified_memory_gb, m.apple.metal_working_set_gb)
+             if m.apple else None)
+    return Hardware(name=m.name, os=m.os, arch=m.arch,
+                    cpu=Cpu(m.cpu.model, m.cpu.cores, m.cpu.ram_gb, tuple(m.cpu.flags)),
+                    gpus=tuple(Gpu(g.name, g.memory_gb, g.index) for g in m.gpus),
+                    apple=apple, source=source)
 
 
 def load(path: Path) -> Hardware:
-    """Read a recorded machine (written by `specctl doctor --record FILE`)."""
+    """Read a recorded machine (written by `specctl doctor --record FILE`): bounded, validated;
+    anything else is one line naming the file."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, limit=1 << 20))
     except FileNotFoundError:
         raise HardwareError(f"hardware file {path} not found; pass a JSON file written by "
                             "`specctl doctor --record FILE`") from None
-    except json.JSONDecodeError as exc:
+    except UnreadableError as exc:
+        raise HardwareError(f"hardware file {exc}; pass a JSON file written by "
+                            "`specctl doctor --record FILE`") from None
+    except ValueError as exc:
         raise HardwareError(f"hardware file {path} is not valid JSON ({exc})") from None
+    except RecursionError:  # [[[[...]]]]
+        raise HardwareError(f"hardware file {path} is nested too deeply to be a machine") from None
     return from_json(data, source=str(path))
 
 

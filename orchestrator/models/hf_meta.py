@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.errors import ModelError, first_problem
+from specctl.orchestrator.files import UnreadableError, read_text
 
+MAX_JSON = 256 << 20  # a tokenizer.json of a 256k vocabulary is tens of MB
 WEIGHTS = ("*.safetensors", "*.bin", "*.pt")
 TOKENIZER_TYPES = {"BPE": "bpe", "Unigram": "ugm", "WordPiece": "wpm"}
 
@@ -19,9 +21,10 @@ def is_hf_dir(path: Path) -> bool:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{path} is unreadable ({exc}); download the model again") from None
+        data = json.loads(read_text(path, limit=MAX_JSON))
+    except (OSError, UnreadableError, ValueError, RecursionError) as exc:
+        raise ModelError(f"{path} is unreadable ({first_problem(exc)}); download the model "
+                         "again") from None
     if not isinstance(data, dict):
         raise ModelError(f"{path} is not a JSON object")
     return data

@@ -4,7 +4,7 @@ read like any other input from disk, and removed once read."""
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specctl.adapters.base import HttpCall, Launch
 from specctl.orchestrator.errors import StateError
-from specctl.orchestrator.files import write_atomic
-from specctl.orchestrator.runtime import state
+from specctl.orchestrator.files import (
+    NAME_PATTERN,
+    UnreadableError,
+    inside,
+    read_text,
+    write_atomic,
+)
 
 
 class _Strict(BaseModel):
@@ -30,6 +35,7 @@ class _Launch(_Strict):
     argv: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     health_url: str
+    health_failed: list[int] = Field(default_factory=list, max_length=16)
     base_url: str
     metrics_url: str | None = None
     env_from: dict[str, str] = Field(default_factory=dict)
@@ -40,7 +46,7 @@ class _Launch(_Strict):
 class Ready(_Strict):
     """A launch ready to supervise: what runs, where, and the record `status` shows."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(pattern=NAME_PATTERN)
     host: str
     port: int = Field(ge=1, le=65535)
     spec: str
@@ -53,6 +59,7 @@ class Ready(_Strict):
            plan: dict[str, Any]) -> Ready:
         data = {"argv": list(launch.argv), "env": dict(launch.env),
                 "health_url": launch.health_url, "base_url": launch.base_url,
+                "health_failed": sorted(launch.health_failed),
                 "metrics_url": launch.metrics_url, "env_from": dict(launch.env_from),
                 "setup": [{"method": c.method, "url": c.url, "body": dict(c.body)}
                           for c in launch.setup], "model": launch.model}
@@ -62,17 +69,20 @@ class Ready(_Strict):
     def launch(self) -> Launch:
         ln = self.launch_
         return Launch(argv=tuple(ln.argv), env=dict(ln.env), health_url=ln.health_url,
+                      health_failed=frozenset(ln.health_failed),
                       base_url=ln.base_url, metrics_url=ln.metrics_url,
                       env_from=dict(ln.env_from), model=ln.model,
                       setup=tuple(HttpCall(c.method, c.url, dict(c.body)) for c in ln.setup))
 
 
-def path_for(runs: Path, name: str) -> Path:
-    return state.state_path(runs, name).with_suffix(".handoff.json")
+def path_for(runs: Path, name: str, writer: int) -> Path:
+    """One file per `up` (its pid): two `up`s of one profile at once must not take each
+    other's launch; the second then meets the first's lock and says so."""
+    return inside(runs, name, f".handoff-{writer}.json", "profile name")
 
 
 def write(runs: Path, ready: Ready) -> Path:
-    path = path_for(runs, ready.name)
+    path = path_for(runs, ready.name, os.getpid())
     write_atomic(path, ready.model_dump_json(by_alias=True, indent=1) + "\n")
     return path
 
@@ -80,14 +90,15 @@ def write(runs: Path, ready: Ready) -> Path:
 def take(path: Path) -> Ready:
     """Read and remove the handoff file; a clear one-line error when it is not one."""
     try:
-        text = path.read_text()
-    except OSError as exc:
+        text = read_text(path)
+    except (OSError, UnreadableError) as exc:
         raise StateError(f"cannot read the launch handed over by `up` ({path}: "
-                         f"{exc.strerror or exc}); run `specctl up` again") from None
+                         f"{getattr(exc, 'strerror', None) or exc}); run `specctl up` "
+                         "again") from None
     finally:
         path.unlink(missing_ok=True)
     try:
-        return Ready.model_validate(json.loads(text))
+        return Ready.model_validate_json(text)
     except (ValueError, ValidationError) as exc:
         first = str(exc).splitlines()[0]
         raise StateError(f"the launch handed over by `up` ({path.name}) is not valid ({first}); "

@@ -1,4 +1,9 @@
-"""Process groups: find, signal and reap every process of a server's group, and free ports."""
+"""Process groups: find, signal and reap every process of a server's group, and free ports.
+
+A pid or process group read from a state file may belong to someone else by now (the run ended,
+the machine rebooted, the pid was reused): `ours` checks the recorded identity (create time and
+command line) first, and nothing recorded is signalled without it.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,47 @@ import requests
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from specctl.orchestrator.errors import ServerError
+
+TOLERANCE_S = 1.0  # create times are recorded to the clock tick
+
+
+def identity(pid: int) -> tuple[float, list[str]] | None:
+    """(create time, command line) of a process, to record; None when it cannot be read."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.create_time(), proc.cmdline()
+    except psutil.Error:
+        return None
+
+
+def ours(pid: int | None, started: float | None,
+         cmdline: Sequence[str] = ()) -> psutil.Process | None:
+    """The live process `pid` if it is still the one recorded: the same create time, and the
+    same command line when one was recorded. None otherwise (gone, a zombie, or another
+    process that now has the pid). psutil's own signals re-check the pid and create time."""
+    if not pid or started is None:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        same = abs(proc.create_time() - started) <= TOLERANCE_S and (
+            not cmdline or proc.cmdline() == list(cmdline))
+        return proc if same and proc.status() != psutil.STATUS_ZOMBIE else None
+    except psutil.Error:
+        return None
+
+
+def stop_recorded_group(pgid: int | None, leader: psutil.Process | None,
+                        grace: float = 10.0) -> bool:
+    """Stop a process group read from a state file, only if `leader` (checked by `ours`) is
+    still its leader: after a reboot or pid reuse the number may be someone else's group."""
+    if not pgid or leader is None or leader.pid != pgid:
+        return False
+    try:
+        if os.getpgid(leader.pid) != pgid:
+            return False
+    except ProcessLookupError:
+        return False
+    return stop_group(pgid, grace)
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
@@ -82,30 +128,39 @@ def ensure_port_free(host: str, port: int) -> None:
             raise ServerError(f"cannot bind {host}:{port}: {exc.strerror}") from None
 
 
-def healthy(url: str, timeout: float = 2.0) -> bool:
-    """HTTP 200 from a health URL, or an accepted connection for tcp://host:port."""
+def health(url: str, timeout: float = 2.0) -> int | None:
+    """The HTTP status of a health URL (200 for an accepted connection to tcp://host:port);
+    None while nothing answers."""
     if url.startswith("tcp://"):
         host, _, port = url.removeprefix("tcp://").rpartition(":")
         try:
             with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-                return True
+                return 200
         except OSError:
-            return False
+            return None
     try:
-        return requests.get(url, timeout=timeout).status_code == 200
+        return requests.get(url, timeout=timeout).status_code
     except requests.RequestException:
-        return False
+        return None
 
 
-def tail(path: str, lines: int = 15) -> str:
+def healthy(url: str, timeout: float = 2.0) -> bool:
+    """HTTP 200 from a health URL, or an accepted connection for tcp://host:port."""
+    return health(url, timeout) == 200
+
+
+def tail(path: str, lines: int = 15, skip: str = "") -> str:
+    """The last lines of a log; lines containing `skip` (a health check's access log, which
+    would bury the cause) left out."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 16384))
+            fh.seek(max(0, fh.tell() - 65536))
             text = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
+    kept = [ln for ln in text.splitlines() if not skip or skip not in ln]
+    return "\n".join(kept[-lines:])
 
 
 def follow(path: str, emit: Callable[[str], None], sleep: Callable[[float], None] = time.sleep,

@@ -48,7 +48,11 @@ def ephemeral(plan: Plan, backend: Adapter, installed: Installed, logs: Path, la
             if proc.poll() is not None:
                 raise ServerError(f"{label} server exited ({proc.returncode}) while starting:\n"
                                   f"{procs.tail(str(log))}")
-            return procs.healthy(launch.health_url)
+            status = procs.health(launch.health_url)
+            if status in launch.health_failed:
+                raise ServerError(f"{label} server answered {status} to its health check: its "
+                                  f"start failed:\n{procs.tail(str(log))}")
+            return status == 200
 
         try:
             Retrying(stop=stop_after_delay(health_timeout), retry=retry_if_result(lambda v: not v),

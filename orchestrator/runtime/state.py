@@ -1,25 +1,24 @@
 """Run state: one JSON file and one lock per profile, written atomically, readable by the user only.
 
-A state file that cannot be parsed is reported and set aside (renamed `.corrupt`), never trusted:
-`down` then falls back to what it can prove (the lock holder, the process group in the record).
+A state file is validated on every read by the model it was written with; one that fails is
+reported and set aside (renamed `.corrupt`), never trusted: `down` then falls back to what it
+can prove (supervisors found by their command line). The processes it records carry their
+identity (create time, command line), checked before any signal (runtime/procs.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import psutil
 from filelock import FileLock, Timeout
+from pydantic import BaseModel, ConfigDict, Field
 
-from specctl.orchestrator.errors import ServerError, StateError
-from specctl.orchestrator.files import write_atomic
+from specctl.orchestrator.errors import NameRefusedError, ServerError
+from specctl.orchestrator.files import NAME_PATTERN, check_name, inside, read_back, write_atomic
 
 
 def check_writable(folder: Path) -> None:
@@ -29,56 +28,59 @@ def check_writable(folder: Path) -> None:
     probe.unlink(missing_ok=True)
 
 
-@dataclass
-class RunState:
-    profile: str
-    supervisor_pid: int
-    supervisor_started: float  # psutil create_time, to tell a reused pid apart
+class RunState(BaseModel):
+    """One run as its supervisor records it; the same model checks what is read back."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    profile: str = Field(pattern=NAME_PATTERN)
+    supervisor_pid: int = Field(gt=0)
+    supervisor_started: float = Field(ge=0)  # psutil create_time, to tell a reused pid apart
     url: str
-    port: int
+    port: int = Field(ge=1, le=65535)
     host: str
     log: str
-    status: str = "starting"  # starting | running | restarting | failed | stopped
-    server_pid: int | None = None
-    server_pgid: int | None = None
-    server_started: float | None = None
-    started_at: float = field(default_factory=time.time)
-    restarts: int = 0
+    status: Literal["starting", "running", "restarting", "failed", "stopped"] = "starting"
+    server_pid: int | None = Field(None, gt=0)
+    server_pgid: int | None = Field(None, gt=0)
+    server_started: float | None = Field(None, ge=0)
+    started_at: float = Field(default_factory=time.time, ge=0)
+    restarts: int = Field(0, ge=0)
     error: str | None = None
     spec: str = ""
-    plan: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = Field(default_factory=dict)
     metrics_url: str | None = None
+    supervisor_cmdline: list[str] = Field(default_factory=list)  # identity, with the times
+    server_cmdline: list[str] = Field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
+        return self.model_dump_json(indent=2) + "\n"
 
 
 def state_path(runs: Path, profile: str) -> Path:
-    return runs / f"{profile}.json"
+    return inside(runs, profile, ".json", "profile name")
 
 
 def lock_path(runs: Path, profile: str) -> Path:
-    return runs / f"{profile}.lock"
+    return inside(runs, profile, ".lock", "profile name")
 
 
 def save(runs: Path, state: RunState) -> None:
     write_atomic(state_path(runs, state.profile), state.to_json())
 
 
+def _parse(profile: str, text: str) -> RunState:
+    run = RunState.model_validate_json(text)
+    if run.profile != profile:
+        raise ValueError(f"it records profile {run.profile}")
+    return run
+
+
 def load(runs: Path, profile: str) -> RunState | None:
-    """The recorded run, or None. A corrupt file is moved aside and reported."""
-    path = state_path(runs, profile)
-    try:
-        data = json.loads(path.read_text())
-        return RunState(**data)
-    except FileNotFoundError:
-        return None
-    except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
-        aside = path.with_suffix(".json.corrupt")
-        os.replace(path, aside)
-        raise StateError(f"state file {path} was unreadable ({type(exc).__name__}); moved it to "
-                         f"{aside.name}. Check for a leftover server with `ps`, then run "
-                         "`specctl up` again") from None
+    """The recorded run, or None. One that fails validation is moved aside and reported."""
+    return read_back(state_path(runs, profile), lambda text: _parse(profile, text),
+                     "state file", "Check for a leftover server with `ps`, then run "
+                     "`specctl up` again")
 
 
 @contextlib.contextmanager
@@ -101,25 +103,16 @@ def remove(runs: Path, profile: str) -> None:
     state_path(runs, profile).unlink(missing_ok=True)
 
 
+def _is_name(stem: str) -> bool:
+    try:
+        check_name(stem)
+    except NameRefusedError:
+        return False
+    return ".handoff-" not in stem
+
+
 def all_profiles(runs: Path) -> list[str]:
-    return sorted(p.stem for p in runs.glob("*.json")) if runs.is_dir() else []
-
-
-def alive(pid: int | None, started: float | None) -> bool:
-    """Is `pid` still the process we started (same create time), and not a zombie?"""
-    if not pid:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if started is not None and abs(proc.create_time() - started) > 1.0:
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def create_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
+    """The runs recorded in `runs` (files whose names are not run names are not runs)."""
+    if not runs.is_dir():
+        return []
+    return sorted(p.stem for p in runs.glob("*.json") if _is_name(p.stem))

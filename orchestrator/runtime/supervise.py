@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 import requests
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
@@ -54,11 +55,14 @@ def apply_setup(launch: Launch, timeout: float = 600.0) -> None:
 
 
 def server_env(launch: Launch, base: Mapping[str, str]) -> dict[str, str]:
+    """The server's environment; the API key copied from the user's variable, which must be
+    set and not empty (an empty key would serve without authentication)."""
     env = {**base, **launch.env}
     for var, source in launch.env_from.items():
-        if source not in base:
-            raise ServerError(f"the profile reads the API key from ${source}, which is not set; "
-                              f"export {source}=... first")
+        if not base.get(source):
+            raise ServerError(f"the profile reads the API key from ${source}, which is "
+                              f"{'empty' if source in base else 'not set'}; export "
+                              f"{source}=... first")
         env[var] = base[source]
     return env
 
@@ -98,10 +102,12 @@ class Supervisor:
         while True:
             procs.ensure_port_free(self.run.host, self.run.port)
             self._spawn()
-            healthy_at = self._wait_healthy(first=self.run.restarts == 0 and crashes == 0)
+            first = self.run.restarts == 0 and crashes == 0
+            healthy_at = self._wait_healthy(first)
+            if healthy_at is not None and not self._setup(first):
+                healthy_at = None
             if healthy_at is not None:
-                apply_setup(self.launch)
-                self._set(status="running", error=None)
+                self._set(status="running", error=None, **self._server_identity())
                 self.say(f"serving {self.run.profile} at {self.launch.base_url}")
                 rc = self._wait_exit()
                 if time.monotonic() - healthy_at > self.policy.stable_after:
@@ -122,22 +128,46 @@ class Supervisor:
             self.say(self.run.error or "")
             self._pause(delay)
 
+    def _setup(self, first: bool) -> bool:
+        """The backend's post-start requests; one that fails is a failed start."""
+        try:
+            apply_setup(self.launch)
+        except ServerError as exc:
+            self._stop_server()
+            self._fail(str(exc), first)
+            return False
+        return True
+
     def _spawn(self) -> None:
         self.proc = procs.spawn(self.launch.argv, self.env, self.run.log,
                                 f"starting {self.run.profile}")
         self._set(server_pid=self.proc.pid, server_pgid=self.proc.pid,
-                  server_started=state.create_time(self.proc.pid))
+                  **self._server_identity())
+
+    def _server_identity(self) -> dict[str, object]:
+        """Create time and command line of the server, recorded so that `down` signals its
+        group only while it is still this server (read again once healthy: a server may
+        rename itself while it starts)."""
+        found = procs.identity(self.proc.pid) if self.proc is not None else None
+        started, cmdline = found or (None, [])
+        return {"server_started": started, "server_cmdline": cmdline}
 
     def _wait_healthy(self, first: bool) -> float | None:
         """Monotonic time it became healthy; None if it died first (restartable). A first start
         that fails raises: a broken model or flag will not heal by restarting."""
+
+        failed: list[int] = []
 
         def check() -> bool:
             if self.stopping:
                 raise Stopping
             if self.proc is not None and self.proc.poll() is not None:
                 return True  # exited: stop waiting
-            return procs.healthy(self.launch.health_url)
+            status = procs.health(self.launch.health_url)
+            if status in self.launch.health_failed:
+                failed.append(status)
+                return True  # the server says its start failed: stop waiting
+            return status == 200
 
         retry = Retrying(stop=stop_after_delay(self.policy.health_timeout),
                          wait=wait_exponential(multiplier=0.1, max=2.0),
@@ -148,13 +178,20 @@ class Supervisor:
             self._stop_server()
             self._fail(f"server not healthy after {self.policy.health_timeout:.0f} s", first)
             return None
+        if failed:
+            self._stop_server()
+            self._fail(f"server answered {failed[0]} to its health check: its start failed",
+                       first)
+            return None
         if self.proc is not None and self.proc.poll() is not None:
             self._fail(f"server exited with code {self.proc.returncode} while starting", first)
             return None
         return time.monotonic()
 
     def _fail(self, what: str, first: bool) -> None:
-        msg = f"{what}. Last log lines of {self.run.log}:\n{procs.tail(self.run.log)}"
+        skip = urlsplit(self.launch.health_url).path or ""
+        msg = (f"{what}. Last log lines of {self.run.log}:\n"
+               f"{procs.tail(self.run.log, skip=skip if skip not in ('', '/') else '')}")
         if first:
             self._set(status="failed", error=msg)
             raise ServerError(msg)

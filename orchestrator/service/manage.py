@@ -1,12 +1,19 @@
-"""`specctl service install|uninstall|status`: write (or print) the unit, activate when asked."""
+"""`specctl service install|uninstall|status`: write (or print) the unit, activate when asked.
+
+A system service never runs as root: it runs as a named user (`--user-name`; by default the user
+who ran `sudo`, else the one running specctl), with that user's dirs, venv and profile.
+"""
 
 from __future__ import annotations
 
 import os
 import platform
+import pwd
+import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specctl.orchestrator.config.paths import Dirs
@@ -22,8 +29,38 @@ def default_manager() -> str:
     return "launchd" if platform.system() == "Darwin" else "systemd"
 
 
+def service_user(given: str | None, environ: Mapping[str, str]) -> pwd.struct_passwd:
+    """The user a system service runs as: `given`, else who ran sudo, else this user; never
+    root (the service runs a user's venv, profile and models, with that user's rights)."""
+    name = given or (environ.get("SUDO_USER") if os.geteuid() == 0 else None)
+    try:
+        entry = pwd.getpwnam(name) if name else pwd.getpwuid(os.getuid())
+    except KeyError:
+        raise SpecctlError(f"no user {name!r} on this machine; pass --user-name with the "
+                           "account the service should run as") from None
+    if entry.pw_uid == 0:
+        raise SpecctlError("a --system service would run as root; pass --user-name USER (the "
+                           "account that owns the venv, profile and models)")
+    return entry
+
+
+def dirs_of(user: pwd.struct_passwd, dirs: Dirs) -> Dirs:
+    """`dirs` as `user` sees them: those under this user's home moved under theirs (sudo)."""
+    mine, theirs = Path.home(), Path(user.pw_dir)
+
+    def moved(path: Path) -> Path:
+        return theirs / path.relative_to(mine) if path.is_relative_to(mine) else path
+
+    if mine == theirs:
+        return dirs
+    return replace(dirs, config=moved(dirs.config), state=moved(dirs.state),
+                   cache=moved(dirs.cache))
+
+
 def spec_for(profile: str, profile_ref: str, dirs: Dirs, system: bool,
-             env: dict[str, str]) -> units.ServiceSpec:
+             env: dict[str, str], user: pwd.struct_passwd | None = None) -> units.ServiceSpec:
+    if system and user is not None:
+        dirs = dirs_of(user, dirs)
     ref = str(Path(profile_ref).resolve()) if profile_ref.endswith(".toml") else profile_ref
     service_env = {"SPECCTL_STATE_DIR": str(dirs.state), "SPECCTL_CONFIG_DIR": str(dirs.config),
                    "SPECCTL_CACHE_DIR": str(dirs.cache), "PYTHONUNBUFFERED": "1",
@@ -31,7 +68,8 @@ def spec_for(profile: str, profile_ref: str, dirs: Dirs, system: bool,
     return units.ServiceSpec(
         profile=profile, argv=units.service_argv((sys.executable, "-m", "specctl"), ref),
         env=service_env, writable=(dirs.state,), log_dir=dirs.logs,
-        env_file=dirs.config / "service.env", system=system)
+        env_file=dirs.config / "service.env", system=system,
+        user=user.pw_name if system and user is not None else None)
 
 
 def render(spec: units.ServiceSpec, manager: str) -> str:
@@ -57,13 +95,23 @@ def _run_all(commands: list[list[str]]) -> None:
 def install(spec: units.ServiceSpec, manager: str, enable: bool,
             home: Path | None = None) -> Installed:
     path = units.unit_path(spec, manager, home or Path.home())
+    text = render(spec, manager)  # refused values fail before anything is written
     for folder in spec.writable:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_atomic(path, render(spec, manager))
+        _make_dir(folder, spec.user if spec.system and os.geteuid() == 0 else None)
+    write_atomic(path, text)
     os.chmod(path, 0o644)
     commands = units.activation(spec, manager, path, os.getuid()) if enable else []
     _run_all(commands)
     return Installed(path, commands)
+
+
+def _make_dir(folder: Path, owner: str | None) -> None:
+    """mkdir -p; as root for a service user, the folders made are given to that user."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if owner is not None:
+        for made in missing:
+            shutil.chown(made, owner, pwd.getpwnam(owner).pw_gid)
 
 
 def uninstall(spec: units.ServiceSpec, manager: str, home: Path | None = None) -> Path | None:

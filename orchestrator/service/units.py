@@ -1,5 +1,9 @@
 """Service definitions: a systemd unit (Linux) or a launchd plist (macOS), built as objects and
-rendered separately, so they can be golden-tested and checked by `systemd-analyze verify`."""
+rendered separately, so they can be golden-tested and checked by `systemd-analyze verify`.
+
+The objects hold plain values; every value reaches the file through one quoting function per
+format (service/quote.py), so no value can add a line, a directive or a key.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specctl.orchestrator.files import inside
+from specctl.orchestrator.service.quote import (
+    Words,
+    control,
+    plist_value,
+    refuse,
+    systemd_value,
+    unit_escape,
+)
+
 LABEL_PREFIX = "dev.specctl"
-
-
-def systemd_quote(arg: str) -> str:
-    """One ExecStart word, quoted the way systemd parses it (no shell is involved)."""
-    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-    safe = escaped and all(c.isalnum() or c in "-_./:=+@," for c in escaped)
-    return escaped if safe else f'"{escaped}"'
 
 
 @dataclass(frozen=True)
@@ -29,35 +36,46 @@ class ServiceSpec:
     log_dir: Path
     env_file: Path | None = None  # secrets (API keys) for systemd, kept out of the unit
     system: bool = False
+    user: str | None = None  # a system service runs as this user (never root)
     restart_sec: int = 5
     stop_timeout: int = 30
     start_limit_burst: int = 5
 
     @property
     def label(self) -> str:
-        return f"{LABEL_PREFIX}.{self.profile}"
+        return f"{LABEL_PREFIX}.{unit_escape(self.profile)}"
 
     @property
     def unit_name(self) -> str:
-        return f"specctl-{self.profile}.service"
+        return f"specctl-{unit_escape(self.profile)}.service"
+
+
+Entry = tuple[str, "str | Words"]
 
 
 @dataclass(frozen=True)
 class SystemdUnit:
-    sections: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = field(default_factory=tuple)
+    sections: tuple[tuple[str, tuple[Entry, ...]], ...] = field(default_factory=tuple)
 
     def render(self) -> str:
         out = []
         for name, entries in self.sections:
             out.append(f"[{name}]")
-            out += [f"{k}={v}" for k, v in entries]
+            out += [f"{k}={systemd_value(v)}" for k, v in entries]
             out.append("")
         return "\n".join(out)
 
 
 def systemd_unit(spec: ServiceSpec) -> SystemdUnit:
-    env = tuple(("Environment", systemd_quote(f"{k}={v}")) for k, v in sorted(spec.env.items()))
-    writable = " ".join(f"-{p}" for p in spec.writable)  # "-": a missing path is not fatal
+    program = spec.argv[0] if spec.argv else ""
+    if not program.startswith("/") or any(c in program for c in "\\\"'$") or any(
+            control(c) for c in program):
+        raise refuse(program, "systemd runs only an absolute program path without quotes, "
+                     "backslashes, '$' or control characters")
+    env = tuple(("Environment", Words((f"{k}={v}",))) for k, v in sorted(spec.env.items()))
+    # "-": a missing path is not fatal
+    writable = Words(tuple(f"-{p}" for p in spec.writable), "paths")
+    user = (("User", spec.user),) if spec.system and spec.user else ()
     return SystemdUnit((
         ("Unit", (
             ("Description", f"specctl {spec.profile}: speculative decoding LLM server"),
@@ -69,7 +87,8 @@ def systemd_unit(spec: ServiceSpec) -> SystemdUnit:
         )),
         ("Service", (
             ("Type", "simple"),
-            ("ExecStart", " ".join(systemd_quote(a) for a in spec.argv)),
+            *user,
+            ("ExecStart", Words(spec.argv, "command")),
             *env,
             *((("EnvironmentFile", f"-{spec.env_file}"),) if spec.env_file else ()),
             ("Restart", "on-failure"),
@@ -89,7 +108,9 @@ def systemd_unit(spec: ServiceSpec) -> SystemdUnit:
 
 
 def launchd_plist(spec: ServiceSpec) -> dict[str, object]:
+    user = {"UserName": spec.user} if spec.system and spec.user else {}
     return {
+        **user,
         "Label": spec.label,
         "ProgramArguments": list(spec.argv),
         "EnvironmentVariables": dict(sorted(spec.env.items())),
@@ -98,21 +119,24 @@ def launchd_plist(spec: ServiceSpec) -> dict[str, object]:
         "ThrottleInterval": spec.restart_sec,
         "ExitTimeOut": spec.stop_timeout,
         "ProcessType": "Interactive",
-        "StandardOutPath": str(spec.log_dir / f"{spec.profile}.launchd.out.log"),
-        "StandardErrorPath": str(spec.log_dir / f"{spec.profile}.launchd.err.log"),
+        "StandardOutPath": str(inside(spec.log_dir, spec.profile, ".launchd.out.log")),
+        "StandardErrorPath": str(inside(spec.log_dir, spec.profile, ".launchd.err.log")),
     }
 
 
 def render_plist(plist: Mapping[str, object]) -> str:
-    return plistlib.dumps(dict(plist), sort_keys=True).decode()
+    checked = plist_value(plist)
+    assert isinstance(checked, dict)
+    return plistlib.dumps(checked, sort_keys=True).decode()
 
 
 def unit_path(spec: ServiceSpec, manager: str, home: Path) -> Path:
+    """Where the unit or plist goes: a profile name that would leave that folder is refused."""
     if manager == "systemd":
         base = Path("/etc/systemd/system") if spec.system else home / ".config/systemd/user"
-        return base / spec.unit_name
+        return inside(base, spec.profile, ".service", "profile name", prefix="specctl-")
     base = Path("/Library/LaunchDaemons") if spec.system else home / "Library/LaunchAgents"
-    return base / f"{spec.label}.plist"
+    return inside(base, spec.profile, ".plist", "profile name", prefix=f"{LABEL_PREFIX}.")
 
 
 def activation(spec: ServiceSpec, manager: str, path: Path, uid: int) -> list[list[str]]:
