@@ -7,6 +7,7 @@ backend, so a command probes each backend at most once.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.errors import ModelError, SpecctlError
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.measure import tuned
+from specctl.orchestrator.measure import tuned, winners
 from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.resolve import ModelInfo, Resolver, hf_cache_dir
 from specctl.orchestrator.planning import backends, drafts, planner
@@ -48,7 +49,7 @@ class App:
 
     @classmethod
     def from_env(cls) -> App:
-        return cls(Dirs.from_env(), Settings())
+        return cls(Dirs.from_env(), Settings.from_env())
 
     def resolver(self) -> Resolver:
         found = self._cache.get("resolver")
@@ -90,16 +91,15 @@ class App:
         return tuned.key(plan, installed.version, self.dirs.state / "model-sha256.json")
 
     def tuned_result(self, plan: Plan, installed: Installed) -> planner.Tuned | None:
-        """The saved `specctl tune` result for this machine, build and model files."""
+        """The saved `specctl tune` result for this machine, build and model files. One that fails
+        validation is moved aside, and the StateError is the planner's to report."""
         if not any(self.dirs.tuned.glob("*.json")):
             return None  # nothing tuned yet: do not hash the model files
-        try:
-            found = tuned.load(self.dirs.tuned, self.tuned_key(plan, installed))
-        except SpecctlError:
-            return None  # unreadable: ignored here, reported by `specctl tune --show`
+        found = tuned.load(self.dirs.tuned, self.tuned_key(plan, installed))
         if found is None:
             return None
-        return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary)
+        return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary,
+                             tuple((a, b, k) for a, b, k in found.k_by_batch))
 
     def draft_candidates(self, target: ModelInfo, backend: Adapter,
                          extra: tuple[Path, ...] = (), methods: frozenset[str] = frozenset(),
@@ -130,7 +130,7 @@ class App:
             return resolver.resolve(ref, backend.default_quant)
 
         ranked = drafts.rank(target, found, rule, "hf" in backend.formats,
-                             backend.default_quant, describe, room_gb)
+                             backend.default_quant, describe, room_gb, backend.formats)
         extra_rows = [*drafts.draftless(target, methods), *([hub_note] if hub_note else [])]
         return sorted([*ranked, *extra_rows], key=lambda c: (c.compatible, c.score), reverse=True)
 
@@ -177,7 +177,8 @@ class App:
     def choose(self, profile: Profile, recorded: Path | None = None) -> Choice:
         """The backend the plan will use (probing what it needs), without planning."""
         hw, probed = self._where(profile, recorded)
-        return backends.choose(list(profile.backend), hw, self.backends(), probed)
+        return backends.choose(list(profile.backend), hw, self.backends(), probed,
+                               self.fastest(profile, hw, probed))
 
     def resolve(self, profile: Profile | str, recorded: Path | None = None,
                 use_tuned: bool = True) -> Resolved:
@@ -188,5 +189,16 @@ class App:
         lookup = self.tuned_result if use_tuned and probed is not None else (
             lambda _p, _i: None)
         plan, installed = planner.resolve(profile, hw, registry, probed, self.resolver(), lookup,
-                                          self.pick_draft)
+                                          self.pick_draft, self.fastest(profile, hw, probed))
         return Resolved(profile, plan, installed, registry[plan.backend])
+
+    def fastest(self, profile: Profile, hw: Hardware,
+                probed: Mapping[str, Installed | None] | None) -> tuple[str, str] | None:
+        """The backend `bench --backends` measured fastest for this profile on this machine."""
+        if probed is None or len(profile.backend) == 1:
+            return None
+        try:
+            found = winners.load(self.dirs.state / "backends", profile.name, hw.fingerprint())
+        except SpecctlError:
+            return None  # unreadable: set aside and reported when `bench --backends` reads it
+        return (found.best.backend, found.why()) if found else None

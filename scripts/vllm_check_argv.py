@@ -52,7 +52,8 @@ SPEC_FLAGS = (
     ("--spec-model", "model", "spec_model"),
     ("--spec-tokens", "num_speculative_tokens", "spec_tokens"),
 )
-REPORTED = ("method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
+REPORTED = ("method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+            "num_speculative_tokens_per_batch_size")
 
 
 class ParserExit(Exception):
@@ -135,6 +136,12 @@ def check_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         if NEEDS_TARGET in str(exc):
             return spec, f"fields valid; method needs the target model's config ({NEEDS_TARGET})"
         raise
+    schedule = getattr(config, "num_speculative_tokens_per_batch_size", None)
+    if schedule is not None:  # what vLLM's scheduler builds from it at start
+        from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+        build_dynamic_sd_schedule_lookup(schedule, vllm_max_batch_size=256,
+                                         vllm_num_speculative_tokens=config.num_speculative_tokens)
     return {key: getattr(config, key, None) for key in REPORTED}, None
 
 

@@ -11,6 +11,7 @@ of one family, so the vocabulary rules see what they would see on the real files
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,3 +142,27 @@ def add_file(root: Path, repo: str, source: Path, name: str | None = None) -> Pa
         except OSError:
             shutil.copy2(source, dest)
     return dest
+
+
+def add_medusa(root: Path) -> Path:
+    """A Medusa repo (heads only, as FasterDecoding publishes them) and its base model."""
+    base = root / "lmsys/vicuna-7b-v1.3"
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "vocab_size": 32000, "max_position_embeddings": 2048, "torch_dtype": "float16",
+        "bos_token_id": 1, "eos_token_id": 2}))
+    for i, size in enumerate((9_976_000_000, 3_500_000_000), 1):
+        write_stub(base / f"pytorch_model-0000{i}-of-00002.safetensors", size)
+    (base / ".meta.json").write_text(json.dumps({"safetensors": {
+        "parameters": {"F16": 6_738_000_000}, "total": 6_738_000_000}}))
+    heads = root / "FasterDecoding/medusa-vicuna-7b-v1.3"
+    heads.mkdir(parents=True, exist_ok=True)
+    (heads / "config.json").write_text(json.dumps({
+        "medusa_num_heads": 5, "medusa_num_layers": 1,
+        "base_model_name_or_path": "lmsys/vicuna-7b-v1.3"}))
+    write_stub(heads / "medusa_lm_head.safetensors", 1_340_000_000)
+    (heads / ".meta.json").write_text(json.dumps({"safetensors": {
+        "parameters": {"F16": 670_000_000}, "total": 670_000_000}}))
+    return root

@@ -25,7 +25,7 @@ from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import specctl
 from tests.conftest import HARDWARE
 from tests.fake_hf_hub import FakeHub
-from tests.hub_repos import add_file, build
+from tests.hub_repos import add_file, add_medusa, build
 
 M3_ULTRA = str(HARDWARE / "macos_m3_ultra_96g.json")
 SEED = ('target = "hf:bartowski/Qwen2.5-72B-Instruct-GGUF:Q4_K_M"\n'
@@ -209,3 +209,18 @@ def test_up_pulls_a_draft_that_is_only_on_the_hub_and_serves_with_it(
             assert reply["timings"]["draft_n"] > 0
         finally:
             specctl("down", "--all", env=env)
+
+
+def test_a_medusa_repo_is_planned_on_its_base_model(hub_root: Path, tmp_path: Path) -> None:
+    """The shipped TGI profile: Medusa heads whose repo names its base model."""
+    add_medusa(hub_root)
+    with FakeHub(hub_root) as running:
+        done = specctl("plan", "-p", "cuda-h100-tgi-medusa", "--hardware",
+                       str(HARDWARE / "linux_1x_h100_80g.json"), "--json",
+                       env=env_for(running, tmp_path))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["method"] == "medusa" and got["target"]["layers"] == 32
+    assert got["target"]["size_gb"] == pytest.approx(13.48 + 1.34, rel=0.05)
+    argv = got["argv"]
+    assert "--speculate" in argv and int(argv[argv.index("--speculate") + 1]) <= 5

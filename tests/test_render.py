@@ -56,7 +56,7 @@ def bench_row(speedup: float, noisy: bool = False) -> dict[str, Any]:
 
 def bench_result() -> dict[str, Any]:
     cats = ["chat", "code", "summarize"]
-    return {"profile": "cuda-h100-llama70b", "hardware": "linux_1x_h100_80g",
+    return {"profile": "cuda-h100-llama70b", "hardware": "linux_1x_h100_80g", "backend": "vllm",
             "configs": {"draft k=5": {"overall": bench_row(1.23, noisy=True),
                                       **{c: bench_row(1.23) for c in cats}}},
             "categories": cats,

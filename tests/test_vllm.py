@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import requests
 from specctl.adapters.base import Endpoint
 from specctl.adapters.vllm import Vllm
 from specctl.orchestrator.runtime.servers import free_port
+from tests import plans
 from tests.cli import ROOT, specctl
 
 pytestmark = pytest.mark.vllm
@@ -75,6 +77,26 @@ def test_every_shipped_and_method_argv_parses_with_vllms_own_parser(tmp_path: Pa
     assert results["ngram"]["spec"]["prompt_lookup_max"] == 4
     assert results["dgx2"]["spec"]["method"] == "mtp"
     assert results["eagle3"]["spec"]["method"] == "eagle3"
+
+
+def test_a_tuned_batch_size_schedule_is_accepted_by_vllms_config() -> None:
+    """k by batch size, as `tune` writes it for vLLM, in vLLM's own SpeculativeConfig field
+    and the scheduler's lookup that is built from it."""
+    schedule = ((1, 2, 4), (3, 7, 2), (8, 8, 0))
+    plan = plans.plan(backend="vllm", method="ngram", draft=None, k=4, k_by_batch=schedule,
+                      hardware="linux_1x_h100_80g")
+    installed = replace(Vllm().assumed(), version="0.32.0", dialect="vllm-0.32.0")
+    argv = list(Vllm().launch(plan, installed).argv)
+    (result,) = check([argv[argv.index("serve"):]])
+    assert result["ok"], result["error"]
+    assert [tuple(r) for r in result["spec"]["num_speculative_tokens_per_batch_size"]] == list(
+        schedule)
+    bad = argv[argv.index("serve"):]  # a schedule that does not start at 1 is refused
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    spec["num_speculative_tokens_per_batch_size"] = [[2, 4, 3]]
+    bad[bad.index("--speculative-config") + 1] = json.dumps(spec)
+    (refused,) = check([bad])
+    assert not refused["ok"] and "start at 1" in refused["error"]
 
 
 def test_the_check_fails_a_typo_a_bad_method_and_k_zero() -> None:

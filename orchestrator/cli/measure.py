@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,15 +15,49 @@ from specctl.orchestrator.errors import SpecctlError
 if TYPE_CHECKING:
     from specctl.orchestrator.app import App
     from specctl.orchestrator.measure import tuned as tuned_mod
+    from specctl.orchestrator.measure.workload import Workload
 
 SUITES = "chat,code,summarize"  # the shipped prompt suites (measure/prompts)
 
 
+class _Finite(click.FloatRange):
+    """A FloatRange that also refuses nan and inf (which pass its comparisons)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 def _ints(text: str | None) -> list[int]:
     try:
-        return [int(x) for x in text.split(",") if x.strip()] if text else []
+        found = [int(x) for x in text.split(",") if x.strip()] if text else []
     except ValueError:
         raise click.BadParameter(f"expected numbers like 2,4,8, got {text!r}") from None
+    if any(not 1 <= n <= 256 for n in found):
+        raise click.BadParameter(f"expected numbers from 1 to 256, got {text!r}")
+    return found
+
+
+def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
+    """The shipped suites (N prompts each) or the user's prompts file, and the mix."""
+    from specctl.orchestrator.measure import bench as bench_mod
+    from specctl.orchestrator.measure import workload
+
+    shares = workload.parse_mix(mix)
+    if prompts_arg.isdigit():
+        per = int(prompts_arg)
+        if not 1 <= per <= 12:
+            raise click.BadParameter("--prompts N: 1 to 12 per category (or a file of yours)")
+        names = [n for n in suite.split(",") if n] if not shares else list(shares)
+        return workload.from_suites({n: bench_mod.load_suite(n)[:per] for n in names}, shares)
+    path = Path(prompts_arg).expanduser()
+    if not path.exists():
+        raise click.BadParameter(f"{path}: no such file (give a number of prompts per "
+                                 "category, or a prompts file)")
+    return workload.from_file(path, shares, per_category=12)
 
 
 @cli.command()
@@ -32,36 +67,87 @@ def _ints(text: str | None) -> list[int]:
 @click.option("--k", "ks", metavar="K,K,...", help="Draft lengths to compare (default: the "
               "plan's k).")
 @click.option("--repeats", default=2, show_default=True, help="Passes over the prompts.")
-@click.option("--prompts", "per_suite", default=4, show_default=True,
-              help="Prompts per category (each suite has 12).")
+@click.option("--prompts", "prompts_arg", default="4", show_default=True, metavar="N|FILE",
+              help="Prompts per category (each shipped suite has 12), or a file of your own: "
+                   "JSON lines of chat requests (optional \"category\" key) or text lines.")
+@click.option("--mix", metavar="CAT=SHARE,...",
+              help="The share of each category in your traffic, e.g. code=0.6,chat=0.4: the "
+                   "overall speedup weighs them so (default: alike).")
+@click.option("--concurrency", "levels", metavar="N,N,...",
+              help="Also measure N concurrent streams per level (e.g. 1,2,4): aggregate "
+                   "tokens/s, latency, and where speculation stops paying.")
 @click.option("--max-tokens", default=96, show_default=True)
 @click.option("--json", "json_out", type=click.Path(path_type=Path),
               help="Also write the report here (it is always saved under the state dir).")
 @click.option("--plot", type=click.Path(path_type=Path), metavar="FILE.png",
               help="Plot tokens/s and speedup per category (needs matplotlib).")
-def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, per_suite: int,
-          max_tokens: int, json_out: Path | None, plot: Path | None) -> None:
+@click.option("--quality", is_flag=True,
+              help="Also check that sampling (temperature > 0) is unchanged by speculation, and "
+                   "read greedy identity against its numerics floor.")
+@click.option("--quality-against", type=click.Choice(["speculative", "baseline", "draft"]),
+              default="speculative", show_default=True,
+              help="What stands on the speculative side of --quality (baseline or draft: to "
+                   "check the check itself: the first must pass, the second fail).")
+@click.option("--samples", default=32, show_default=True, type=click.IntRange(4, 1000),
+              help="--quality: completions per prompt and side.")
+@click.option("--temperature", type=_Finite(0.05, 2),
+              help="--quality: sampling temperature (default: the profile's [sampling]).")
+@click.option("--top-p", type=_Finite(0.01, 1), help="--quality: top-p (default: the profile's).")
+@click.option("--floor/--no-floor", default=None,
+              help="Measure the greedy numerics floor (default: with --quality).")
+@click.option("--backends", "versus", metavar="A,B,...",
+              help="Measure the profile on each of these installed backends (each with its "
+                   "own speculation), save the fastest for this machine: `plan` then prefers "
+                   "it.")
+def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_arg: str,
+          mix: str | None, levels: str | None, max_tokens: int, json_out: Path | None,
+          plot: Path | None, quality: bool,
+          quality_against: str, samples: int, temperature: float | None, top_p: float | None,
+          floor: bool | None, versus: str | None) -> None:
     """Measure the speedup over the no-draft baseline on this machine, same prompts and build.
 
     Baseline and speculative servers run side by side and get the same requests interleaved,
-    temperature 0. Reports decode tokens/s, speedup (median of paired ratios, with a bootstrap
-    95% interval), acceptance, accepted tokens per step and how many greedy outputs were
-    identical to the baseline's."""
+    temperature 0. Reports decode tokens/s, speedup (throughput against the baseline, the
+    categories weighted by --mix, with a bootstrap 95% interval), acceptance, accepted tokens per
+    step, per-level figures with --concurrency, and how many greedy outputs were
+    identical to the baseline's (against the floor: the target verifying drafts it always
+    rejects). --quality then samples both servers and tests whether the output distributions
+    differ, per category, with a false-alarm rate of 5%."""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.measure import bench as bench_mod
-    from specctl.orchestrator.measure import reports
+    from specctl.orchestrator.measure import lossless, reports
 
+    if plot:
+        reports.check_plotting()  # before minutes of measuring, not after
+    work = _workload(suite, prompts_arg, mix)
+    concurrency = sorted(set(_ints(levels) or [1]) | {1})
     app = App.from_env()
+    if versus:
+        _versus(app, profile_ref, versus, _ints(ks), work, repeats, max_tokens, json_out)
+        return
     resolved = app.resolve(profile_ref)
-    configs = bench_mod.configs_for(resolved.plan, _ints(ks))
-    prompts = {name: bench_mod.load_suite(name)[:per_suite] for name in suite.split(",") if name}
+    plan = resolved.plan
+    want_floor = quality if floor is None else floor
+    rejecting = resolved.backend.rejecting(plan, resolved.installed) if want_floor else None
+    configs = bench_mod.configs_for(plan, _ints(ks), rejecting)
+    sampling = resolved.profile.sampling
+    how = lossless.Sampling(temperature or sampling.temperature, top_p or sampling.top_p,
+                            samples=samples)
     with render.progress_bar(console, "bench") as step:
-        samples = bench_mod.measure(configs, resolved.backend, resolved.installed, prompts, repeats,
-                                max_tokens, app.dirs.logs, step)
-    settings = {"suites": list(prompts), "prompts_per_suite": per_suite, "repeats": repeats,
-                "max_tokens": max_tokens}
-    result = bench_mod.report(resolved.plan, resolved.installed, configs, samples, settings)
+        measured = bench_mod.measure(configs, resolved.backend, resolved.installed, work,
+                                     repeats, max_tokens, app.dirs.logs, step, concurrency)
+        checked = lossless.run(plan, quality_against, resolved.backend, resolved.installed,
+                               work.by_category(), how, app.dirs.logs, step) if quality else None
+    settings = {"workload": work.describe(), "prompts": len(work.prompts),
+                "repeats": repeats, "max_tokens": max_tokens, "concurrency": concurrency}
+    result = bench_mod.report(plan, resolved.installed, configs, measured, settings,
+                              work.weights())
+    if checked is not None:
+        result["quality"] = {"against": quality_against, "temperature": how.temperature,
+                             "top_p": how.top_p, "samples_per_prompt": how.samples,
+                             "tokens": how.tokens,
+                             "categories": {c: r.to_json() for c, r in checked.items()}}
     saved = reports.save(app.dirs.bench, resolved.plan.profile, result)
     if json_out:
         json_out.write_text(json.dumps(result, indent=2) + "\n")
@@ -72,22 +158,70 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, per_suite:
     console.print(f"raw samples: {saved}", highlight=False)
 
 
+def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workload,
+            repeats: int, max_tokens: int, json_out: Path | None) -> None:
+    """bench --backends: each backend measured in turn; the fastest saved for this machine."""
+    from specctl.adapters import registry
+    from specctl.orchestrator.cli import render
+    from specctl.orchestrator.measure import reports, versus, winners
+
+    wanted = list(dict.fromkeys(registry.canonical(n.strip()) for n in names.split(",")
+                                if n.strip()))
+    if len(wanted) < 2:
+        raise click.BadParameter("--backends needs two or more backends (`specctl doctor` "
+                                 "lists the installed ones)")
+    profile = app.load(profile_ref)
+    entries = []
+    for name in wanted:
+        got = app.resolve(profile.model_copy(update={"backend": [name]}))
+        if got.installed.assumed:
+            raise SpecctlError(f"{name} is not installed here; {got.backend.install_hint}")
+        entries.append(versus.Entry(got.plan, got.backend, got.installed))
+    with render.progress_bar(console, "bench") as step:
+        found, speeds = versus.compare(entries, ks, work, repeats, max_tokens, app.dirs.logs,
+                                       step)
+    for result in found:
+        render.show_bench(console, result)
+    hw = entries[0].plan.hardware
+    winner = winners.Winner(profile=profile.name, machine=hw.name, speeds=tuple(speeds),
+                            measured=winners.now(),
+                            report=str(reports.save(app.dirs.bench, profile.name,
+                                                    {"backends": found})))
+    path = winners.save(app.dirs.state / "backends", winner, hw.fingerprint())
+    if json_out:
+        json_out.write_text(json.dumps({"backends": found, "winner": winner.model_dump()},
+                                       indent=2) + "\n")
+    for s in speeds:
+        console.print(f"{s.backend:10} {s.tps:7.1f} tok/s ({s.setting}, {s.speedup:.2f}x its "
+                      "baseline)", highlight=False, markup=False)
+    console.print(f"[bold]fastest:[/bold] {winner.why()}; saved to {path}; `specctl plan -p "
+                  f"{profile.name}` now prefers it", highlight=False)
+
+
 @cli.command()
 @click.option("--profile", "-p", "profile_ref", metavar="NAME|FILE",
               help="Profile to tune (not needed with --what-if).")
 @click.option("--what-if", is_flag=True, help="Only the cost model: the best k for --alpha and "
               "--cost, with v(k) = 1 (the paper's assumption).")
-@click.option("--alpha", type=click.FloatRange(0, 1), help="Acceptance rate (with --what-if).")
-@click.option("--cost", type=click.FloatRange(0, min_open=True),
+@click.option("--alpha", type=_Finite(0, 1), help="Acceptance rate (with --what-if).")
+@click.option("--cost", type=_Finite(0, min_open=True),
               help="Draft/target step cost ratio c (with --what-if).")
 @click.option("--max-k", default=8, show_default=True, type=click.IntRange(1, 32))
 @click.option("--exhaustive", is_flag=True,
               help="Measure every k in 1..max-k (slow; for checking the tuner itself).")
 @click.option("--show", is_flag=True, help="Print the saved result: predicted vs measured.")
+@click.option("--prompts", "prompts_arg", default="2", show_default=True, metavar="N|FILE",
+              help="Prompts per category of the shipped suites, or your prompts file (JSON "
+                   "lines of chat requests with an optional \"category\", or text lines).")
+@click.option("--mix", metavar="CAT=SHARE,...",
+              help="Your traffic's mix, e.g. chat=1 or code=0.6,chat=0.4 (default: alike).")
+@click.option("--concurrency", type=click.IntRange(1, 256),
+              help="Concurrent requests to tune for (default: the profile's server.parallel).")
 @click.option("--max-tokens", default=64, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: float | None,
-         max_k: int, exhaustive: bool, show: bool, max_tokens: int, as_json: bool) -> None:
+         max_k: int, exhaustive: bool, show: bool, prompts_arg: str, mix: str | None,
+         concurrency: int | None, max_tokens: int, as_json: bool) -> None:
     """Choose k (and p-min, n-gram or off) for this machine; `plan` and `up` then use it.
 
     Measures the target alone, the draft alone and one speculative run (k = 8 or max-k), fits the
@@ -95,6 +229,8 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
     or its runner-up, tries n-gram and a p-min, and keeps the best measured - or "off" when
     nothing beats the baseline by 5%. A run that can no longer win stops early; the table marks
     it "(n/3 prompts)"."""
+    from dataclasses import replace
+
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.measure import trials
@@ -106,12 +242,16 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
         if alpha is None or cost is None:
             raise click.UsageError("--what-if needs --alpha and --cost")
         curve = costmodel.curve(alpha, cost, max_k)
-        best = costmodel.best(curve)
-        data = {"alpha": alpha, "cost": cost, "best_k": best.k, "speedup": round(best.speedup, 4),
+        best, gain = costmodel.best(curve), costmodel.gain(curve)
+        verdict = (f"k={gain.k}: predicted {gain.speedup:.2f}x" if gain else
+                   f"no k is faster than the target alone (the highest is {best.speedup:.2f}x, "
+                   f"k={best.k}): speculation off")
+        data = {"alpha": alpha, "cost": cost, "best_k": gain.k if gain else None,
+                "speedup": round(best.speedup, 4), "verdict": verdict,
                 "curve": [{"k": p.k, "tokens_per_step": round(p.tokens_per_step, 4),
                            "speedup": round(p.speedup, 4)} for p in curve]}
         if as_json:
-            click.echo(json.dumps(data, indent=2))
+            click.echo(json.dumps(data, indent=2, allow_nan=False))
         else:
             render.show_curve(console, data)
         return
@@ -128,20 +268,32 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
         click.echo(json.dumps(found.to_json(), indent=2)) if as_json else \
             render.show_tuned(console, found)
         return
+    work = _workload("code,chat,summarize", prompts_arg, mix)
+    level = concurrency or resolved.plan.parallel
     with render.progress_bar(console, "tune") as step:
-        runner = trials.Bench(resolved.backend, resolved.installed,
-                              tuple(trials.tune_prompts()), max_tokens, app.dirs.logs, step)
+        runner = trials.Bench(resolved.backend, resolved.installed, work, max_tokens,
+                              app.dirs.logs, step, level)
+        per_batch = resolved.backend.k_per_batch(resolved.installed)
+        if per_batch:  # tuned at one request; then k by batch size (below)
+            runner = replace(runner, concurrency=1)
         if exhaustive:
             results, base_tps, seconds = tune_mod.sweep(resolved.plan, runner,
                                                         range(1, max_k + 1))
         else:
             result = tune_mod.tune(resolved.plan, runner, max_k)
+            if per_batch and level > 1 and result.method == "draft":
+                levels = sorted({1, level, *(2 ** n for n in range(9) if 2 ** n < level)})
+                ks = sorted({max(1, result.k // 2), result.k})
+                ranges, notes = tune_mod.schedule(resolved.plan.but(p_min=result.p_min),
+                                                  runner, levels, ks)
+                result.k_by_batch, result.schedule_notes = list(ranges), notes
     if exhaustive:
         previous = _safe_load(app, key)
         data = render.sweep_json(results, base_tps, seconds, previous)
         click.echo(json.dumps(data, indent=2)) if as_json else render.show_sweep(console, data)
         return
     result.key = key
+    result.workload, result.concurrency = work.describe(), level
     path = tuned_mod.save(app.dirs.tuned, result)
     click.echo(json.dumps(result.to_json(), indent=2)) if as_json else \
         render.show_tuned(console, result)

@@ -107,33 +107,76 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
                 f"{r['accepted_per_step']:.2f}" if r["accepted_per_step"] else "-",
                 _pct(r["identical"]), str(r["n"])])
         tables.show(console, BENCH_COLUMNS, cells,
-                    title=f"{result['profile']}: {label} vs baseline ({result['hardware']})")
-    console.print("speedup: median of paired ratios; * = noisy (wide interval or few samples); "
-                  "same = greedy output identical to the baseline's")
+                    title=f"{result['profile']} on {result['backend']}: {label} vs baseline "
+                          f"({result['hardware']})")
+    console.print("speedup: decode throughput against the baseline's on the same prompts (the "
+                  "workload's mix overall), 95% bootstrap interval; range: per-prompt ratios; "
+                  "* = noisy (wide interval or few samples); same = greedy output identical to "
+                  "the baseline's")
+    for label, rows in result["configs"].items():
+        if any(rows[c].get("floor") is not None for c in result["categories"]):
+            for cat in result["categories"]:
+                console.print(f"greedy identity, {label}, {cat}: {rows[cat]['identity']}",
+                              highlight=False, markup=False)
+    for label, found in (result.get("concurrency") or {}).items():
+        cells = [[str(r["level"]), f"{r['baseline_tps']:.1f}", f"{r['tps']:.1f}",
+                  _x(r["speedup"]), _span(r["speedup_low"], r["speedup_high"]),
+                  f"{r['baseline_latency_s']:.2f}", f"{r['latency_s']:.2f}"]
+                 for r in found["levels"]]
+        tables.show(console, [Column("streams", right=True), *(Column(h, right=True) for h in (
+            "base t/s", "spec t/s", "speedup", "95% CI", "base lat s", "spec lat s"))], cells,
+            title=f"{label} under concurrent streams (aggregate tokens/s, median latency)")
+        where = found["stops_paying_at"]
+        console.print(f"{label}: " + (f"speculation stops paying at {where} concurrent "
+                                      "stream(s)" if where else "speculation pays at every "
+                                      "level measured"), highlight=False, markup=False)
+    if result.get("settings", {}).get("workload"):
+        console.print(f"workload: {result['settings']['workload']} (overall = their weighted "
+                      "throughput)", highlight=False, markup=False)
+    quality = result.get("quality")
+    if quality:
+        console.print(f"sampling check at temperature {quality['temperature']}, top-p "
+                      f"{quality['top_p']} ({quality['against']} vs baseline, "
+                      f"{quality['samples_per_prompt']} completions of {quality['tokens']} tokens "
+                      "per prompt and side):", highlight=False, markup=False)
+        for cat, found in quality["categories"].items():
+            console.print(f"  {cat}: {found['message']}", highlight=False, markup=False)
     console.print(f"[bold]verdict:[/bold] {escape(result['verdict'])}")
 
 
 def show_curve(console: Console, data: dict[str, Any]) -> None:
+    """The predicted curve; "best" marks only a k that is faster than the target alone."""
     cells = [[str(p["k"]), f"{p['tokens_per_step']:.2f}", f"{p['speedup']:.2f}x",
               "best" if p["k"] == data["best_k"] else ""] for p in data["curve"]]
     tables.show(console, [Column("k", right=True), Column("tokens/step", right=True),
                           Column("speedup", right=True), Column("")], cells,
                 title=f"alpha {data['alpha']}, c {data['cost']}")
+    console.print(escape(data["verdict"]), highlight=False)
 
 
 def show_tuned(console: Console, result: Tuned) -> None:
     predicted = {int(p["k"]): p["speedup"] for p in result.predicted}
+    cats = list(dict.fromkeys(c for m in result.measured for c in m.categories))
     cells = []
     for m in result.measured:
         pred = predicted.get(m.k) if m.method == "draft" and m.p_min is None else None
-        cells.append([m.label, _x(pred), _x(m.speedup), f"{m.tps:.1f}", _pct(m.acceptance),
-                      f"{m.seconds:.0f}"])
+        cells.append([m.label, _x(pred), _x(m.speedup), *(_x(m.categories.get(c)) for c in cats),
+                      f"{m.tps:.1f}", _pct(m.acceptance), f"{m.seconds:.0f}"])
     tables.show(console, [Column("config"), *(Column(h, right=True) for h in (
-        "predicted", "measured", "tok/s", "acceptance", "seconds"))], cells,
+        "predicted", "measured", *cats, "tok/s", "acceptance", "seconds"))], cells,
         title=f"{result.profile}: alpha {result.alpha}, c {result.cost}, v {result.verify}, "
               f"baseline {result.baseline_tps:.1f} tok/s")
+    if result.workload:
+        console.print(f"tuned for: {result.workload}; {result.concurrency} concurrent "
+                      "request(s); predicted and measured are the workload's throughput against "
+                      "the baseline's", highlight=False, markup=False)
     for line in result.skipped:
         console.print(escape(line), highlight=False)
+    for line in result.schedule_notes:
+        console.print(f"k by batch size: {line}", highlight=False, markup=False)
+    if result.k_by_batch:
+        ranges = ", ".join(f"{a}-{b}: k={k}" for a, b, k in result.k_by_batch)
+        console.print(f"schedule: {ranges}", highlight=False, markup=False)
     console.print(f"[bold]result:[/bold] {escape(result.summary)} (tuning took "
                   f"{result.seconds:.0f} s)")
 

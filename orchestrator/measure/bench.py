@@ -5,6 +5,11 @@ to them interleaved (the order rotates per prompt and repeat) so machine noise h
 Temperature 0, same prompts and max_tokens; one warm-up request per server is not counted.
 Acceptance comes from the backend's counters (each server's difference across each request).
 The mechanics are engine's, shared with `specctl tune`.
+
+Speedups are workload throughput ratios (measure/workload.py): per category, total tokens over
+total decode time against the baseline's on the same prompts; overall, the categories weighted
+by the mix. Intervals are bootstrapped over the paired prompts. `--concurrency` adds rounds of N
+concurrent streams per level, paired by round: aggregate tokens/s and per-request latency.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from importlib import resources
@@ -21,12 +26,14 @@ from typing import Any
 
 from specctl.adapters.base import Adapter, Installed, SpecStats
 from specctl.orchestrator.errors import ProfileError
-from specctl.orchestrator.measure import engine, stats
+from specctl.orchestrator.measure import engine, lossless, stats
+from specctl.orchestrator.measure.workload import Request, Workload
 from specctl.orchestrator.planning.plan import Plan
 
 SUITES = ("chat", "code", "summarize")
-HELPS = 1 + engine.MARGIN  # a config "helps" when its median speedup beats the baseline by 5%
+HELPS = 1 + engine.MARGIN  # a config "helps" when its speedup beats the baseline by 5%
 BASELINE = "baseline"
+FLOOR = "floor"  # drafts always rejected: the greedy identity numerics allow (lossless.py)
 Progress = Callable[[str], None]
 
 
@@ -60,76 +67,188 @@ class Sample:
     accepted: int
     drafts: int
     text_sha: str
+    level: int = 1  # concurrent streams
+    round: int = 0  # at level > 1: the round (of `level` requests) this one was part of
+    round_wall_s: float = 0.0  # that round's wall time
+
+    @property
+    def key(self) -> tuple[int, int, int, str, int]:
+        """What pairs a sample with the baseline's: the same request in the same pass."""
+        return (self.level, self.repeat, self.round, self.category, self.prompt)
+
+    def request(self) -> Request:
+        seconds = self.tokens / self.decode_tps if self.decode_tps > 0 else self.wall_s
+        return Request(self.category, self.tokens, seconds)
 
 
-def configs_for(plan: Plan, ks: Sequence[int]) -> list[Config]:
-    """The baseline plus one speculative config per k (the plan's own k when none given)."""
+def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None) -> list[Config]:
+    """The baseline plus one speculative config per k (the plan's own k when none given), and
+    the floor (the plan with every draft rejected) when given."""
     if not plan.speculative and not ks:
         raise ProfileError(f"{plan.profile} has speculation off; pass --k to compare drafts")
     out = [Config(BASELINE, plan.baseline())]
     for k in ks or [plan.k]:
         method = plan.method if plan.speculative else "draft"
         out.append(Config(f"{method} k={k}", plan.but(k=k, method=method)))
+    if floor is not None:
+        out.append(Config(FLOOR, floor))
     return out
 
 
 def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
-            prompts: dict[str, list[str]], repeats: int, max_tokens: int, logs: Path,
-            progress: Progress = lambda _m: None) -> list[Sample]:
+            workload: Workload, repeats: int, max_tokens: int, logs: Path,
+            progress: Progress = lambda _m: None, levels: Sequence[int] = (1,)) -> list[Sample]:
+    """Every prompt on every server, interleaved, `repeats` times; then, per level above 1,
+    rounds of that many concurrent requests (enough slots are planned for the largest)."""
     samples: list[Sample] = []
+    slots = max(levels)
     with ExitStack() as stack:
         running: list[tuple[Config, engine.Served]] = []
         for cfg in configs:
             progress(f"starting {cfg.label} server")
+            plan = cfg.plan.but(parallel=max(cfg.plan.parallel, slots))
             running.append((cfg, stack.enter_context(engine.serve(
-                cfg.plan, backend, installed, logs, f"bench-{cfg.label}"))))
-        work = [(r, cat, i, p) for r in range(repeats) for cat, ps in prompts.items()
-                for i, p in enumerate(ps)]
-        for step, (r, cat, i, prompt) in enumerate(work):
-            progress(f"[{step + 1}/{len(work)}] {cat} #{i} repeat {r + 1}")
-            shift = (r + i) % len(running)
-            for cfg, srv in running[shift:] + running[:shift]:
-                got = srv.ask(prompt, max_tokens)
-                reply, spec = got.reply, got.spec
-                samples.append(Sample(
-                    config=cfg.label, method=cfg.plan.method, k=cfg.plan.k, category=cat,
-                    prompt=i, repeat=r, tokens=reply.tokens, decode_tps=reply.decode_tps,
-                    wall_s=round(reply.wall_s, 4), timed_by=reply.timed_by, drafted=spec.drafted,
-                    accepted=spec.accepted, drafts=spec.drafts, text_sha=got.sha))
+                plan, backend, installed, logs, f"bench-{cfg.label}"))))
+        by_cat = workload.by_category()
+        if 1 in levels:
+            work = [(r, cat, i, p) for r in range(repeats) for cat, ps in by_cat.items()
+                    for i, p in enumerate(ps)]
+            for step, (r, cat, i, prompt) in enumerate(work):
+                progress(f"[{step + 1}/{len(work)}] {cat} #{i} repeat {r + 1}")
+                shift = (r + i) % len(running)
+                for cfg, srv in running[shift:] + running[:shift]:
+                    samples.append(_sample(cfg, srv.ask(prompt, max_tokens), cat, i, r))
+        for level in (n for n in levels if n > 1):
+            samples += _rounds(running, by_cat, level, repeats, max_tokens, progress)
     return samples
 
 
-def _group(samples: Sequence[Sample], config: str, category: str | None) -> dict[str, Any]:
-    base = {(s.category, s.prompt, s.repeat): s for s in samples if s.config == BASELINE}
-    mine = [s for s in samples if s.config == config and category in (None, s.category)]
-    pairs = [(s, base[(s.category, s.prompt, s.repeat)]) for s in mine
-             if (s.category, s.prompt, s.repeat) in base]
-    ratios = stats.paired_ratios([s.decode_tps for s, _ in pairs],
-                                 [b.decode_tps for _, b in pairs])
+def _sample(cfg: Config, got: engine.Asked, cat: str, i: int, r: int) -> Sample:
+    reply, spec = got.reply, got.spec
+    return Sample(config=cfg.label, method=cfg.plan.method, k=cfg.plan.k, category=cat,
+                  prompt=i, repeat=r, tokens=reply.tokens, decode_tps=reply.decode_tps,
+                  wall_s=round(reply.wall_s, 4), timed_by=reply.timed_by, drafted=spec.drafted,
+                  accepted=spec.accepted, drafts=spec.drafts, text_sha=got.sha)
+
+
+def _rounds(running: Sequence[tuple[Config, engine.Served]], by_cat: Mapping[str, list[str]],
+            level: int, repeats: int, max_tokens: int, progress: Progress) -> list[Sample]:
+    """Rounds of `level` concurrent requests: the workload's prompts in turn, each round sent to
+    every server (order rotating), paired by round."""
+    flat = [(cat, i, p) for cat, ps in by_cat.items() for i, p in enumerate(ps)]
+    per_pass = max(1, len(flat) // level)
+    out = []
+    for r in range(repeats):
+        for n in range(per_pass):
+            batch = [flat[(n * level + j) % len(flat)] for j in range(level)]
+            progress(f"concurrency {level}: round {n + 1}/{per_pass} repeat {r + 1}")
+            shift = (r + n) % len(running)
+            for cfg, srv in [*running[shift:], *running[:shift]]:
+                got = srv.ask_together([p for _, _, p in batch], max_tokens)
+                for (cat, i, _), reply in zip(batch, got.replies, strict=True):
+                    out.append(Sample(
+                        config=cfg.label, method=cfg.plan.method, k=cfg.plan.k, category=cat,
+                        prompt=i, repeat=r, tokens=reply.tokens, decode_tps=reply.decode_tps,
+                        wall_s=round(reply.wall_s, 4), timed_by=reply.timed_by,
+                        drafted=0, accepted=0, drafts=0, text_sha=engine.text_sha(reply.text),
+                        level=level, round=n, round_wall_s=round(got.wall_s, 4)))
+    return out
+
+
+def _pairs(samples: Sequence[Sample], config: str, category: str | None,
+           level: int = 1) -> list[tuple[Sample, Sample]]:
+    base = {s.key: s for s in samples if s.config == BASELINE and s.level == level}
+    return [(s, base[s.key]) for s in samples if s.config == config and s.level == level
+            and category in (None, s.category) and s.key in base]
+
+
+def _identity(samples: Sequence[Sample], config: str, category: str | None
+              ) -> tuple[float | None, int]:
+    """The share of `config`'s greedy outputs identical to the baseline's, and how many."""
+    pairs = _pairs(samples, config, category)
+    same = sum(s.text_sha == b.text_sha for s, b in pairs)
+    return (same / len(pairs) if pairs else None), len(pairs)
+
+
+def _group(samples: Sequence[Sample], config: str, category: str | None,
+           weights: Mapping[str, float]) -> dict[str, Any]:
+    pairs = _pairs(samples, config, category)
+    mine = {category: 1.0} if category else weights
     out: dict[str, Any] = {
         "n": len(pairs),
         "baseline_tps": statistics.median([b.decode_tps for _, b in pairs]) if pairs else None,
         "tps": statistics.median([s.decode_tps for s, _ in pairs]) if pairs else None,
     }
+    ratios = stats.paired_ratios([s.decode_tps for s, _ in pairs],
+                                 [b.decode_tps for _, b in pairs])
     if ratios:
-        summary = stats.summarize(ratios)
+        summary = stats.summarize_throughput(
+            [(s.request(), b.request()) for s, b in pairs], mine)
         out |= {"speedup": summary.median, "speedup_low": summary.low,
-                "speedup_high": summary.high, "speedup_min": summary.minimum,
-                "speedup_max": summary.maximum, "noisy": summary.noisy}
+                "speedup_high": summary.high, "speedup_min": min(ratios),
+                "speedup_max": max(ratios), "noisy": summary.noisy}
     total = sum((SpecStats(s.drafted, s.accepted, s.drafts) for s, _ in pairs), SpecStats())
+    identical, _ = _identity(samples, config, category)
     out |= {"drafted": total.drafted, "accepted": total.accepted,
             "acceptance": total.acceptance_rate, "accepted_per_step": total.mean_accepted_length,
-            "identical": (sum(s.text_sha == b.text_sha for s, b in pairs) / len(pairs)
-                          if pairs else None)}
+            "identical": identical}
     return out
 
 
-def summarize(samples: Sequence[Sample], configs: Sequence[Config]) -> dict[str, Any]:
-    categories = sorted({s.category for s in samples})
-    table = {cfg.label: {"overall": _group(samples, cfg.label, None),
-                         **{c: _group(samples, cfg.label, c) for c in categories}}
-             for cfg in configs if cfg.label != BASELINE}
-    return {"configs": table, "categories": categories, "verdict": verdict(table, categories)}
+def concurrency(samples: Sequence[Sample], config: str) -> list[dict[str, Any]]:
+    """Per level above 1: aggregate tokens/s (tokens over round wall time) and median latency of
+    both sides, and the speedup with its interval over the paired rounds."""
+    out = []
+    for level in sorted({s.level for s in samples if s.level > 1}):
+        rounds: dict[tuple[int, int], dict[str, list[Sample]]] = {}
+        for s, b in _pairs(samples, config, None, level):
+            got = rounds.setdefault((s.repeat, s.round), {"spec": [], "base": []})
+            got["spec"].append(s)
+            got["base"].append(b)
+        agg = [(sum(x.tokens for x in r["spec"]) / r["spec"][0].round_wall_s,
+                sum(x.tokens for x in r["base"]) / r["base"][0].round_wall_s)
+               for r in rounds.values() if r["spec"][0].round_wall_s > 0]
+        if not agg:
+            continue
+        summary = stats.summarize([a / b for a, b in agg if b > 0])
+        everyone = [x for r in rounds.values() for x in r["spec"]]
+        theirs = [x for r in rounds.values() for x in r["base"]]
+        out.append({"level": level, "rounds": len(agg),
+                    "baseline_tps": statistics.median(b for _, b in agg),
+                    "tps": statistics.median(a for a, _ in agg), "speedup": summary.median,
+                    "speedup_low": summary.low, "speedup_high": summary.high,
+                    "baseline_latency_s": statistics.median(x.wall_s for x in theirs),
+                    "latency_s": statistics.median(x.wall_s for x in everyone)})
+    return out
+
+
+def stops_paying(levels: Sequence[Mapping[str, Any]], single: float | None) -> int | None:
+    """The lowest concurrency level where speculation no longer beats the baseline."""
+    series = ([{"level": 1, "speedup": single}] if single is not None else []) + list(levels)
+    return next((int(r["level"]) for r in series if r["speedup"] < HELPS), None)
+
+
+def summarize(samples: Sequence[Sample], configs: Sequence[Config],
+              weights: Mapping[str, float] | None = None) -> dict[str, Any]:
+    categories = list(dict.fromkeys(s.category for s in samples if s.level == 1))
+    weights = dict(weights or {c: 1 / len(categories) for c in categories})
+    table = {cfg.label: {"overall": _group(samples, cfg.label, None, weights),
+                         **{c: _group(samples, cfg.label, c, weights) for c in categories}}
+             for cfg in configs if cfg.label not in (BASELINE, FLOOR)}
+    has_floor = any(cfg.label == FLOOR for cfg in configs)
+    for rows in table.values():
+        for cat, row in rows.items():
+            floor, _ = _identity(samples, FLOOR, None if cat == "overall" else cat)
+            row["floor"] = floor if has_floor else None
+            row["identity"] = lossless.floor_verdict(row["identical"], row["floor"], row["n"])
+    levels = {label: concurrency(samples, label) for label in table}
+    out: dict[str, Any] = {"configs": table, "categories": categories, "mix": weights,
+                           "verdict": verdict(table, categories) if categories else ""}
+    if any(levels.values()):
+        out["concurrency"] = {label: {"levels": rows, "stops_paying_at": stops_paying(
+            rows, table[label]["overall"].get("speedup") if categories else None)}
+            for label, rows in levels.items()}
+    return out
 
 
 def verdict(table: dict[str, dict[str, dict[str, Any]]], categories: list[str]) -> str:
@@ -148,10 +267,11 @@ def verdict(table: dict[str, dict[str, dict[str, Any]]], categories: list[str]) 
 
 
 def report(plan: Plan, installed: Installed, configs: Sequence[Config], samples: list[Sample],
-           settings: dict[str, Any]) -> dict[str, Any]:
+           settings: dict[str, Any], weights: Mapping[str, float] | None = None
+           ) -> dict[str, Any]:
     return {"profile": plan.profile, "hardware": plan.hardware.name,
             "hardware_fingerprint": plan.hardware.fingerprint(), "backend": plan.backend,
             "backend_version": installed.version, "target": plan.target.ref,
             "draft": plan.draft.ref if plan.draft else None,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "settings": settings,
-            **summarize(samples, configs), "samples": [asdict(s) for s in samples]}
+            **summarize(samples, configs, weights), "samples": [asdict(s) for s in samples]}

@@ -5,7 +5,9 @@ counters for it (read only when the plan speculates) and a hash of its reply."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,19 @@ class Asked:
         return text_sha(self.reply.text)
 
 
+@dataclass(frozen=True)
+class Round:
+    """Concurrent requests: their replies, the wall time of all of them, their draft counters."""
+
+    replies: tuple[client.Reply, ...]
+    wall_s: float
+    spec: SpecStats
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.tokens for r in self.replies)
+
+
 class Served:
     """A server that is up and warmed up. Each `ask` reads the draft counters once, after its
     request: the reading after one request is the one before the next. The reading is this
@@ -64,6 +79,19 @@ class Served:
         seen = self.counters()
         spec, self._seen = seen - self._seen, seen
         return Asked(reply, spec)
+
+    def ask_together(self, prompts: Sequence[str], max_tokens: int) -> Round:
+        """The prompts as concurrent requests (one stream each); the round's wall time and the
+        draft counters it added (per request they cannot be told apart)."""
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+            replies = list(pool.map(lambda p: client.chat(
+                self.endpoint, p, max_tokens, timing=self.backend.decode_timing,
+                model=self.model), prompts))
+        wall = time.perf_counter() - start
+        seen = self.counters()
+        spec, self._seen = seen - self._seen, seen
+        return Round(tuple(replies), wall, spec)
 
 
 @contextmanager

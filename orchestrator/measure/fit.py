@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specctl.adapters.base import SpecStats
 from specctl.orchestrator.measure.trials import Run, ratios
@@ -49,10 +49,14 @@ class Estimates:
     cost: float
     verify: dict[int, float]
     accept_at: dict[int, tuple[float, ...]]  # per prompt: P(at least j+1 draft tokens accepted)
+    time_share: dict[int, float] = field(default_factory=dict)  # per prompt: workload weight
 
     def curve(self, max_k: int) -> list[costmodel.Point]:
+        """The workload speedup predicted per k (time-weighted over prompts)."""
+        weights = ([self.time_share.get(i, 0.0) for i in self.accept_at]
+                   if self.time_share else None)
         return costmodel.curve_over_prompts(list(self.accept_at.values()), self.alpha, self.cost,
-                                            max_k, costmodel.linear_verify(self.verify))
+                                            max_k, costmodel.linear_verify(self.verify), weights)
 
 
 def acceptance_by_position(spec: SpecStats, k: int) -> tuple[float, ...]:
@@ -75,7 +79,20 @@ def estimate(baseline: Run, draft_alone: Run, probe: Run) -> Estimates:
     return Estimates(alpha=fit_alpha(probe.spec.mean_accepted_length or 0.0, k),
                      cost=round(cost, 4), verify={k: round(max(0.5, statistics.median(steps)), 3)},
                      accept_at={i: acceptance_by_position(s, k)
-                                for i, s in zip(probe.prompts, probe.specs, strict=True)})
+                                for i, s in zip(probe.prompts, probe.specs, strict=True)},
+                     time_share=time_shares(baseline))
+
+
+def time_shares(baseline: Run) -> dict[int, float]:
+    """Each prompt's share of the workload's baseline decode time: its category's weight over
+    the category's prompts, times its own time."""
+    requests = baseline.requests()
+    weights = dict(baseline.weights) or {"all": 1.0}
+    count: dict[str, int] = {}
+    for r in requests.values():
+        count[r.category] = count.get(r.category, 0) + 1
+    return {i: weights.get(r.category, 0.0) / count[r.category] * r.seconds
+            for i, r in requests.items()}
 
 
 def stop_early_bounds(best: Run, baseline: Run, est: Estimates) -> dict[int, float]:

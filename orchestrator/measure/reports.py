@@ -8,23 +8,29 @@ from pathlib import Path
 from typing import Any
 
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.files import write_atomic
+from specctl.orchestrator.files import inside, write_atomic
 
 
 def save(folder: Path, profile: str, result: dict[str, Any]) -> Path:
-    path = folder / f"{profile}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path = inside(folder, profile, f"-{time.strftime('%Y%m%d-%H%M%S')}.json", "profile name")
     write_atomic(path, json.dumps(result, indent=2) + "\n")
     return path
 
 
-def plot_bench(result: dict[str, Any], out: Path) -> None:
-    try:
-        import matplotlib
+def check_plotting() -> None:
+    """Fail at once, not after the measuring, when plots cannot be drawn."""
+    import importlib.util
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SpecctlError("--plot needs matplotlib: pip install 'specctl[plot]'") from None
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SpecctlError("--plot needs matplotlib: pip install 'specctl[plot]' (or drop --plot)")
+
+
+def plot_bench(result: dict[str, Any], out: Path) -> None:
+    check_plotting()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     cats = [*result["categories"], "overall"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / (len(result["configs"]) + 1)

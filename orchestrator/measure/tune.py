@@ -10,7 +10,15 @@
 3. Try the draftless n-gram method (at the probe's k: its drafts cost nothing to make; the
    prompts whose baseline replies copy least go first) and a p-min at the best k (not run when
    the cost model's bound shows it cannot win). They must beat the best by the margin to win.
-4. Nothing beats the baseline by the margin: "off".
+4. The winner must keep every category of the workload at least at the baseline's speed (by
+   GUARD, the noise): if it slows one down (chat, typically, where drafts are often rejected), a
+   p-min at its k and a shorter k are measured too, and the best run that keeps every category
+   wins instead.
+5. Nothing beats the baseline by the margin: "off".
+
+The score throughout is the workload's throughput against the baseline's (measure/workload.py:
+the categories weighted by the mix), and the cost model ranks k by the same score, each prompt
+weighted by its share of the baseline's time.
 
 A run that cannot win stops early: after each prompt, the prompts not yet measured are put at
 their best case (any speed; for p-min, the cost model's bound) and the run gives up once even
@@ -26,13 +34,50 @@ from collections.abc import Sequence
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure import engine
 from specctl.orchestrator.measure.fit import Estimates, copy_share, estimate, stop_early_bounds
-from specctl.orchestrator.measure.trials import Measurer, Run, cannot_beat, measured, order, speedup
+from specctl.orchestrator.measure.trials import (
+    Bench,
+    Measurer,
+    Run,
+    cannot_beat,
+    category_speedups,
+    measured,
+    order,
+    speedup,
+)
 from specctl.orchestrator.measure.tuned import Measured, Result
 from specctl.orchestrator.planning.plan import Method, Plan
 
 MARGIN = engine.MARGIN
 PROBE_K = 8
 P_MIN_TRY = 0.5
+SHORT_K = 2
+GUARD = 0.98  # a category may lose at most 2% (noise) to the baseline
+
+
+def keeps_every_category(run: Run, baseline: Run) -> bool:
+    return all(v >= GUARD for v in category_speedups(run, baseline).values())
+
+
+def guarded(plan: Plan, bench: Measurer, baseline: Run, runs: list[Run], winner: Run,
+            margin: float) -> tuple[list[Run], Run | None]:
+    """The winner, or, when it slows a category down, the best run that does not (after
+    measuring a p-min at its k and a shorter k, if not measured yet); None: none does."""
+    if speedup(winner, baseline) <= 1 + margin or keeps_every_category(winner, baseline):
+        return [], winner  # it wins and keeps every category, or it is off anyway
+    slow = {c: v for c, v in category_speedups(winner, baseline).items() if v < GUARD}
+    bench.say(f"{winner.label} slows {', '.join(f'{c} ({v:.2f}x)' for c, v in slow.items())}: "
+              "trying what keeps every category")
+    seen = {(r.plan.method, r.plan.k, r.plan.p_min) for r in runs}
+    extra = []
+    for candidate, label in ((winner.plan.but(p_min=P_MIN_TRY),
+                              f"draft k={winner.plan.k} p-min {P_MIN_TRY}"),
+                             (winner.plan.but(k=SHORT_K, p_min=None), f"draft k={SHORT_K}")):
+        if candidate.method == "draft" and (candidate.method, candidate.k,
+                                            candidate.p_min) not in seen:
+            extra.append(bench.run(candidate, label))
+    fair = [r for r in [*runs, *extra] if r.complete and r.spec.drafted
+            and keeps_every_category(r, baseline) and speedup(r, baseline) > 1 + margin]
+    return extra, max(fair, key=lambda r: speedup(r, baseline)) if fair else None
 
 
 def second_k(plan: Plan, bench: Measurer, baseline: Run, probe: Run, ranked: Sequence[int],
@@ -95,17 +140,27 @@ def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) ->
         runs.append(second)
     screens, winner, skipped = alternatives(plan, bench, baseline, best, est, probe_k, margin)
     runs += screens
-    top = measured(winner, baseline)
+    extra, kept = guarded(plan, bench, baseline, runs, winner, margin)
+    runs += extra
+    top = measured(kept or winner, baseline)
     method: Method
-    if top.speedup < 1 + margin:
+    if kept is None:
+        method, k, p_min = "none", 0, None
+        summary = (f"{top.label} measured {top.speedup:.2f}x but slows "
+                   + ", ".join(f"{c} to {v:.2f}x" for c, v in top.categories.items()
+                               if v < GUARD)
+                   + "; nothing that keeps every category pays: speculation off")
+    elif top.speedup < 1 + margin:
         method, k, p_min = "none", 0, None
         summary = (f"nothing beat the baseline by {margin:.0%} (best {top.label} "
                    f"{top.speedup:.2f}x): speculation off")
     else:
         method, k, p_min = top.method, top.k, top.p_min
-        summary = f"{top.label} measured {top.speedup:.2f}x over the baseline"
+        cats = ", ".join(f"{c} {v:.2f}x" for c, v in top.categories.items())
+        summary = f"{top.label} measured {top.speedup:.2f}x over the baseline ({cats})"
     return Result(profile=plan.profile, method=method, k=k, p_min=p_min,
                   speedup=top.speedup if method != "none" else 1.0, summary=summary,
+                  categories=top.categories if method != "none" else {},
                   alpha=est.alpha, cost=est.cost,
                   verify={str(k_): v for k_, v in est.verify.items()},
                   baseline_tps=round(baseline.median_tps, 3),
@@ -114,6 +169,32 @@ def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) ->
                   measured=[measured(r, baseline) for r in runs], skipped=skipped,
                   seconds=round(time.monotonic() - start, 1),
                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+def schedule(plan: Plan, bench: Bench, levels: Sequence[int], ks: Sequence[int],
+             margin: float = MARGIN) -> tuple[tuple[tuple[int, int, int], ...], list[str]]:
+    """k by batch size, for backends that switch k per batch: each k (and the baseline) on one
+    server at every level; per level the best k that beats the baseline there by the margin
+    (0: none does). Returns inclusive (first, last, k) ranges from 1 (the last level's k carries
+    on beyond it, as vLLM does) and a line per level."""
+    base = bench.at_levels(plan.baseline(), "baseline", levels)
+    runs = {k: bench.at_levels(plan.but(k=k, p_min=None), f"draft k={k}", levels) for k in ks}
+    picks, lines = [], []
+    for level in levels:
+        scores = {k: speedup(runs[k][level], base[level]) for k in ks}
+        k, best = max(scores.items(), key=lambda kv: kv[1])
+        chosen = k if best > 1 + margin else 0
+        picks.append(chosen)
+        lines.append(f"{level} concurrent: " + ", ".join(f"k={k_} {v:.2f}x" for k_, v in
+                                                         scores.items()) + f" -> k={chosen}")
+    ranges: list[tuple[int, int, int]] = []
+    for n, (level, k) in enumerate(zip(levels, picks, strict=True)):
+        last = levels[n + 1] - 1 if n + 1 < len(levels) else level
+        if ranges and ranges[-1][2] == k:
+            ranges[-1] = (ranges[-1][0], last, k)
+        else:
+            ranges.append((1 if not ranges else level, last, k))
+    return tuple(ranges), lines
 
 
 def sweep(plan: Plan, bench: Measurer, ks: Sequence[int]) -> tuple[list[Measured], float, float]:

@@ -1,31 +1,44 @@
 """Saved tuning results, keyed by hardware fingerprint, backend build and both models' SHA-256.
 
 A model's SHA is computed once and remembered by (path, size, mtime) in the state dir, so `plan`
-and `up` find the result without re-reading gigabytes. A garbage result file is ignored (and
-reported by `tune --show`), never trusted.
+and `up` find the result without re-reading gigabytes. A result is validated with the same
+model, and held to the same limits as a profile (k 1-32, p-min 0-1), whether fresh or read back:
+a file that fails is moved aside and reported in one line, never trusted (its k would go to
+argv).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from specctl.orchestrator.errors import StateError
-from specctl.orchestrator.files import write_atomic
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+from specctl.orchestrator.config.profiles import MAX_K, PMin
+from specctl.orchestrator.files import (
+    UnreadableError,
+    inside,
+    read_back,
+    read_text,
+    write_atomic,
+)
 from specctl.orchestrator.models.resolve import ModelInfo
 from specctl.orchestrator.models.testbed import sha256_file
 from specctl.orchestrator.planning.plan import Method, Plan
+
+Ratio = Annotated[float, Field(ge=0, le=1e6)]  # a speedup, tokens/s or seconds: finite
+Rate = Annotated[float, Field(ge=0, le=1)]
+_SHAS = TypeAdapter(dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]])
 
 
 def file_sha(path: Path, cache_file: Path) -> str:
     st = path.stat()
     stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     try:
-        known: dict[str, str] = json.loads(cache_file.read_text())
-    except (OSError, json.JSONDecodeError):
+        known = _SHAS.validate_json(read_text(cache_file))
+    except (OSError, ValueError, UnreadableError):  # missing or not a cache: hash anew
         known = {}
     if stamp not in known:
         known[stamp] = sha256_file(path)
@@ -47,64 +60,85 @@ def key(plan: Plan, backend_version: str, cache_file: Path) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
 
 
-@dataclass
-class Measured:
-    label: str
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class Measured(_Model):
+    label: str = Field(max_length=200)
     method: Method
-    k: int
-    p_min: float | None
-    speedup: float
-    tps: float
-    acceptance: float | None = None
-    seconds: float = 0.0
+    k: int = Field(ge=0, le=MAX_K)  # 0: the baseline
+    p_min: PMin | None
+    speedup: Ratio
+    tps: Ratio
+    acceptance: Rate | None = None
+    seconds: Ratio = 0.0
+    categories: dict[str, Ratio] = Field(default_factory=dict, max_length=64)  # speedup each
 
 
-@dataclass
-class Result:
-    profile: str
+class Result(_Model):
+    profile: str = Field(max_length=64)
     method: Method  # "none" = speculation off
-    k: int
-    p_min: float | None
-    speedup: float
-    summary: str
-    alpha: float | None
-    cost: float | None
-    verify: dict[str, float]
-    baseline_tps: float
-    predicted: list[dict[str, float]] = field(default_factory=list)
-    measured: list[Measured] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)  # not measured, and why
-    seconds: float = 0.0
-    created: str = ""
+    k: int = Field(ge=0, le=MAX_K)  # 1-32, as in a profile; 0 when off
+    p_min: PMin | None
+    speedup: Ratio
+    summary: str = Field(max_length=2000)
+    alpha: Rate | None
+    cost: Ratio | None
+    verify: dict[str, Ratio]
+    baseline_tps: Ratio
+    predicted: list[dict[str, float]] = Field(default_factory=list, max_length=64)
+    measured: list[Measured] = Field(default_factory=list, max_length=256)
+    skipped: list[str] = Field(default_factory=list, max_length=64)  # not measured, and why
+    seconds: Ratio = 0.0
+    created: str = Field("", max_length=64)
     key: str = ""
+    categories: dict[str, Ratio] = Field(default_factory=dict, max_length=64)  # the choice's
+    workload: str = Field("", max_length=2000)  # the categories and their shares tuned for
+    concurrency: int = Field(1, ge=1, le=256)  # concurrent requests tuned for
+    # k by batch size ((first, last, k), inclusive from 1), for backends that switch k per batch
+    k_by_batch: list[tuple[Annotated[int, Field(ge=1, le=4096)], Annotated[int, Field(
+        ge=1, le=4096)], Annotated[int, Field(ge=0, le=MAX_K)]]] = Field(
+        default_factory=list, max_length=64)
+    schedule_notes: list[str] = Field(default_factory=list, max_length=64)
+
+    @model_validator(mode="after")
+    def _k_for_method(self) -> Result:
+        if self.method == "none" and self.k != 0:
+            raise ValueError(f"k is {self.k} with speculation off")
+        if self.method != "none" and self.k < 1:
+            raise ValueError(f"k must be 1..{MAX_K} for {self.method}")
+        return self
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Result:
-        data = dict(data)
-        data["measured"] = [Measured(**m) for m in data.get("measured", [])]
-        return cls(**data)
+    def from_json(cls, data: Any) -> Result:
+        """Strictly: a file holds JSON types, so "4" or true for k is a bad file."""
+        return cls.model_validate(data, strict=True)
 
 
 def path_for(folder: Path, key_: str) -> Path:
-    return folder / f"{key_}.json"
+    return inside(folder, key_, ".json", "tuning key")
 
 
 def save(folder: Path, result: Result) -> Path:
     path = path_for(folder, result.key)
-    write_atomic(path, json.dumps(result.to_json(), indent=2) + "\n")
+    checked = Result.model_validate(result.model_dump())  # the limits hold for what is written
+    write_atomic(path, json.dumps(checked.to_json(), indent=2) + "\n")
     return path
 
 
+def _parse(key_: str, text: str) -> Result:
+    result = Result.model_validate_json(text, strict=True)  # as from_json, from the text
+    if result.key and result.key != key_:
+        raise ValueError(f"it is the result for key {result.key[:20]}")
+    return result
+
+
 def load(folder: Path, key_: str) -> Result | None:
-    """The saved result, None when there is none; StateError when the file is garbage."""
-    path = path_for(folder, key_)
-    try:
-        return Result.from_json(json.loads(path.read_text()))
-    except FileNotFoundError:
-        return None
-    except (json.JSONDecodeError, TypeError, UnicodeDecodeError, AttributeError) as exc:
-        raise StateError(f"tuning result {path} is unreadable ({type(exc).__name__}); delete it "
-                         "and run `specctl tune` again") from None
+    """The saved result, None when there is none. One that is not valid is moved aside and
+    reported (StateError, one line)."""
+    return read_back(path_for(folder, key_), lambda text: _parse(key_, text), "tuning result",
+                     "Run `specctl tune` again")

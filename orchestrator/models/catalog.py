@@ -76,6 +76,7 @@ BYTES_PER_WEIGHT: dict[str, float] = {
     "Q5_K_S": 0.6875, "Q5_0": 0.6875, "Q4_K_M": 0.6055, "Q4_K_S": 0.5703, "Q4_0": 0.5625,
     "Q4_1": 0.625, "IQ4_XS": 0.5313, "Q3_K_M": 0.4883, "Q2_K": 0.3281, "FP8": 1.0,
     "AWQ": 0.5625, "GPTQ": 0.5625, "INT4": 0.5625,
+    "4BIT": 0.5625, "8BIT": 1.0625,  # MLX quantised: 4/8 bits + a bf16 scale and bias per 64
 }
 
 

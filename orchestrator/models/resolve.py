@@ -26,8 +26,8 @@ from specctl.orchestrator.models.hub import Hub, Repo, RepoFile, pick_quant
 _STORE_SCHEME = re.compile(r"[a-z][a-z0-9]+")  # another tool's store, e.g. `NAME:model:tag`
 VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
 GB = 1e9
-GGUF_QUANTS = frozenset(q for q in catalog.BYTES_PER_WEIGHT if q not in ("AWQ", "GPTQ", "INT4",
-                                                                         "FP8", "BF16"))
+GGUF_QUANTS = frozenset(q for q in catalog.BYTES_PER_WEIGHT if q not in (
+    "AWQ", "GPTQ", "INT4", "FP8", "BF16", "4BIT", "8BIT"))
 
 
 @dataclass(frozen=True)
@@ -362,6 +362,12 @@ def from_hub(hub: Hub, ref: ModelRef, quant: str) -> ModelInfo:
                             f"{size / GB:.1f} GB, revision {repo.revision[:7]})")
     folder = hub.small_files(repo)
     base = from_hf_dir(folder, str(ref))
+    if base.name == folder.name:  # named after the cache folder: the repo names it better
+        base = replace(base, name=repo.name.split("/")[1])
+    cfg = hf_meta.read_config(folder)
+    parent = cfg.get("base_model_name_or_path")
+    if not base.layers and isinstance(parent, str) and parent != ref.name:
+        return _heads_on(hub, from_hub(hub, ModelRef("hf", parent), quant), base, repo)
     weights = repo.weights()
     if not weights:
         raise ModelError(f"{repo.name} has neither GGUF nor safetensors weights")
@@ -373,6 +379,17 @@ def from_hub(hub: Hub, ref: ModelRef, quant: str) -> ModelInfo:
                    params_b=params, remote=_remote(repo, keep, gguf=False),
                    note=f"{base.name}: metadata from the Hub ({repo.name}, {len(weights)} "
                         f"safetensors files, {size / GB:.1f} GB, revision {repo.revision[:7]})")
+
+
+def _heads_on(hub: Hub, parent: ModelInfo, heads: ModelInfo, repo: Repo) -> ModelInfo:
+    """A repo of speculative heads (Medusa) for a base model: the base's dimensions and
+    tokenizer, with the heads' size added; it is served by its own repo id."""
+    size = sum(f.size for f in repo.weights()) + parent.size_bytes
+    return replace(parent, ref=heads.ref, name=repo.name.split("/")[1], kind=heads.kind,
+                   spec_heads=heads.spec_heads, size_bytes=size,
+                   note=f"{repo.name}: {heads.spec_heads} {heads.kind} heads on "
+                        f"{parent.remote.repo if parent.remote else parent.name} ("
+                        f"{size / GB:.1f} GB in all, from the Hub)")
 
 
 def _remote(repo: Repo, files: list[RepoFile], gguf: bool) -> Remote:

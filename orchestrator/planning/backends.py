@@ -24,8 +24,11 @@ class Choice:
 
 
 def choose(prefer: list[str], hw: Hardware, backends: Mapping[str, Adapter],
-           probed: Mapping[str, Installed | None] | None) -> Choice:
-    """Pick a backend. `probed` is None when planning for a recorded (other) machine."""
+           probed: Mapping[str, Installed | None] | None,
+           measured: tuple[str, str] | None = None) -> Choice:
+    """Pick a backend. `probed` is None when planning for a recorded (other) machine.
+    `measured` is (the fastest backend here, why) when `bench --backends` measured it: it wins
+    among the profile's backends (a profile that names one backend keeps it)."""
     order = list(prefer) or [n for n in default_order(hw.kind) if n in backends]
     why_order = ("the profile's preference " if prefer else f"the default for {hw.kind.upper()} "
                  "machines ") + f"({' > '.join(order)})"
@@ -33,6 +36,10 @@ def choose(prefer: list[str], hw: Hardware, backends: Mapping[str, Adapter],
     if not usable:
         raise BackendError(f"none of {', '.join(order)} runs on a {hw.kind} machine; change the "
                            "profile's backend list")
+    fastest = probed.get(measured[0]) if measured and probed else None
+    if measured and fastest is not None and len(prefer) != 1 and measured[0] in usable:
+        return Choice(measured[0], fastest, (f"Backend {measured[0]}: {measured[1]}; "
+                                             f"{fastest.describe()}.",))
     if probed is None:
         name = usable[0]
         return Choice(name, backends[name].assumed(), (
@@ -43,9 +50,12 @@ def choose(prefer: list[str], hw: Hardware, backends: Mapping[str, Adapter],
         if found is not None:
             skipped = usable[: usable.index(name)]
             note = f" ({', '.join(skipped)} not installed)" if skipped else ""
+            others = [n for n in usable if n != name and probed.get(n)]
+            default = (f" This is a default: `specctl bench --backends {name},{others[0]}` "
+                       "measures which is faster here." if others and len(prefer) != 1 else "")
             return Choice(name, found, (
                 f"Backend {name}: first installed of {why_order}{note}; "
-                f"{found.describe()}.",))
+                f"{found.describe()}.{default}",))
     name = usable[0]
     return Choice(name, backends[name].assumed(), (
         f"Backend {name}: first of {why_order}; it is not installed here yet "

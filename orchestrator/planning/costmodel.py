@@ -68,11 +68,21 @@ def curve_measured(accept_at: Sequence[float], alpha: float, c: float, max_k: in
 
 
 def curve_over_prompts(accept_at: Sequence[Sequence[float]], alpha: float, c: float, max_k: int,
-                       verify: Verify = lambda _k: 1.0) -> list[Point]:
-    """Per k, the median over prompts of each prompt's E(k) and S(k)."""
+                       verify: Verify = lambda _k: 1.0,
+                       weights: Sequence[float] | None = None) -> list[Point]:
+    """Per k, the prompts' E(k) and S(k) combined: without weights the median over prompts;
+    with weights (each prompt's share of the baseline's decode time in the workload) the
+    workload's speedup, sum(w) / sum(w / S_i): time saved where the time is spent."""
     curves = [curve_measured(acc, alpha, c, max_k, verify) for acc in accept_at]
-    return [Point(k, statistics.median(cv[k - 1].tokens_per_step for cv in curves),
-                  statistics.median(cv[k - 1].speedup for cv in curves))
+    if weights is None:
+        return [Point(k, statistics.median(cv[k - 1].tokens_per_step for cv in curves),
+                      statistics.median(cv[k - 1].speedup for cv in curves))
+                for k in range(1, max_k + 1)]
+    total = sum(weights)
+    return [Point(k, sum(w * cv[k - 1].tokens_per_step for w, cv in zip(weights, curves,
+                                                                         strict=True)) / total,
+                  total / sum(w / cv[k - 1].speedup for w, cv in zip(weights, curves,
+                                                                      strict=True)))
             for k in range(1, max_k + 1)]
 
 
@@ -86,7 +96,15 @@ def stop_early_gain(e: float, k: int, c: float, verify: Verify = lambda _k: 1.0)
 
 
 def best(points: Sequence[Point]) -> Point:
+    """The point of highest predicted speedup, even when that is a slowdown (see `gain`)."""
     return max(points, key=lambda p: p.speedup)
+
+
+def gain(points: Sequence[Point]) -> Point | None:
+    """The best point when it predicts a speedup; None when every k is slower than the target
+    alone (speculation should be off)."""
+    top = best(points)
+    return top if top.speedup > 1.0 else None
 
 
 def linear_verify(samples: dict[int, float]) -> Verify:

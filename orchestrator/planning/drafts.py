@@ -19,7 +19,13 @@ from specctl.adapters.base import ModelStore
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.models import catalog
 from specctl.orchestrator.models.hub import Hub
-from specctl.orchestrator.models.resolve import ModelInfo, from_catalog, from_gguf, parse_ref
+from specctl.orchestrator.models.resolve import (
+    ModelInfo,
+    from_catalog,
+    from_gguf,
+    from_hf_dir,
+    parse_ref,
+)
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Method
 
@@ -84,11 +90,15 @@ class Candidate:
 
 
 def scan_folders(folders: Iterable[tuple[Path, str]]) -> Iterator[Found]:
+    """GGUF files, and model folders (config.json beside safetensors weights)."""
     for folder, source in folders:
         if folder.is_dir():
             for path in sorted(folder.rglob("*.gguf")):
                 if "mmproj" not in path.name.lower() and path.is_file():
                     yield Found(str(path), path, source)
+            for config in sorted(folder.rglob("config.json")):
+                if any(config.parent.glob("*.safetensors")):
+                    yield Found(str(config.parent), config.parent, source)
 
 
 def scan_local(folders: list[tuple[Path, str]], hf_hub: Path,
@@ -226,7 +236,8 @@ Describe = Callable[[str], ModelInfo]  # a reference not on disk -> its metadata
 
 def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool,
          backend_quant: str, describe: Describe | None = None,
-         room_gb: float | None = None) -> list[Candidate]:
+         room_gb: float | None = None,
+         formats: frozenset[str] = frozenset({"gguf", "hf"})) -> list[Candidate]:
     """Judge every candidate (on-disk ones first, then the Hub's, so catalog duplicates are
     dropped); one larger than the memory left after the target is rejected with the numbers."""
     out: list[Candidate] = []
@@ -236,8 +247,17 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool
     for found in candidates:
         if found.path is not None and found.path.resolve() == target_file:
             continue
+        kind = "hf" if found.path is not None and found.path.is_dir() else "gguf"
+        if found.path is not None and kind not in formats:
+            what = "a model folder" if kind == "hf" else "a GGUF file"
+            out.append(Candidate(found.ref, found.path.name, found.path, found.source, False,
+                                 f"{what}: this backend serves {' or '.join(sorted(formats))}",
+                                 0.0))
+            continue
         try:
-            if found.path is not None:
+            if found.path is not None and kind == "hf":
+                draft = from_hf_dir(found.path, found.ref)
+            elif found.path is not None:
                 draft = from_gguf(found.path, found.ref)
             elif describe is not None and found.source == "hub":
                 draft = describe(found.ref)

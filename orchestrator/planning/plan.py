@@ -36,6 +36,10 @@ class Plan:
     ngram_min: int = 2
     ngram_max: int = 4
     api_key_env: str | None = None
+    # k by how many requests run at once: ((first, last, k), ...), inclusive, from 1; k may be
+    # 0 (no drafts at that batch size). Measured by `tune`; a backend that cannot switch k per
+    # batch size uses `k` (tuned for the profile's concurrency).
+    k_by_batch: tuple[tuple[int, int, int], ...] = ()
     options: Options = field(default_factory=Options)
     reasons: tuple[str, ...] = ()
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from specctl.adapters.base import Adapter, Installed, Options
+from specctl.adapters.base import Adapter, Installed, Options, is_loopback
 from specctl.orchestrator.config.profiles import Profile
-from specctl.orchestrator.errors import IncompatibleDraftError, ProfileError, SpecctlError
+from specctl.orchestrator.errors import (
+    IncompatibleDraftError,
+    ProfileError,
+    SpecctlError,
+    StateError,
+)
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.resolve import ModelInfo, Resolver
 from specctl.orchestrator.planning import costmodel, memory
@@ -29,6 +33,7 @@ class Tuned:
     p_min: float | None
     speedup: float
     summary: str
+    k_by_batch: tuple[tuple[int, int, int], ...] = ()
 
 
 TunedLookup = Callable[[Plan, Installed], Tuned | None]
@@ -52,21 +57,19 @@ def no_auto_draft(target: ModelInfo, backend: Adapter, methods: frozenset[str],
     raise ProfileError("draft = \"auto\" needs a draft picker; name a draft model instead")
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _method(profile: Profile) -> Method:
     if profile.draft == "none":
         return "none"
     if profile.draft == "ngram":
         return "ngram"
     return profile.draft_method
+
+
+def _same_model(target: ModelInfo, draft: ModelInfo) -> bool:
+    if target.path is not None and draft.path is not None:
+        return target.path.resolve() == draft.path.resolve()
+    return target.ref == draft.ref or (target.name, target.quant, target.size_bytes) == (
+        draft.name, draft.quant, draft.size_bytes)
 
 
 def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: ModelInfo) -> str:
@@ -77,6 +80,10 @@ def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: M
             "pick a draft of the same model family (`specctl drafts --target ...`)")
     how = ("token lists compared" if (target.path or target.meta_file) and
            (draft.path or draft.meta_file) else "catalog tokenizers")
+    if _same_model(target, draft):  # valid (tests use it), never faster: said, not hidden
+        return (f"Draft {draft.name} is the target itself: each drafted token costs a full "
+                "target step, so this is slower than without a draft (a smoke test at best); "
+                "pick a smaller model of the same family (`specctl drafts --target ...`).")
     return f"Draft {draft.name} is compatible with {target.name} ({backend.vocab_rule} vocab " \
            f"rule, {how})."
 
@@ -89,9 +96,11 @@ def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None) -> tuple
         return k, f"k={k}: the usual best for {method}; `specctl tune` measures it here"
     c = draft.size_bytes / max(target.size_bytes, 1)  # decode is memory-bound: cost ~ bytes read
     pick = costmodel.best(costmodel.curve(ASSUMED_ALPHA, c, MAX_AUTO_K))
+    slower = "" if pick.speedup > 1 else (", slower than without a draft: a smaller draft or "
+                                          "draft = \"none\" would do better")
     return pick.k, (f"k={pick.k} from the cost model with assumed acceptance {ASSUMED_ALPHA} and "
-                    f"draft/target cost {c:.2f} (weights ratio): predicted {pick.speedup:.2f}x; "
-                    "`specctl tune` measures both here")
+                    f"draft/target cost {c:.2f} (weights ratio): predicted {pick.speedup:.2f}x"
+                    f"{slower}; `specctl tune` measures both here")
 
 
 def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Adapter,
@@ -99,7 +108,7 @@ def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Adapter
            room_gb: float, reasons: list[str]) -> tuple[Method, ModelInfo | None]:
     if method not in ("draft", "eagle", "eagle3"):
         return method, None
-    draft_ref: str | None = profile.draft
+    draft_ref: str | None = options.draft or profile.draft
     if draft_ref == "auto" and method == "draft":
         pick = pick_draft(target, backend, installed.methods, room_gb)
         reasons.append(pick.why)
@@ -133,16 +142,22 @@ def _budget(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
 def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
             probed: Mapping[str, Installed | None] | None, resolver: Resolver,
             tuned: TunedLookup = lambda _p, _i: None,
-            pick_draft: DraftPicker = no_auto_draft) -> tuple[Plan, Installed]:
+            pick_draft: DraftPicker = no_auto_draft,
+            measured: tuple[str, str] | None = None) -> tuple[Plan, Installed]:
     """The plan and the backend installation it is for. Raises a SpecctlError with what to do."""
     srv = profile.server
-    if not _is_loopback(srv.host) and not srv.api_key_env:
+    choice = choose(list(profile.backend), hw, backends, probed, measured)
+    backend = backends[choice.name]
+    if not is_loopback(srv.host) and backend.authenticates and not srv.api_key_env:
         raise ProfileError(f"{profile.name}: server.host = {srv.host} exposes the server beyond "
                            "this machine; set server.api_key_env too, or bind to 127.0.0.1")
-    choice = choose(list(profile.backend), hw, backends, probed)
-    backend = backends[choice.name]
+    if not is_loopback(srv.host) and not backend.authenticates:
+        raise ProfileError(f"{profile.name}: {choice.name} checks no API key, so server.host = "
+                           f"{srv.host} would serve anyone who can reach it; bind to 127.0.0.1 "
+                           "and put an authenticating proxy in front to share it")
     reasons = list(choice.reasons)
-    target = resolver.resolve(profile.target, backend.default_quant)
+    options = profile.section(choice.name)
+    target = resolver.resolve(options.target or profile.target, backend.default_quant)
     if target.note:
         reasons.append(target.note + ".")
     method = _method(profile)
@@ -150,7 +165,6 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
                        f"'{method}' speculation, so it serves without; {backend.no_spec_hint}.")
         method = "none"
-    options = profile.section(choice.name)
     room = memory.budget_for(hw, profile.memory, backend.devices(options)).gb - target.weights_gb
     method, draft = _draft(profile, method, target, backend, choice.installed, options, resolver,
                            pick_draft, room, reasons)
@@ -179,12 +193,17 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         p_min=profile.speculative.p_min, ngram_min=profile.speculative.ngram_min,
         ngram_max=profile.speculative.ngram_max, api_key_env=srv.api_key_env, options=options,
     )
-    found = tuned(plan, choice.installed) if profile.k == "auto" and method != "none" else None
+    try:
+        found = tuned(plan, choice.installed) if profile.k == "auto" and method != "none" \
+            else None
+    except StateError as exc:  # a saved result that failed validation: set aside, not used
+        found = None
+        reasons.append(f"Tuned result ignored: {exc}")
     if found is not None:
         draft_kept = draft if found.method == "draft" else None
         p_min = found.p_min if found.p_min is not None else plan.p_min
         plan = plan.but(method=found.method, k=found.k, p_min=p_min, draft=draft_kept,
-                        k_source="tuned")
+                        k_source="tuned", k_by_batch=found.k_by_batch)
         why = f"`specctl tune` on this machine: {found.summary}"
     if profile.draft == "none":
         why = "speculation off (draft = \"none\")"

@@ -29,6 +29,44 @@ def _no_timing(_reply: Mapping[str, Any]) -> tuple[int, float] | None:
     return None
 
 
+Token = int | str
+
+
+def sample(endpoint: Endpoint, prompt: str, max_tokens: int, temperature: float, top_p: float,
+           seed: int, n: int, model: str | None = None, timeout: float = 600
+           ) -> list[list[Token]]:
+    """`n` sampled completions of one chat request: each as its token ids (from the reply's
+    logprobs), or as its characters when the server does not report tokens."""
+    import requests
+
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}],
+                            "max_tokens": max_tokens, "temperature": temperature,
+                            "top_p": top_p, "seed": seed, "n": n, "logprobs": True,
+                            "stream": False}
+    if model:
+        body["model"] = model
+    url = f"{endpoint.api.rstrip('/')}/chat/completions"
+    try:
+        resp = requests.post(url, json=body, headers=endpoint.headers(), timeout=timeout)
+    except requests.RequestException as exc:
+        raise ServerError(f"request to {url} failed: {exc}") from None
+    if resp.status_code != 200:
+        raise ServerError(f"{url} answered {resp.status_code}: {resp.text[:200]}")
+    try:
+        return [_tokens(choice) for choice in resp.json()["choices"]]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ServerError(f"{url} answered something that is not a chat completion: "
+                          f"{resp.text[:200]!r}") from None
+
+
+def _tokens(choice: Mapping[str, Any]) -> list[Token]:
+    content = (choice.get("logprobs") or {}).get("content")
+    if isinstance(content, list) and content:
+        return [int(t["id"]) if isinstance(t.get("id"), int) else str(t["token"])
+                for t in content]
+    return list(str(choice["message"].get("content") or ""))
+
+
 def chat(endpoint: Endpoint, prompt: str, max_tokens: int, timeout: float = 600,
          timing: Timing = _no_timing, model: str | None = None) -> Reply:
     import requests

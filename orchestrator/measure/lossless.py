@@ -1,0 +1,110 @@
+"""Is speculation lossless here? `bench --quality` (and tune's shorter gate before it saves).
+
+Sampling: the baseline server (the target alone) and the candidate server (speculative) are
+sampled at the profile's temperature and top-p on the same prompts, many short completions each
+(`n` choices per request, distinct seed streams per side so the two sides are independent draws),
+and measure/quality.py tests whether the two distributions differ, per category.
+
+`against` puts something else on the candidate side, to check the check: "baseline" (a second
+target-alone server: must pass) or "draft" (the draft model served alone: a really different
+distribution, must fail).
+
+The greedy numerics floor (bench): the backend's `rejecting` plan drafts and verifies in batches
+but keeps only the target's tokens; its greedy outputs against the baseline's are the identity
+that numerics alone allow (batched verification sums in another order than one-token decoding,
+so near-ties can flip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from specctl.adapters.base import Adapter, Installed
+from specctl.orchestrator.errors import ProfileError
+from specctl.orchestrator.measure import engine, quality
+from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.runtime import client
+
+AGAINST = ("speculative", "baseline", "draft")
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float
+    top_p: float
+    samples: int = 32  # completions per prompt and side
+    tokens: int = 12  # tokens per completion: the positions tested
+    batch: int = 8  # completions per request (server slots)
+    alpha: float = 0.05
+
+
+def candidate(plan: Plan, against: str) -> Plan:
+    """What stands on the candidate side."""
+    if against == "speculative":
+        if not plan.speculative:
+            raise ProfileError(f"{plan.profile} does not speculate: nothing to check")
+        return plan
+    if against == "baseline":
+        return plan.baseline()
+    if against == "draft":
+        if plan.draft is None:
+            raise ProfileError(f"{plan.profile} has no draft model to serve alone")
+        return plan.baseline().but(target=plan.draft)
+    raise ProfileError(f"--quality-against takes {', '.join(AGAINST)}, not {against!r}")
+
+
+def draw(served: engine.Served, prompt: str, how: Sampling, seed: int) -> list[list[client.Token]]:
+    out: list[list[client.Token]] = []
+    request = 0
+    while len(out) < how.samples:
+        n = min(how.batch, how.samples - len(out))
+        out += client.sample(served.endpoint, prompt, how.tokens, how.temperature, how.top_p,
+                             seed + request, n, served.model)
+        request += 1
+    return out[:how.samples]
+
+
+def compare(base: engine.Served, other: engine.Served, prompts: Mapping[str, list[str]],
+            how: Sampling, say: Say) -> dict[str, quality.QualityResult]:
+    """Sample both servers on every prompt (sides interleaved) and test each category."""
+    results: dict[str, quality.QualityResult] = {}
+    for cat, texts in prompts.items():
+        samples = []
+        for j, prompt in enumerate(texts):
+            say(f"quality: {cat} #{j}: {how.samples} samples a side")
+            seed = 7919 * (j + 1) + 104729 * len(results)
+            a = draw(base, prompt, how, seed)
+            b = draw(other, prompt, how, seed + 1_000_003)  # another seed stream: independent
+            samples.append(quality.PromptSamples(a, b, label=f"{cat}#{j}"))
+        results[cat] = quality.compare(samples, alpha=how.alpha, positions=how.tokens,
+                                       category=cat)
+    return results
+
+
+def run(plan: Plan, against: str, backend: Adapter, installed: Installed,
+        prompts: Mapping[str, list[str]], how: Sampling, logs: Path,
+        say: Say) -> dict[str, quality.QualityResult]:
+    """Serve the baseline and the candidate (with room for `batch` parallel choices), compare."""
+    other = candidate(plan, against).but(parallel=max(plan.parallel, how.batch))
+    base = plan.baseline().but(parallel=max(plan.parallel, how.batch))
+    with ExitStack() as stack:
+        say("quality: starting the baseline and candidate servers")
+        a = stack.enter_context(engine.serve(base, backend, installed, logs, "quality-baseline"))
+        b = stack.enter_context(engine.serve(other, backend, installed, logs,
+                                             f"quality-{against}"))
+        return compare(a, b, prompts, how, say)
+
+
+def floor_verdict(identical: float | None, floor: float | None, n: int) -> str:
+    """Greedy identity read against its numerics floor, in words."""
+    if identical is None:
+        return "-"
+    if floor is None:
+        return f"{identical:.0%} identical (floor not measured)"
+    slack = max(0.1, 2 * (floor * (1 - floor) / max(n, 1)) ** 0.5)
+    words = "numerics" if identical >= floor - slack else "below the floor: investigate"
+    return f"{identical:.0%} identical; the floor here is {floor:.0%}: {words}"

@@ -1,0 +1,64 @@
+"""`bench --backends a,b`: which installed backend serves this profile fastest here.
+
+Each backend is measured as `bench` measures one (its baseline and its own speculation: the
+tuned setting when the profile says k = "auto" and `tune` has run for it), on the same prompts
+and settings, one backend after the other. Its speed is the workload's decode throughput of its
+best configuration, speculative or not; the fastest is saved (measure/winners.py) and `plan`
+prefers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specctl.adapters.base import Adapter, Installed
+from specctl.orchestrator.measure import bench, winners, workload
+from specctl.orchestrator.measure.workload import Workload
+from specctl.orchestrator.planning.plan import Plan
+
+
+@dataclass(frozen=True)
+class Entry:
+    plan: Plan
+    backend: Adapter
+    installed: Installed
+
+
+def speed_of(report: dict[str, Any], samples: Sequence[bench.Sample],
+             weights: dict[str, float], backend: str) -> winners.Speed:
+    """A backend's best configuration by workload throughput (its baseline when nothing pays)."""
+    def tps(config: str) -> float:
+        return workload.throughput([s.request() for s in samples
+                                    if s.config == config and s.level == 1], weights)
+
+    base = tps(bench.BASELINE)
+    best = max(report["configs"], key=tps)
+    if tps(best) <= base:
+        return winners.Speed(backend=backend, setting="no draft", tps=base, speedup=1.0)
+    return winners.Speed(backend=backend, setting=best, tps=tps(best),
+                         speedup=tps(best) / base if base else 0.0)
+
+
+def compare(entries: Sequence[Entry], ks: Sequence[int], work: Workload, repeats: int,
+            max_tokens: int, logs: Path, say: Callable[[str], None]
+            ) -> tuple[list[dict[str, Any]], list[winners.Speed]]:
+    reports, speeds = [], []
+    for entry in entries:
+        say(f"measuring {entry.plan.backend}")
+        configs = bench.configs_for(entry.plan, ks)
+        name = entry.plan.backend
+
+        def step(message: str, name: str = name) -> None:
+            say(f"{name}: {message}")
+
+        samples = bench.measure(configs, entry.backend, entry.installed, work, repeats,
+                                max_tokens, logs, step)
+        report = bench.report(entry.plan, entry.installed, configs, samples,
+                              {"workload": work.describe(), "repeats": repeats,
+                               "max_tokens": max_tokens}, work.weights())
+        reports.append(report)
+        speeds.append(speed_of(report, samples, work.weights(), entry.plan.backend))
+    return reports, speeds

@@ -1,0 +1,161 @@
+"""The traffic to tune and bench for: prompts with categories, the mix of categories, concurrency.
+
+The objective is the workload's decode throughput: tokens over time, each category weighted by
+its share of the requests (`--mix code=0.6,chat=0.4`; by default the categories weigh alike), not
+a median of prompts. Per request i of category c (n_i tokens in t_i seconds):
+
+    throughput = sum_c w_c * mean_i(n_i) / sum_c w_c * mean_i(t_i)
+
+and a configuration's speedup is its throughput over the baseline's on the same prompts.
+`--prompts FILE` brings the user's own prompts: JSON lines of OpenAI chat requests (the last user
+message is the prompt; an optional "category" key), or plain text, one prompt per line.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specctl.orchestrator.errors import ProfileError
+from specctl.orchestrator.files import read_text
+
+USER = "user"  # the category of prompts from a file that names none
+MAX_PROMPTS = 10_000
+MAX_FILE = 16 << 20
+
+
+@dataclass(frozen=True)
+class Prompt:
+    category: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    prompts: tuple[Prompt, ...]
+    mix: Mapping[str, float] = field(default_factory=dict)  # category -> share; {} = alike
+
+    @property
+    def categories(self) -> list[str]:
+        return list(dict.fromkeys(p.category for p in self.prompts))
+
+    def weights(self) -> dict[str, float]:
+        cats = self.categories
+        given = {c: self.mix.get(c, 0.0) for c in cats} if self.mix else {c: 1.0 for c in cats}
+        total = sum(given.values())
+        return {c: w / total for c, w in given.items()}
+
+    def by_category(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for p in self.prompts:
+            out.setdefault(p.category, []).append(p.text)
+        return out
+
+    def describe(self) -> str:
+        w = self.weights()
+        return ", ".join(f"{c} {w[c]:.0%}" for c in self.categories)
+
+
+def parse_mix(text: str | None) -> dict[str, float]:
+    """'code=0.6,chat=0.4' -> shares (they need not sum to 1: they are normalised)."""
+    if not text:
+        return {}
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        try:
+            share = float(value)
+        except ValueError:
+            share = -1.0
+        if not sep or not name.strip() or not 0 <= share < float("inf") or share != share:
+            raise ProfileError(f"--mix takes CATEGORY=SHARE,... (e.g. code=0.6,chat=0.4), not "
+                               f"{part!r}")
+        out[name.strip()] = share
+    if not any(out.values()):
+        raise ProfileError("--mix: at least one category needs a share above 0")
+    return out
+
+
+def from_suites(suites: Mapping[str, Sequence[str]], mix: Mapping[str, float]) -> Workload:
+    """The shipped suites; with a mix, only the categories it names (share above 0)."""
+    wanted = [c for c in suites if not mix or mix.get(c, 0) > 0]
+    unknown = set(mix) - set(suites)
+    if unknown:
+        raise ProfileError(f"--mix names {', '.join(sorted(unknown))}; the categories are "
+                           f"{', '.join(suites)} (or bring your own with --prompts FILE)")
+    return Workload(tuple(Prompt(c, t) for c in wanted for t in suites[c]), dict(mix))
+
+
+def from_file(path: Path, mix: Mapping[str, float], per_category: int) -> Workload:
+    """The user's prompts: JSON lines of chat requests, or plain text lines."""
+    text = read_text(path, MAX_FILE)
+    prompts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        prompts.append(_parse_line(path, number, line))
+        if len(prompts) > MAX_PROMPTS:
+            raise ProfileError(f"{path}: more than {MAX_PROMPTS} prompts; sample them first")
+    if not prompts:
+        raise ProfileError(f"{path} holds no prompts (one per line: text, or a JSON chat "
+                           "request)")
+    by_cat: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by_cat.setdefault(p.category, []).append(p)
+    rng = random.Random(0)  # a fixed sample: the same prompts in tune and bench
+    chosen = [q for ps in by_cat.values()
+              for q in (rng.sample(ps, per_category) if len(ps) > per_category else ps)]
+    unknown = set(mix) - set(by_cat)
+    if unknown:
+        raise ProfileError(f"--mix names {', '.join(sorted(unknown))}, not in {path} (its "
+                           f"categories: {', '.join(by_cat)})")
+    return Workload(tuple(chosen), dict(mix))
+
+
+def _parse_line(path: Path, number: int, line: str) -> Prompt:
+    if not line.lstrip().startswith("{"):
+        return Prompt(USER, line.strip())
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise ProfileError(f"{path}:{number}: not JSON ({exc.args[0]})") from None
+    messages = data.get("messages") if isinstance(data, dict) else None
+    users = [str(m["content"]) for m in messages or [] if isinstance(m, dict)
+             and m.get("role") == "user" and isinstance(m.get("content"), str)]
+    if not users:
+        raise ProfileError(f"{path}:{number}: a JSON line needs \"messages\" with a user "
+                           "message whose content is text")
+    category = data.get("category", USER)
+    if not isinstance(category, str) or not category.strip() or len(category) > 40:
+        raise ProfileError(f"{path}:{number}: \"category\" must be a short name")
+    return Prompt(category.strip(), users[-1])
+
+
+@dataclass(frozen=True)
+class Request:
+    """One measured request: its category, tokens and decode seconds."""
+
+    category: str
+    tokens: int
+    seconds: float
+
+
+def throughput(requests: Sequence[Request], weights: Mapping[str, float]) -> float:
+    """Weighted decode throughput (tokens/s) of the requests, by their category's share."""
+    num = den = 0.0
+    for cat, w in weights.items():
+        mine = [r for r in requests if r.category == cat]
+        if not mine or w <= 0:
+            continue
+        num += w * sum(r.tokens for r in mine) / len(mine)
+        den += w * sum(r.seconds for r in mine) / len(mine)
+    return num / den if den > 0 else 0.0
+
+
+def speedup(spec: Sequence[Request], base: Sequence[Request], weights: Mapping[str, float],
+            ) -> float:
+    b = throughput(base, weights)
+    return throughput(spec, weights) / b if b > 0 else 0.0
