@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from specctl.orchestrator.errors import BackendError, SettingsError, first_problem
+from specctl.orchestrator.errors import BackendError, ModelError, SettingsError, first_problem
 
 if TYPE_CHECKING:
     from specctl.orchestrator.config.paths import Dirs
@@ -202,6 +202,10 @@ class ModelStore:
 
     def how_to_get(self, name: str) -> str:
         raise NotImplementedError
+
+    def pull(self, name: str, say: Callable[[str], None]) -> Path:
+        """Fetch the model through its tool (when it can), then its file."""
+        raise ModelError(f"{self.scheme}:{name}: specctl cannot fetch it; {self.how_to_get(name)}")
 
 
 class Adapter:

@@ -82,7 +82,7 @@ class Ollama(Adapter):
         return cls(url=load_settings(_Settings).ollama_url)
 
     def store(self) -> ModelStore:
-        return OllamaStore(models_dir(os.environ, Path.home()))
+        return OllamaStore(models_dir(os.environ, Path.home()), self.url)
 
     def tips(self, probed: Mapping[str, Installed | None]) -> list[str]:
         if not probed.get(NAME) or not probed.get("llamacpp"):

@@ -8,9 +8,10 @@ The models dir is $OLLAMA_MODELS, else ~/.ollama/models (macOS and user installs
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -112,8 +113,8 @@ class OllamaStore(ModelStore):
 
     scheme: ClassVar[str] = "ollama"
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, daemon: str | None = None) -> None:
+        self.root, self.daemon = root, daemon  # the daemon's URL: pulls go through it
 
     def normalize(self, name: str) -> str:
         base, _, tag = name.partition(":")
@@ -129,3 +130,29 @@ class OllamaStore(ModelStore):
 
     def how_to_get(self, name: str) -> str:
         return f"pull it with `ollama pull {shlex.quote(name)}`"
+
+    def pull(self, name: str, say: Callable[[str], None]) -> Path:
+        """`ollama pull` through the daemon's API, its progress shown; then the GGUF blob."""
+        import requests
+
+        name = self.normalize(name)
+        if self.daemon is None:
+            raise ModelError(f"no Ollama daemon to pull {name} through; {self.how_to_get(name)}")
+        url = f"{self.daemon.rstrip('/')}/api/pull"
+        try:
+            with requests.post(url, json={"model": name, "stream": True}, stream=True,
+                               timeout=(5, 3600)) as resp:
+                for raw in resp.iter_lines():
+                    line = json.loads(raw) if raw.strip() else {}
+                    if "error" in line:
+                        raise ModelError(f"ollama pull {name}: {str(line['error'])[:200]}")
+                    if line.get("total"):
+                        say(f"{line.get('status', 'pulling')}: {line.get('completed', 0)} of "
+                            f"{line['total']} bytes")
+        except (requests.RequestException, ValueError) as exc:
+            raise ModelError(f"cannot pull {name} through Ollama at {self.daemon} "
+                             f"({type(exc).__name__}); is `ollama serve` running?") from None
+        blob = self.locate(name)
+        if blob is None:
+            raise ModelError(f"Ollama said it pulled {name}, but {self.root} has no blob for it")
+        return blob

@@ -39,6 +39,7 @@ from specctl.adapters.base import (
     Options,
     Resources,
     SpecStats,
+    load_settings,
     options_of,
 )
 from specctl.adapters.tgi_launcher import LauncherOption
@@ -132,7 +133,8 @@ class TgiOptions(Options):
 
 
 class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
+                                      env_ignore_empty=True)
     tgi_launcher: Path | None = None  # use this text-generation-launcher
 
 
@@ -347,7 +349,7 @@ class Tgi(Adapter):
 
     @classmethod
     def create(cls, dirs: Dirs) -> Tgi:
-        return cls(launcher=_Settings().tgi_launcher)
+        return cls(launcher=load_settings(_Settings).tgi_launcher)
 
     # -- what is installed -------------------------------------------------------------------
     def probe(self) -> Installed | None:

@@ -5,13 +5,16 @@ OpenAI-compatible calls, and reads models from a real on-disk Ollama store ($OLL
 It generates no real text: replies are a fixed sentence.
 
 Run as `python tests/fake_ollama.py serve` (tests put a `tests/bin/ollama` shim on PATH); it
-listens on $OLLAMA_HOST (default 127.0.0.1:11434) and reports $FAKE_OLLAMA_VERSION.
+listens on $OLLAMA_HOST (default 127.0.0.1:11434) and reports $FAKE_OLLAMA_VERSION. `/api/pull`
+copies a model from $FAKE_OLLAMA_REGISTRY (a folder laid out as an Ollama store, standing in for
+the registry) into the store, streaming progress lines as Ollama does.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,6 +42,37 @@ def store_models() -> dict[str, dict[str, Any]]:
 
 def all_models() -> dict[str, dict[str, Any]]:
     return {**store_models(), **created}
+
+
+def _store(env: str, default: Path) -> Path:
+    return Path(os.environ.get(env, default))
+
+
+def pull(name: str) -> list[dict[str, Any]]:
+    """The progress lines of `ollama pull NAME`, copying from the stand-in registry."""
+    base, _, tag = name.partition(":")
+    rel = Path("manifests") / "registry.ollama.ai" / "library" / base / (tag or "latest")
+    registry = _store("FAKE_OLLAMA_REGISTRY", Path("/nonexistent"))
+    store = _store("OLLAMA_MODELS", Path.home() / ".ollama" / "models")
+    if not (registry / rel).is_file():
+        return [{"status": "pulling manifest"},
+                {"error": "pull model manifest: file does not exist"}]
+    manifest = json.loads((registry / rel).read_text())
+    lines: list[dict[str, Any]] = [{"status": "pulling manifest"}]
+    for layer in manifest["layers"]:
+        blob = registry / "blobs" / layer["digest"].replace(":", "-")
+        if not blob.is_file():
+            continue
+        total = blob.stat().st_size
+        for done in (0, total // 2, total):
+            lines.append({"status": f"pulling {layer['digest'][7:19]}",
+                          "digest": layer["digest"], "total": total, "completed": done})
+        (store / "blobs").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(blob, store / "blobs" / blob.name)
+    (store / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(registry / rel, store / rel)
+    return [*lines, {"status": "verifying sha256 digest"}, {"status": "writing manifest"},
+            {"status": "success"}]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -75,11 +109,21 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.send(404, {"error": "404 page not found"})
 
+    def stream(self, lines: list[dict[str, Any]]) -> None:
+        raw = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
     def do_POST(self) -> None:
         req = self.body()
         name = str(req.get("model") or req.get("name") or "")
         models = all_models()
-        if self.path == "/api/create":
+        if self.path == "/api/pull":
+            self.stream(pull(name))
+        elif self.path == "/api/create":
             source = str(req.get("from", ""))
             if source not in models:
                 self.send(404, {"error": f"model '{source}' not found"})

@@ -219,3 +219,34 @@ def test_bench_against_the_fake_daemon_asks_its_openai_api(store: Path, tmp_path
     for log in logs:
         asked = [ln for ln in log.read_text().splitlines() if "chat/completions" in ln]
         assert asked and all(ln.endswith("POST /v1/chat/completions") for ln in asked), asked
+
+
+def test_models_pull_goes_through_the_daemon(tmp_path: Path) -> None:
+    """`specctl models pull ollama:NAME` asks the daemon's /api/pull (the fake copies from a
+    stand-in registry) and prints the GGUF blob; an unknown model is one line."""
+    registry = build_store(tmp_path / "registry", small_blobs(tmp_path / "files"))
+    store = tmp_path / "ollama-models"
+    port = free_port()
+    env = {**os.environ, "OLLAMA_HOST": f"127.0.0.1:{port}", "OLLAMA_MODELS": str(store),
+           "FAKE_OLLAMA_REGISTRY": str(registry), "SPECCTL_OLLAMA_URL":
+           f"http://127.0.0.1:{port}"}
+    proc = subprocess.Popen([sys.executable, str(FAKE), "serve"], env=env,
+                            stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                requests.get(f"http://127.0.0.1:{port}/api/version", timeout=0.2)
+                break
+            except requests.RequestException:
+                time.sleep(0.05)
+        done = specctl("models", "pull", "ollama:qwen2.5-coder:0.5b", env=env)
+        assert done.returncode == 0, done.stderr
+        blob = Path(done.stdout.strip().splitlines()[-1].split(": ", 1)[1])
+        assert blob.parent == store / "blobs" and blob.is_file()
+        assert "bytes" in done.stdout  # progress from the daemon's stream
+        missing = specctl("models", "pull", "ollama:nosuch:7b", env=env)
+        assert missing.returncode != 0
+        assert missing.stderr.count("\n") == 1 and "file does not exist" in missing.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=5)

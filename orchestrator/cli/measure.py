@@ -222,13 +222,16 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
 def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: float | None,
          max_k: int, exhaustive: bool, show: bool, prompts_arg: str, mix: str | None,
          concurrency: int | None, max_tokens: int, as_json: bool) -> None:
-    """Choose k (and p-min, n-gram or off) for this machine; `plan` and `up` then use it.
+    """Choose k (and p-min, n-gram or off) for your traffic on this machine; `plan` and `up`
+    then use it.
 
-    Measures the target alone, the draft alone and one speculative run (k = 8 or max-k), fits the
-    Leviathan cost model per prompt (acceptance by position, c, v(k)), measures the model's best k
-    or its runner-up, tries n-gram and a p-min, and keeps the best measured - or "off" when
-    nothing beats the baseline by 5%. A run that can no longer win stops early; the table marks
-    it "(n/3 prompts)"."""
+    On the workload (--prompts, --mix) at the profile's concurrency: measures the target alone,
+    the draft alone and one speculative run (k = 8 or max-k), fits the Leviathan cost model per
+    prompt (acceptance by position, c, v(k)), ranks k by the workload's throughput, measures the
+    model's best k or its runner-up, tries n-gram and a p-min, and keeps the best measured that
+    slows no category down by more than noise - or "off" when nothing beats the baseline by 5%.
+    On backends that switch k by batch size (vLLM) it also measures that schedule. A run that
+    can no longer win stops early; the table marks it "(n/N prompts)"."""
     from dataclasses import replace
 
     from specctl.orchestrator.app import App

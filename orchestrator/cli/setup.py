@@ -171,6 +171,7 @@ def models() -> None:
 def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
     """Download REF (hf:org/repo[:QUANT]) into the Hugging Face cache, with progress; a dropped
     connection resumes within the run; sizes and SHA-256 are checked; then print the local path.
+    Another tool's model (e.g. ollama:NAME) is pulled through that tool's daemon.
 
     \b
     specctl models pull hf:bartowski/Llama-3.2-1B-Instruct-GGUF:Q8_0
@@ -181,14 +182,19 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
 
     app = App.from_env()
     parsed = parse_ref(ref)
+    resolver = app.resolver()
+    if parsed.scheme in resolver.stores:  # another tool's model: through that tool
+        store = resolver.stores[parsed.scheme]
+        path = store.pull(store.normalize(parsed.name), console.print)
+        console.print(f"{ref}: {path}", highlight=False)
+        return
     if parsed.scheme != "hf":
-        raise SpecctlError(f"'{ref}': `models pull` fetches hf:org/repo[:QUANT] references; "
-                           "pull another tool's models with that tool")
+        raise SpecctlError(f"'{ref}': `models pull` fetches hf:org/repo[:QUANT] references "
+                           "and the models of other tools' stores")
     name = (backends.canonical(backend_name) if backend_name
             else backends.default_order(app.hardware().kind)[0])
     if refresh:
         app.hub().repo(parsed.name, refresh=True)
-    resolver = app.resolver()
     info = resolver.resolve(ref, app.backends()[name].default_quant)
     if info.path is not None:
         console.print(f"already on disk: {info.path}", highlight=False)
