@@ -24,13 +24,13 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.adapters import prometheus, tgi_launcher
+from specctl.adapters import prometheus, tgi_container, tgi_launcher
 from specctl.adapters.base import (
     Adapter,
     Endpoint,
@@ -42,6 +42,7 @@ from specctl.adapters.base import (
     load_settings,
     options_of,
 )
+from specctl.adapters.tgi_container import CONTAINER_PORT, DATA
 from specctl.adapters.tgi_launcher import LauncherOption
 from specctl.orchestrator.errors import BackendError, ProfileError
 
@@ -58,9 +59,6 @@ LAUNCHER = "text-generation-launcher"
 IMAGE = f"ghcr.io/huggingface/text-generation-inference:{tgi_launcher.VERSION}"
 ENGINES = ("docker", "podman")
 METHODS = frozenset({"none", "ngram", "medusa"})
-CONTAINER_PORT = 80  # the image sets PORT=80
-DATA = PurePosixPath("/data")  # the image's HF_HOME: downloads land in /data/hub
-MODELS = PurePosixPath("/models")  # where local model folders are mounted, read-only
 KV_DTYPE = {"fp8": "fp8_e4m3fn"}  # specctl cache type -> --kv-cache-dtype
 SKIPPED = "tgi_request_skipped_tokens"
 # Set from the plan; extra_args may not set them again (the key never goes in argv at all).
@@ -72,7 +70,6 @@ OWN_FLAGS = frozenset({
 # The image's entrypoint runs `exec text-generation-launcher $@` unquoted: an argument with
 # white space is split in two, and one with a wildcard may be globbed.
 _UNSAFE = re.compile(r"[\s*?\[\]]")
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 _SIZE = re.compile(r"\d+[bkmgBKMG]?")
 
 
@@ -145,12 +142,6 @@ def parse_version(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def image_tag(image: str) -> str:
-    """'ghcr.io/huggingface/text-generation-inference:3.3.7' -> '3.3.7' ('latest' if none)."""
-    name = image.rsplit("/", 1)[-1].split("@", 1)[0]
-    return name.partition(":")[2] or "latest"
-
-
 def installed_of(version: str, path: str | None, assumed: bool = False) -> Installed:
     return Installed(backend=NAME, version=version, dialect=DIALECT, path=path,
                      flags=frozenset(recorded()), methods=METHODS, assumed=assumed)
@@ -169,16 +160,6 @@ def _installed_kind(installed: Installed) -> str | None:
         return None
     name = Path(installed.path).name
     return name if name in ENGINES else "native"
-
-
-def default_hf_dirs(environ: Mapping[str, str], home: Path) -> tuple[str, str | None]:
-    """The user's Hugging Face home (mounted as /data) and, when HF_HUB_CACHE puts the hub
-    elsewhere, that hub (mounted as /data/hub)."""
-    hf_home = Path(environ.get("HF_HOME") or home / ".cache" / "huggingface").expanduser()
-    hub = environ.get("HF_HUB_CACHE")
-    if hub and Path(hub).expanduser() != hf_home / "hub":
-        return str(hf_home), str(Path(hub).expanduser())
-    return str(hf_home), None
 
 
 def repo_id(info: ModelInfo) -> str | None:
@@ -202,42 +183,6 @@ def _url_host(host: str) -> str:
     if host in ("0.0.0.0", "", "::"):
         return "127.0.0.1"
     return f"[{host}]" if ":" in host else host
-
-
-def _bind_host(host: str) -> str:
-    """The host side of `-p HOST:PORT:80`: an address, as the engines want it."""
-    if host == "localhost":
-        return "127.0.0.1"
-    if host == "":
-        return "0.0.0.0"
-    return f"[{host}]" if ":" in host else host
-
-
-def _host_dir(path: str | Path, what: str) -> str:
-    text = str(path)
-    if not Path(text).is_absolute() or ":" in text:
-        raise BackendError(f"{what} {text} cannot be mounted into the container (`-v "
-                           "HOST:CONTAINER`): use an absolute path without ':'")
-    return text
-
-
-def container_model(info: ModelInfo) -> tuple[str, list[str]]:
-    """`--model-id` inside the container and the mount it needs. A Hugging Face model by its
-    repo id (found in the mounted cache or downloaded there); a local folder mounted read-only
-    under /models (a cache snapshot with its repo folder, so its links into blobs/ resolve)."""
-    repo = repo_id(info)
-    if repo is not None:
-        return repo, []
-    if info.path is None:
-        native_model(info)  # raises with what to do
-    folder = Path(_host_dir(info.path or "", "the model folder"))
-    if folder.parent.name == "snapshots":  # <cache>/models--org--name/snapshots/<revision>
-        top = folder.parent.parent
-        inside = MODELS / _NAME_CHARS.sub("-", top.name) / "snapshots" / \
-            _NAME_CHARS.sub("-", folder.name)
-        return str(inside), ["-v", f"{top}:{inside.parent.parent}:ro"]
-    inside = MODELS / (_NAME_CHARS.sub("-", folder.name) or "model")
-    return str(inside), ["-v", f"{folder}:{inside}:ro"]
 
 
 def speculate(plan: Plan) -> str | None:
@@ -304,28 +249,6 @@ def check_args(args: Sequence[str], container: bool) -> None:
                            f"{'; '.join(problems)}; check the [tgi] section of the profile")
 
 
-def container_argv(plan: Plan, opts: TgiOptions, engine: str, program: str
-                   ) -> tuple[list[str], list[str]]:
-    """(`docker run ...` argv, the launcher arguments in it). Environment variables go in by
-    name only: the engine copies their values from its own environment."""
-    model, model_mount = container_model(plan.target)
-    args = launcher_args(plan, opts, model, "0.0.0.0", CONTAINER_PORT, native=False)
-    name = "specctl-" + _NAME_CHARS.sub("-", plan.profile)
-    gpus = ["--gpus", "all"] if engine == "docker" else [
-        "--device", "nvidia.com/gpu=all", "--security-opt", "label=disable"]  # CDI
-    argv = [program, "run", "--rm", "--name", name, *gpus, "--shm-size", opts.shm_size,
-            "-p", f"{_bind_host(plan.host)}:{plan.port}:{CONTAINER_PORT}"]
-    if opts.hf_cache:
-        argv += ["-v", f"{_host_dir(opts.hf_cache, '[tgi] hf_cache')}:{DATA}"]
-    if opts.hf_hub_cache:
-        argv += ["-v", f"{_host_dir(opts.hf_hub_cache, '[tgi] hf_hub_cache')}:{DATA / 'hub'}"]
-    argv += model_mount
-    argv += ["-e", "HF_TOKEN", "-e", "HF_HUB_OFFLINE"]
-    if plan.api_key_env:
-        argv += ["-e", "API_KEY"]
-    return [*argv, opts.image, *args], args
-
-
 class Tgi(Adapter):
     name: ClassVar[str] = NAME
     default_quant: ClassVar[str] = "BF16"
@@ -366,7 +289,7 @@ class Tgi(Adapter):
             path = shutil.which(engine)
             field = "Server" if engine == "docker" else "Client"  # docker: the daemon answers
             if path and self._ask([path, "version", "--format", f"{{{{.{field}.Version}}}}"]):
-                return installed_of(image_tag(IMAGE), path)
+                return installed_of(tgi_container.image_tag(IMAGE), path)
         return None
 
     def _ask(self, argv: list[str]) -> str | None:
@@ -394,7 +317,7 @@ class Tgi(Adapter):
         opts = options if isinstance(options, TgiOptions) else TgiOptions()
         if engine_of(opts, installed) == "native" or opts.hf_cache is not None:
             return Resources()
-        home, hub = default_hf_dirs(os.environ, Path.home())
+        home, hub = tgi_container.default_hf_dirs(os.environ, Path.home())
         filled = opts.model_copy(update={"hf_cache": home,
                                          "hf_hub_cache": opts.hf_hub_cache or hub})
         also = f", and the hub cache {filled.hf_hub_cache} as /data/hub" \
@@ -441,7 +364,13 @@ class Tgi(Adapter):
                                  native=True)
             argv = [program, *args]
         else:
-            argv, args = container_argv(plan, opts, engine, program)
+            model, mount = tgi_container.container_model(
+                repo_id(plan.target), plan.target.path, lambda: native_model(plan.target))
+            args = launcher_args(plan, opts, model, "0.0.0.0", CONTAINER_PORT, native=False)
+            argv = tgi_container.run_argv(
+                engine, program, plan.profile, plan.host, plan.port, opts.shm_size,
+                [(opts.hf_cache, DATA), (opts.hf_hub_cache, DATA / "hub")], mount,
+                bool(plan.api_key_env), opts.image, args)
         check_args(args, container=engine != "native")
         url = f"http://{_url_host(plan.host)}:{plan.port}"
         env_from = {"API_KEY": plan.api_key_env} if plan.api_key_env else {}

@@ -51,47 +51,16 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-CORPUS = """\
-Speculative decoding lets a small draft model propose several tokens that a large target model
-then checks in a single forward pass. When the draft guesses well, the target accepts many tokens
-at once and the answer arrives sooner; when it guesses badly, the extra work is wasted and the
-answer arrives later. The acceptance rate depends on the prompt, the sampling temperature and how
-closely the two models agree. A good tuner measures it on the machine that will serve the model.
-The quick brown fox jumps over the lazy dog. The lazy dog sleeps in the warm afternoon sun while
-the fox runs across the green field and into the quiet forest. Birds sing in the tall trees, and
-a small stream flows past old stones toward the river and the sea.
-Once upon a time there was a little town by the sea. Every morning the fishermen went out in their
-boats, and every evening they came back with their nets full of fish. The children played on the
-beach, built castles of sand, and watched the ships sail past on the far horizon.
-def fibonacci(n):
-    a, b = 0, 1
-    for _ in range(n):
-        a, b = b, a + b
-    return a
-
-for i in range(10):
-    print(i, fibonacci(i))
-Please summarize the following text in one sentence. Translate this paragraph into French.
-Write a short poem about the moon. Explain how a hash table works. What is the capital of France?
-The capital of France is Paris. Water boils at one hundred degrees Celsius at sea level. The earth
-goes around the sun once a year, and the moon goes around the earth about once a month.
-Hello! How can I help you today? Thank you very much. You are welcome. Good morning, good night.
-One, two, three, four, five, six, seven, eight, nine, ten. Monday, Tuesday, Wednesday, Thursday,
-Friday, Saturday, Sunday. January, February, March, April, May, June, July, August, September,
-October, November, December. 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 100 1000.
-"""
-
-BOS = "<|bos|>"
-EOS = "<|end|>"
-PAD = "<|pad|>"
-ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
-SPECIAL_TOKENS = (BOS, EOS, PAD, *ROLE_TOKENS)
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>\\n' + message['content'] + '<|end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+# one corpus, tokenizer vocabulary and chat template with the vLLM tests' tiny models
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from tinymodels import (
+    BOS,
+    CHAT_TEMPLATE,
+    CORPUS,
+    EOS,
+    PAD,
+    ROLE_TOKENS,
+    SPECIAL_TOKENS,
 )
 
 VOCAB = 512

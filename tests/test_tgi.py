@@ -26,11 +26,11 @@ from specctl.adapters.tgi import (
     IMAGE,
     Tgi,
     TgiOptions,
-    default_hf_dirs,
     parse_version,
     recorded,
     stats_from_metrics,
 )
+from specctl.adapters.tgi_container import default_hf_dirs
 from specctl.adapters.tgi_launcher import validate
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config import profiles
