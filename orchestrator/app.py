@@ -115,6 +115,8 @@ class App:
         gguf = "gguf" in backend.formats
         try:
             on_hub = drafts.hub_entries(target, self.hub(), gguf, room_gb)
+            if "hf" in backend.formats and "eagle3" in methods:
+                on_hub += drafts.hub_heads(target, self.hub())
             hub_note = None
         except SpecctlError as exc:
             on_hub, hub_note = [], drafts.Candidate("hub", "(Hub search)", None, "hub", False,
@@ -146,12 +148,12 @@ class App:
                              "why each was rejected)")
         rejected = sum(1 for c in ranked if not c.compatible)
         seen = f"{len(ranked)} candidates, {rejected} rejected"
-        if best.method != "draft":
+        if best.method not in ("draft", "eagle", "eagle3"):
             return planner.Pick(None, best.method,
                                 f"Draft \"auto\": {best.name}: {best.reason} ({seen}).")
         where = str(best.path) if best.path else f"{best.model}, {best.source}, to download"
-        return planner.Pick(best.model, "draft", f"Draft \"auto\": {best.name} ({where}) is the "
-                            f"best compatible draft: {best.reason} ({seen}).")
+        return planner.Pick(best.model, best.method, f"Draft \"auto\": {best.name} ({where}) is "
+                            f"the best compatible draft: {best.reason} ({seen}).")
 
     def probe(self, registry: dict[str, Adapter]) -> dict[str, Installed | None]:
         """Installed backends, probed once per command (each probe runs a process or HTTP)."""

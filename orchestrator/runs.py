@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from specctl.adapters.base import Endpoint, SpecStats, api_key
 from specctl.orchestrator.app import App, Resolved
@@ -144,8 +145,8 @@ def detach(app: App, name: str, args: list[str]) -> state.RunState:
                                  start_new_session=True)
     policy = policy_of(app)
     timeout = policy.health_timeout + 30
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def serving() -> state.RunState | None:
         try:
             run = state.load(app.dirs.runs, name)
         except SpecctlError:
@@ -154,11 +155,19 @@ def detach(app: App, name: str, args: list[str]) -> state.RunState:
             return run
         if child.poll() is not None:
             raise ServerError(_why_it_stopped(sup_log, run))
-        time.sleep(0.25)
-    child.send_signal(signal.SIGTERM)
-    child.wait(timeout=policy.grace + 10)
-    raise ServerError(f"{name} did not become healthy in {timeout:.0f} s; "
-                      f"see `specctl logs {name}`")
+        return None
+
+    try:
+        found = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.25),
+                         retry=retry_if_result(lambda run: run is None))(serving)
+    except RetryError:
+        found = None
+    if found is None:
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=policy.grace + 10)
+        raise ServerError(f"{name} did not become healthy in {timeout:.0f} s; "
+                          f"see `specctl logs {name}`")
+    return found
 
 
 def _why_it_stopped(sup_log: Path, run: state.RunState | None) -> str:
@@ -186,12 +195,10 @@ def down(app: App, profile: str) -> bool:
     if supervisor is not None:
         with contextlib.suppress(psutil.NoSuchProcess):
             supervisor.terminate()  # psutil checks pid and create time again before signalling
-        deadline = time.monotonic() + grace + 10
-        while time.monotonic() < deadline and supervisor_of(run) is not None:
-            time.sleep(0.1)
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if supervisor_of(run) is not None:
-                supervisor.kill()
+        _gone, alive = psutil.wait_procs([supervisor], timeout=grace + 10)
+        for proc in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
         stopped = True
     if procs.stop_recorded_group(run.server_pgid, server_of(run), grace):
         stopped = True

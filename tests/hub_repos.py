@@ -166,3 +166,31 @@ def add_medusa(root: Path) -> Path:
     (heads / ".meta.json").write_text(json.dumps({"safetensors": {
         "parameters": {"F16": 670_000_000}, "total": 670_000_000}}))
     return root
+
+
+def add_eagle3(root: Path) -> Path:
+    """An HF (safetensors) target and EAGLE-3 heads published for it by someone else, plus a
+    head for another model; sizes are the public ones, rounded."""
+    target = root / "meta-llama/Llama-3.1-8B-Instruct"
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}))
+    for i, size in enumerate((4_976_698_672, 5_000_000_000, 4_915_916_176, 1_168_138_808), 1):
+        write_stub(target / f"model-0000{i}-of-00004.safetensors", size)
+    (target / ".meta.json").write_text(json.dumps({"safetensors": {
+        "parameters": {"BF16": 8_030_261_248}, "total": 8_030_261_248}}))
+    for repo, hidden in (("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", 4096),
+                         ("yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", 8192)):
+        head = root / repo
+        head.mkdir(parents=True, exist_ok=True)
+        (head / "config.json").write_text(json.dumps({
+            "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+            "hidden_size": hidden, "num_hidden_layers": 1, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "draft_vocab_size": 32000}))
+        write_stub(head / "pytorch_model.safetensors", 850_000_000 if hidden == 4096 else
+                   1_700_000_000)
+        (head / ".meta.json").write_text(json.dumps({"safetensors": {
+            "parameters": {"BF16": 425_000_000}, "total": 425_000_000}}))
+    return root

@@ -25,7 +25,7 @@ from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import specctl
 from tests.conftest import HARDWARE
 from tests.fake_hf_hub import FakeHub
-from tests.hub_repos import add_file, add_medusa, build
+from tests.hub_repos import add_eagle3, add_file, add_medusa, build
 
 M3_ULTRA = str(HARDWARE / "macos_m3_ultra_96g.json")
 SEED = ('target = "hf:bartowski/Qwen2.5-72B-Instruct-GGUF:Q4_K_M"\n'
@@ -224,3 +224,28 @@ def test_a_medusa_repo_is_planned_on_its_base_model(hub_root: Path, tmp_path: Pa
     assert got["target"]["size_gb"] == pytest.approx(13.48 + 1.34, rel=0.05)
     argv = got["argv"]
     assert "--speculate" in argv and int(argv[argv.index("--speculate") + 1]) <= 5
+
+
+def test_eagle3_heads_published_for_the_target_are_found_on_the_hub(hub_root: Path,
+                                                                     tmp_path: Path) -> None:
+    add_eagle3(hub_root)
+    with FakeHub(hub_root) as running:
+        env = env_for(running, tmp_path)
+        done = specctl("drafts", "--target", "hf:meta-llama/Llama-3.1-8B-Instruct",
+                       "--backend", "vllm", "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        found = {c["model"]: c for c in json.loads(done.stdout)["candidates"]}
+        head = found["hf:yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"]
+        assert head["compatible"] and head["method"] == "eagle3"
+        other = found.get("hf:yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", {"compatible": False})
+        assert not other["compatible"]  # a head for another model
+        profile = tmp_path / "eagle.toml"
+        profile.write_text('target = "hf:meta-llama/Llama-3.1-8B-Instruct"\ndraft = "auto"\n'
+                           'backend = ["vllm"]\n')
+        plan = specctl("plan", "-p", str(profile), "--hardware",
+                       str(HARDWARE / "linux_1x_h100_80g.json"), "--json", env=env)
+    assert plan.returncode == 0, plan.stderr
+    got = json.loads(plan.stdout)
+    assert got["method"] == "eagle3" and got["draft"]["ref"].endswith("EAGLE3-LLaMA3.1-Instruct-8B")
+    spec = json.loads(got["argv"][got["argv"].index("--speculative-config") + 1])
+    assert spec["method"] == "eagle3" and spec["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"

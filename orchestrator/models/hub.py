@@ -260,8 +260,8 @@ class Hub:
         return path
 
     def search(self, author: str, text: str, limit: int = 40) -> list[str]:
-        """Repo ids by `author` whose id contains `text` (the Hub's own search); an answer is
-        reused for a day, and for ever offline."""
+        """Repo ids by `author` ("" for anyone's) whose id contains `text` (the Hub's own
+        search); an answer is reused for a day, and for ever offline."""
         key = re.sub(r"[^A-Za-z0-9._-]", "_", f"{author}--{text}")[:150]
         path = self.root / "search" / f"{key}.json"
         try:
@@ -274,9 +274,9 @@ class Hub:
             path.replace(path.with_suffix(".json.corrupt"))
         from huggingface_hub import HfApi
 
-        with self._asking(f"{author}/*", f"models matching '{text}'"):
+        with self._asking(f"{author or '*'}/*", f"models matching '{text}'"):
             repos = [m.id for m in HfApi(endpoint=self.endpoint).list_models(
-                author=author, search=text, limit=limit)]
+                author=author or None, search=text, limit=limit)]
         found = _Search(at=time.time(), repos=tuple(r for r in repos if REPO.fullmatch(r)))
         write_atomic(path, found.model_dump_json() + "\n")
         return list(found.repos)

@@ -197,6 +197,11 @@ def _spec_heads(cfg: dict[str, Any]) -> int:
 def _kind(cfg: dict[str, Any], default: str) -> str:
     if "medusa_num_heads" in cfg:
         return "medusa"
+    archs = " ".join(str(a) for a in cfg.get("architectures") or []).lower()
+    if "eagle3" in archs:
+        return "eagle3"
+    if "eagle" in archs:
+        return "eagle"
     return "mtp" if _spec_heads(cfg) and default == "model" else default
 
 

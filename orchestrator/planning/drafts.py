@@ -176,6 +176,29 @@ def _draft_quant(hub: Hub, repo: str, params: float, room_gb: float | None) -> s
     return None
 
 
+def _key(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def trained_for(target: ModelInfo, head_ref: str) -> bool:
+    """Whether a head's repo name names the target: its family and version, and its size
+    ('yuhuili/EAGLE3-LLaMA3.1-Instruct-8B' for 'meta-llama/Llama-3.1-8B-Instruct')."""
+    ref = parse_ref(target.ref) if target.ref.startswith("hf:") else None
+    name = (ref.name.split("/")[1] if ref else target.name).removeprefix("Meta-")
+    size = _SIZE.search(name.replace("_", "-"))
+    if size is None:
+        return False
+    family = _key(name[:size.start()])
+    head = _key(head_ref.split("/")[-1].split(":")[0])
+    return bool(family) and family in head and _key(size.group(0)) in head
+
+
+def hub_heads(target: ModelInfo, hub: Hub, limit: int = HUB_CHECKED) -> list[Found]:
+    """EAGLE-3 heads published for the target, by anyone (the Hub's search, then the name)."""
+    return [Found(f"hf:{repo}", None, "hub") for repo in hub.search("", "eagle3")
+            if trained_for(target, repo)][:limit]
+
+
 def draftless(target: ModelInfo, methods: frozenset[str]) -> list[Candidate]:
     """Methods without a draft model: the target's own MTP heads, n-gram prompt lookup."""
     out = []
@@ -216,8 +239,9 @@ def judge(target: ModelInfo, draft: ModelInfo, found: Found, rule: Rule,
         if not heads:
             return cand(False, "EAGLE-3 head: needs a backend that loads Hugging Face heads "
                                "(method eagle3)")
-        if wanted != target.name:
-            return cand(False, f"EAGLE-3 head trained for {wanted}, not {target.name}")
+        if wanted != target.name and not (wanted is None and trained_for(target, found.ref)):
+            return cand(False, f"EAGLE-3 head trained for {wanted or 'another model'}, not "
+                               f"{target.name}")
         return cand(True, f"EAGLE-3 head trained for {target.name}", 2.5, "eagle3")
     reason = rule(target, draft)
     if reason is not None:
