@@ -179,15 +179,20 @@ def category_speedups(run: Run, baseline: Run) -> dict[str, float]:
     return {c: _score(run, baseline, only=c) for c in sorted(cats)}
 
 
+def best_case(run: Run, baseline: Run, bounds: Mapping[int, float] | None = None) -> float:
+    """The score `run` reaches at most: the prompts it has not measured at their bound (their
+    baseline time over it), or at no time at all without one."""
+    base = baseline.requests()
+    rest = {i: (base[i].seconds / (bounds or {})[i] if i in (bounds or {}) else 0.0)
+            for i in baseline.prompts if i not in run.prompts}
+    return _score(run, baseline, rest)
+
+
 def cannot_beat(baseline: Run, need: float, bounds: Mapping[int, float] | None = None) -> GiveUp:
     """Gives up once the workload score cannot exceed `need`, even with every prompt not yet
     measured at its bound (its baseline time over the bound; no bound: no time at all)."""
-    base = baseline.requests()
-
     def hopeless(run: Run) -> bool:
-        rest = {i: (base[i].seconds / (bounds or {})[i] if i in (bounds or {}) else 0.0)
-                for i in baseline.prompts if i not in run.prompts}
-        return _score(run, baseline, rest) <= need
+        return best_case(run, baseline, bounds) <= need
     return hopeless
 
 

@@ -27,9 +27,9 @@ that cannot lift its median above what it has to beat. Winners are always measur
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure import engine
@@ -38,6 +38,7 @@ from specctl.orchestrator.measure.trials import (
     Bench,
     Measurer,
     Run,
+    best_case,
     cannot_beat,
     category_speedups,
     measured,
@@ -108,9 +109,12 @@ def alternatives(plan: Plan, bench: Measurer, baseline: Run, best: Run, est: Est
             (best.plan.but(p_min=P_MIN_TRY), f"draft k={k} p-min {P_MIN_TRY}", bounds, bounds)):
         need = max(speedup(winner, baseline), 1.0) * (1 + margin)
         hopeless = cannot_beat(baseline, need, bound)
-        if bound and hopeless(Run(label, candidate, (), (), (), 0.0, baseline.of)):
+        unmeasured = replace(baseline, label=label, plan=candidate, prompts=(), tps=(),
+                             specs=(), tokens=(), texts=())
+        if bound and hopeless(unmeasured):
             skipped.append(f"{label}: not run; by the cost model it reaches at most "
-                           f"{statistics.median(bound.values()):.2f}x and needs over {need:.2f}x")
+                           f"{best_case(unmeasured, baseline, bound):.2f}x and needs over "
+                           f"{need:.2f}x")
             continue
         run = bench.run(candidate, label, order(best, rank), hopeless)
         runs.append(run)
