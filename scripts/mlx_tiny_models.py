@@ -53,18 +53,9 @@ import numpy as np
 
 # one corpus, tokenizer vocabulary and chat template with the vLLM tests' tiny models
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from tinymodels import (
-    BOS,
-    CHAT_TEMPLATE,
-    CORPUS,
-    EOS,
-    PAD,
-    ROLE_TOKENS,
-    SPECIAL_TOKENS,
-)
+from tinymodels import BOS, CORPUS, EOS, MAX_POSITIONS, PAD, SPECIAL_TOKENS, train_tokenizer
 
 VOCAB = 512
-MAX_POSITIONS = 2048
 HEAD_DIM = 64
 INIT_STD = 0.02  # decoder layers (and everything in draft-random)
 EMBED_RMS = 1.0  # embedding entries: norm ~ sqrt(hidden), far above what the layers add
@@ -91,38 +82,6 @@ PROMPT = [{"role": "user", "content": "Write a short poem about the moon."}]
 
 def log(msg: str) -> None:
     print(f"[mlx_tiny_models] {msg}", file=sys.stderr, flush=True)
-
-
-def train_tokenizer(out_dir: Path) -> Any:
-    """Train a byte-level BPE on CORPUS, save it as a PreTrainedTokenizerFast; return it."""
-    import tokenizers as tk
-    import transformers
-
-    tokenizer = tk.Tokenizer(tk.models.BPE())
-    tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = tk.decoders.ByteLevel()
-    tokenizer.post_processor = tk.processors.ByteLevel(trim_offsets=False)
-    trainer = tk.trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        min_frequency=1,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(CORPUS.splitlines(keepends=True), trainer=trainer)
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token=BOS,
-        eos_token=EOS,
-        pad_token=PAD,
-        unk_token=None,
-        additional_special_tokens=list(ROLE_TOKENS),
-        model_max_length=MAX_POSITIONS,
-        clean_up_tokenization_spaces=False,
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(str(out_dir))
-    return fast
 
 
 def llama_config(shape: dict[str, int], tokenizer: Any) -> dict[str, Any]:
@@ -297,7 +256,7 @@ def file_hashes(root: Path) -> dict[str, str]:
 
 def make(tmp: Path, agree: float, seed: int) -> dict[str, Any]:
     tok_dir = tmp / "_tokenizer"
-    tokenizer = train_tokenizer(tok_dir)
+    tokenizer = train_tokenizer(tok_dir, VOCAB)
     special = sorted(int(tokenizer.convert_tokens_to_ids(t)) for t in SPECIAL_TOKENS)
     succ = successor_cycle(tokenizer)
     target_cfg = llama_config(TARGET, tokenizer)

@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pytest
 
 from specctl.orchestrator.measure import quality
+from tests import plans
 
 Array = npt.NDArray[np.float64]
 VOCAB = 50
@@ -366,3 +367,23 @@ def test_min_detectable_tv_shrinks_with_samples() -> None:
     assert large == pytest.approx(small / 2, rel=0.01)  # noncentrality grows as n_eff d^2
     assert quality.min_detectable_tv([], [], 0.05, 0.8) is None
     assert quality.min_detectable_tv([0.5], [1], 0.05, 0.8) == 1.0
+
+
+def test_the_sampler_never_gives_two_choices_one_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server seeds choice i of a request with seed + i: requests must step their seed by the
+    batch, or two samples are one sample twice (seen on llama-server: a false 'differs')."""
+    from specctl.adapters.base import Endpoint
+    from specctl.orchestrator.measure import engine, lossless
+    from specctl.orchestrator.runtime import client
+
+    seeds: list[int] = []
+
+    def sample(_ep: object, _p: str, _t: int, _temp: float, _top: float, seed: int, n: int,
+               _model: object = None) -> list[list[int]]:
+        seeds.extend(seed + i for i in range(n))
+        return [[seed + i] for i in range(n)]
+
+    monkeypatch.setattr(client, "sample", sample)
+    served = engine.Served(plans.plan(), None, Endpoint("http://x/v1"))  # type: ignore[arg-type]
+    got = lossless.draw(served, "p", lossless.Sampling(0.8, 0.95, samples=30, batch=8), 100)
+    assert len(got) == 30 and len(set(seeds)) == len(seeds) == 30

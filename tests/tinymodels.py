@@ -78,8 +78,8 @@ def _module(name: str) -> Any:
     return importlib.import_module(name)
 
 
-def _train_tokenizer(out_dir: Path, vocab: int) -> int:
-    """Train a byte-level BPE on CORPUS, save it as a PreTrainedTokenizerFast; return its size."""
+def train_tokenizer(out_dir: Path, vocab: int) -> Any:
+    """Train a byte-level BPE on CORPUS, save it as a PreTrainedTokenizerFast; return it."""
     tk = _module("tokenizers")
     transformers = _module("transformers")
     tokenizer = tk.Tokenizer(tk.models.BPE())
@@ -106,7 +106,7 @@ def _train_tokenizer(out_dir: Path, vocab: int) -> int:
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(str(out_dir))
-    return len(fast)
+    return fast
 
 
 def _token_id(model_dir: Path, token: str) -> int:
@@ -193,7 +193,7 @@ def make_tiny_llama(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    size = _train_tokenizer(out_dir, vocab)
+    size = len(train_tokenizer(out_dir, vocab))
     _write_llama(
         out_dir, vocab=size, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, seed=seed
     )

@@ -58,13 +58,14 @@ def candidate(plan: Plan, against: str) -> Plan:
 
 
 def draw(served: engine.Served, prompt: str, how: Sampling, seed: int) -> list[list[client.Token]]:
+    """`how.samples` completions, `how.batch` per request. A server gives choice i of a request
+    seed + i (llama-server does), so requests step their seed by the batch: no two choices
+    share a seed, which would make them the same sample twice (not independent draws)."""
     out: list[list[client.Token]] = []
-    request = 0
     while len(out) < how.samples:
         n = min(how.batch, how.samples - len(out))
         out += client.sample(served.endpoint, prompt, how.tokens, how.temperature, how.top_p,
-                             seed + request, n, served.model)
-        request += 1
+                             seed + len(out), n, served.model)
     return out[:how.samples]
 
 
