@@ -49,7 +49,7 @@ from specctl.orchestrator.errors import BackendError, ProfileError
 if TYPE_CHECKING:
     from specctl.orchestrator.config.paths import Dirs
     from specctl.orchestrator.machine.hardware import Hardware
-    from specctl.orchestrator.models.resolve import ModelInfo
+    from specctl.orchestrator.models.info import ModelInfo
     from specctl.orchestrator.planning.memory import Budget
     from specctl.orchestrator.planning.plan import Plan
 

@@ -22,7 +22,8 @@ from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.measure import tuned, winners
 from specctl.orchestrator.models.hub import Hub
-from specctl.orchestrator.models.resolve import ModelInfo, Resolver, hf_cache_dir
+from specctl.orchestrator.models.info import ModelInfo
+from specctl.orchestrator.models.resolve import Resolver, hf_cache_dir
 from specctl.orchestrator.planning import backends, drafts, planner
 from specctl.orchestrator.planning.backends import Choice
 from specctl.orchestrator.planning.plan import Plan

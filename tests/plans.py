@@ -12,7 +12,7 @@ from typing import Any
 
 from specctl.adapters import registry
 from specctl.adapters.base import Options
-from specctl.orchestrator.models.resolve import ModelInfo
+from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.memory import Budget, MemoryPlan
 from specctl.orchestrator.planning.plan import Plan
 from tests.conftest import recorded

@@ -54,3 +54,22 @@ def test_short_bench_reports_raw_samples_that_recompute_the_speedups(tmp_path: P
     assert all(s["drafted"] == 0 for s in samples if s["config"] == "baseline")
     saved = list((Path(done.stdout.split("raw samples:")[1].strip())).parent.glob("*.json"))
     assert saved, "the report is also saved under the state dir"
+
+
+def test_sampling_check_passes_speculation_and_flags_the_draft_alone(tmp_path: Path) -> None:
+    """bench --quality on real servers (the Qwen Q4 pair, chat, small budget): the speculative
+    side is not flagged (p far from 0: a correct engine's p is uniform, so p < 0.001 is a 1 in
+    1000 event), the draft served alone is (a really different distribution)."""
+    profile = tmp_path / "qwen.toml"
+    profile.write_text('target = "testbed:qwen-1.5b-q4"\ndraft = "testbed:qwen-0.5b-q4"\n'
+                       'k = 3\n[server]\ncontext = 2048\n')
+    found = {}
+    for against in ("speculative", "draft"):
+        out = tmp_path / f"{against}.json"
+        done = specctl("bench", "--profile", str(profile), "--suite", "chat", "--prompts", "1",
+                       "--repeats", "1", "--max-tokens", "8", "--quality", "--no-floor",
+                       "--samples", "24", "--quality-against", against, "--json", str(out))
+        assert done.returncode == 0, done.stderr
+        found[against] = json.loads(out.read_text())["quality"]["categories"]["chat"]
+    assert found["speculative"]["p_value"] > 0.001, found["speculative"]["message"]
+    assert found["draft"]["verdict"] == "differs", found["draft"]["message"]

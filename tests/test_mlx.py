@@ -36,7 +36,7 @@ from specctl.adapters.mlx import (
 )
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import BackendError, ProfileError
-from specctl.orchestrator.models.resolve import ModelInfo
+from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import procs
 from specctl.orchestrator.runtime.servers import free_port

@@ -10,7 +10,8 @@ import pytest
 from specctl.adapters.ollama_store import OllamaStore
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models import catalog
-from specctl.orchestrator.models.resolve import ModelRef, Resolver, parse_ref, with_quant
+from specctl.orchestrator.models.info import ModelRef, parse_ref, with_quant
+from specctl.orchestrator.models.resolve import Resolver
 from tests.ggufs import write_gguf
 
 

@@ -36,7 +36,7 @@ from specctl.orchestrator.app import App
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import BackendError, ProfileError
-from specctl.orchestrator.models.resolve import ModelInfo
+from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.memory import Budget
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime.supervise import server_env

@@ -178,7 +178,7 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
     Honours HF_ENDPOINT, HF_TOKEN (gated repos) and HF_HUB_OFFLINE."""
     from specctl.adapters import registry as backends
     from specctl.orchestrator.app import App
-    from specctl.orchestrator.models.resolve import parse_ref
+    from specctl.orchestrator.models.info import parse_ref
 
     app = App.from_env()
     parsed = parse_ref(ref)

@@ -24,7 +24,7 @@ from specctl.orchestrator.files import (
     read_text,
     write_atomic,
 )
-from specctl.orchestrator.models.resolve import ModelInfo
+from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.testbed import sha256_file
 from specctl.orchestrator.planning.plan import Method, Plan
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from specctl.orchestrator.models import hf_meta
 from specctl.orchestrator.models.gguf_meta import read_tokens
-from specctl.orchestrator.models.resolve import ModelInfo
+from specctl.orchestrator.models.info import ModelInfo
 
 MAX_VOCAB_DIFF = 128
 CHECK_FROM_ID = 5

@@ -19,7 +19,7 @@ from specctl.adapters.base import ModelStore
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.models import catalog
 from specctl.orchestrator.models.hub import Hub
-from specctl.orchestrator.models.resolve import (
+from specctl.orchestrator.models.info import (
     ModelInfo,
     from_catalog,
     from_gguf,

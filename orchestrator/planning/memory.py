@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from specctl.orchestrator.config.profiles import Memory
 from specctl.orchestrator.errors import DoesNotFitError
 from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.models.resolve import GB, ModelInfo
+from specctl.orchestrator.models.info import GB, ModelInfo
 
 CACHE_BYTES = {"f16": 2.0, "bf16": 2.0, "fp8": 1.0, "q8_0": 1.0625, "q4_0": 0.5625}
 COMPUTE_BASE_GB = 0.35

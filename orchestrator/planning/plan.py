@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from specctl.adapters.base import Installed, Launch, Options
 from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.models.resolve import ModelInfo
+from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.memory import MemoryPlan
 
 Method = Literal["draft", "ngram", "eagle", "eagle3", "mtp", "medusa", "none"]

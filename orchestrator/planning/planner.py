@@ -14,7 +14,8 @@ from specctl.orchestrator.errors import (
     StateError,
 )
 from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.models.resolve import ModelInfo, Resolver
+from specctl.orchestrator.models.info import ModelInfo
+from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import costmodel, memory
 from specctl.orchestrator.planning.backends import choose
 from specctl.orchestrator.planning.plan import Method, Plan

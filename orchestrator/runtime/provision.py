@@ -11,7 +11,8 @@ from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import BackendError, ModelError
 from specctl.orchestrator.models import testbed
-from specctl.orchestrator.models.resolve import ModelInfo, Resolver, parse_ref
+from specctl.orchestrator.models.info import ModelInfo, parse_ref
+from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning.plan import Plan
 
 Say = Callable[[str], None]

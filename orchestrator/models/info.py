@@ -1,0 +1,226 @@
+"""What a model is: its reference (`hf:org/repo[:quant]`, a path, `STORE:name`, `testbed:KEY`)
+and its metadata (ModelInfo), read from a GGUF header, a Hugging Face model folder's config, or
+the built-in catalog. Where a reference is found is resolve.py's job."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.models import catalog, hf_meta, testbed
+from specctl.orchestrator.models.gguf_meta import ArrayInfo, file_type_name, read_metadata
+from specctl.orchestrator.models.hub import RepoFile
+
+_STORE_SCHEME = re.compile(r"[a-z][a-z0-9]+")  # another tool's store, e.g. `NAME:model:tag`
+VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
+GB = 1e9
+GGUF_QUANTS = frozenset(q for q in catalog.BYTES_PER_WEIGHT if q not in (
+    "AWQ", "GPTQ", "INT4", "FP8", "BF16", "4BIT", "8BIT"))
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    scheme: str  # gguf, hf, testbed, or a store's scheme
+    name: str
+    quant: str | None = None
+
+    def __str__(self) -> str:
+        if self.scheme == "gguf":
+            return self.name
+        return f"{self.scheme}:{self.name}" + (f":{self.quant}" if self.quant else "")
+
+
+def parse_ref(text: str) -> ModelRef:
+    text = text.strip()
+    if not text:
+        raise ModelError("empty model reference; use a .gguf path, hf:org/repo[:quant], "
+                         "STORE:name (`specctl drafts` shows the stores) or testbed:KEY")
+    scheme, sep, rest = text.partition(":")
+    if sep and scheme == "hf":
+        repo, _, quant = rest.partition(":")
+        if repo.count("/") != 1 or not all(repo.split("/")):
+            raise ModelError(f"'{text}': a Hugging Face reference is hf:org/repo[:quant]")
+        return ModelRef("hf", repo, quant.upper() or None)
+    if sep and scheme == "testbed":
+        if rest not in testbed.BY_KEY:
+            raise ModelError(f"unknown testbed model '{rest}'; known: {', '.join(testbed.BY_KEY)}")
+        return ModelRef("testbed", rest)
+    if sep and rest and _STORE_SCHEME.fullmatch(scheme) and not rest.startswith(("/", "\\")):
+        return ModelRef(scheme, rest)  # the store named by the scheme checks the rest
+    return ModelRef("gguf", str(Path(text).expanduser()))
+
+
+@dataclass(frozen=True)
+class Remote:
+    """Where a model not on disk is on the Hub: the files to fetch at a revision."""
+
+    repo: str
+    revision: str
+    files: tuple[RepoFile, ...]  # a GGUF (its split parts in order) or a model folder's files
+    size_bytes: int
+    gguf: bool
+
+    @property
+    def short(self) -> str:
+        return f"hf:{self.repo}@{self.revision[:7]}"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    ref: str
+    name: str
+    path: Path | None
+    architecture: str
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    vocab_type: str
+    tokenizer: str
+    params_b: float | None
+    quant: str | None
+    size_bytes: int
+    family: str = ""
+    kind: str = "model"  # model | eagle | eagle3 | mtp (built-in MTP layers) | medusa
+    spec_heads: int = 0  # built-in speculative heads: Medusa heads or MTP layers
+    bos_id: int | None = None
+    eos_id: int | None = None
+    add_bos: bool | None = None
+    add_eos: bool | None = None
+    source: Literal["file", "catalog", "hub"] = "catalog"
+    meta_file: Path | None = None  # the metadata (GGUF header, config folder) when not on disk
+    remote: Remote | None = None  # where to fetch it, when it is not on disk
+    note: str = ""  # where the metadata came from, when that is worth saying
+
+    @property
+    def weights_gb(self) -> float:
+        return self.size_bytes / GB
+
+    @property
+    def kv_bytes_per_token_f16(self) -> int:
+        """K and V, all layers, at 2 bytes per element."""
+        return self.layers * self.kv_heads * self.head_dim * 2 * 2
+
+    def describe(self) -> str:
+        where = f" (on the Hub: {self.remote.short})" if self.remote else " (not on disk)"
+        size = f"{self.weights_gb:.1f} GB" + ("" if self.path else where)
+        return f"{self.name} [{self.quant or '?'}] {size}"
+
+
+def from_gguf(path: Path, ref: str) -> ModelInfo:
+    meta = read_metadata(path)
+    arch = str(meta.get("general.architecture", "unknown"))
+
+    def num(key: str, default: int = 0) -> int:
+        value = meta.get(f"{arch}.{key}", default)
+        return int(max(value) if isinstance(value, list) else
+                   default if isinstance(value, ArrayInfo) else value)
+
+    heads = num("attention.head_count")
+    head_dim = num("attention.key_length") or (num("embedding_length") // max(heads, 1))
+    tokens = meta.get("tokenizer.ggml.tokens")
+    tok_model = str(meta.get("tokenizer.ggml.model", "none"))
+    name = str(meta.get("general.name") or path.stem)
+    known = catalog.lookup(name) or catalog.lookup(path.stem)
+    return ModelInfo(
+        ref=ref, name=name, path=path, architecture=arch, layers=num("block_count"), heads=heads,
+        kv_heads=num("attention.head_count_kv", heads), head_dim=head_dim,
+        vocab_size=tokens.length if isinstance(tokens, ArrayInfo) else 0,
+        vocab_type=VOCAB_TYPES.get(tok_model, tok_model),
+        tokenizer=f"gguf:{tok_model}/{meta.get('tokenizer.ggml.pre', '-')}",
+        params_b=known.params_b if known else None,
+        quant=file_type_name(meta), size_bytes=path.stat().st_size,
+        family=known.family if known else arch, kind=known.kind if known else "model",
+        bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
+        eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
+        add_bos=_opt_bool(meta.get("tokenizer.ggml.add_bos_token")),
+        add_eos=_opt_bool(meta.get("tokenizer.ggml.add_eos_token")), source="file",
+    )
+
+
+def from_hf_dir(folder: Path, ref: str) -> ModelInfo:
+    """A Hugging Face model folder (what vLLM serves): config.json, tokenizer.json, weights."""
+    cfg = hf_meta.read_config(folder)
+    heads = int(cfg.get("num_attention_heads", 0))
+    hidden = int(cfg.get("hidden_size", 0))
+    name = folder.name if folder.name not in ("", ".") else ref
+    known = catalog.lookup(str(cfg.get("_name_or_path", ""))) or catalog.lookup(name)
+    archs = cfg.get("architectures") or [cfg.get("model_type", "unknown")]
+    return ModelInfo(
+        ref=ref, name=known.name if known else name, path=folder,
+        architecture=str(cfg.get("model_type", archs[0])),
+        layers=int(cfg.get("num_hidden_layers", 0)), heads=heads,
+        kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or (hidden // heads if heads else 0)),
+        vocab_size=int(cfg.get("vocab_size", 0)), vocab_type=hf_meta.tokenizer_type(folder),
+        tokenizer=f"hf:{hf_meta.tokenizer_type(folder)}",
+        params_b=known.params_b if known else None,
+        quant=_hf_quant(cfg),
+        size_bytes=hf_meta.weights_bytes(folder), family=known.family if known else
+        str(cfg.get("model_type", "")), kind=_kind(cfg, known.kind if known else "model"),
+        spec_heads=_spec_heads(cfg),
+        bos_id=_opt_int(cfg.get("bos_token_id")), eos_id=_opt_int(cfg.get("eos_token_id")),
+        source="file")
+
+
+def _hf_quant(cfg: dict[str, Any]) -> str:
+    """'4BIT' for an MLX-quantised folder (its `quantization.bits`), else the dtype ('BF16')."""
+    q = cfg.get("quantization") or cfg.get("quantization_config")
+    bits = q.get("bits") if isinstance(q, dict) else None
+    if isinstance(bits, int) and not isinstance(bits, bool):
+        return f"{bits}BIT"
+    return str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16").upper()
+
+
+def _spec_heads(cfg: dict[str, Any]) -> int:
+    """Medusa heads (`medusa_num_heads`) or MTP layers (`num_nextn_predict_layers`)."""
+    for key in ("medusa_num_heads", "num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def _kind(cfg: dict[str, Any], default: str) -> str:
+    if "medusa_num_heads" in cfg:
+        return "medusa"
+    archs = " ".join(str(a) for a in cfg.get("architectures") or []).lower()
+    if "eagle3" in archs:
+        return "eagle3"
+    if "eagle" in archs:
+        return "eagle"
+    return "mtp" if _spec_heads(cfg) and default == "model" else default
+
+
+def _opt_int(v: Any) -> int | None:
+    return int(v) if isinstance(v, int) else None
+
+
+def _opt_bool(v: Any) -> bool | None:
+    return bool(v) if isinstance(v, bool) else None
+
+
+def from_catalog(ref: ModelRef, default_quant: str) -> ModelInfo | None:
+    known = catalog.lookup(ref.name)
+    if known is None:
+        return None
+    quant = ref.quant or catalog.quant_in(ref.name) or default_quant
+    size = int(known.params_b * 1e9 * catalog.BYTES_PER_WEIGHT.get(quant, 2.0))
+    return ModelInfo(
+        ref=str(ref), name=known.name, path=None, architecture=known.architecture,
+        layers=known.layers, heads=known.heads, kv_heads=known.kv_heads, head_dim=known.head_dim,
+        vocab_size=known.vocab, vocab_type=known.vocab_type, tokenizer=known.tokenizer,
+        params_b=known.params_b, quant=quant, size_bytes=size, family=known.family,
+        kind=known.kind,
+    )
+
+
+def with_quant(info: ModelInfo, quant: str) -> ModelInfo:
+    if info.params_b is None:
+        return info
+    size = int(info.params_b * 1e9 * catalog.BYTES_PER_WEIGHT.get(quant, 2.0))
+    return replace(info, quant=quant, size_bytes=size)
