@@ -1,18 +1,11 @@
-"""llama.cpp `llama-server`: probe the build's dialect, plan -> argv/env, draft counters.
-
-Builds since spring 2026 turn drafting on with `--spec-type draft-simple` and name the knobs
-`--spec-draft-n-max/-n-min/-p-min`; older builds use `--draft-max/--draft-min/--draft-p-min` and
-draft whenever `-md` is given. The dialect is read from `--help`; a flag the build lacks is an
-error before launch.
-"""
+"""llama.cpp `llama-server`: probe the build (its dialect: llamacpp_dialect), plan -> argv/env,
+draft counters; building it is llamacpp_build's, RPC workers llamacpp_rpc's."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
@@ -32,6 +25,13 @@ from specctl.adapters.base import (
     load_settings,
     options_of,
 )
+from specctl.adapters.llamacpp_dialect import (
+    FLAGS,
+    LEGACY_DIALECT,
+    NAME,
+    SPEC_TYPE_DIALECT,
+    installed_from,
+)
 from specctl.orchestrator.errors import BackendError, ProfileError
 
 if TYPE_CHECKING:
@@ -41,22 +41,8 @@ if TYPE_CHECKING:
     from specctl.orchestrator.planning.memory import Budget
     from specctl.orchestrator.planning.plan import Plan
 
-NAME = "llamacpp"
-SPEC_TYPE_DIALECT = "spec-type"
-LEGACY_DIALECT = "legacy"
 HOMEBREW = (Path("/opt/homebrew/bin/llama-server"), Path("/usr/local/bin/llama-server"))
 LOCAL_DEVICE = {"cpu": "none", "cuda": "CUDA0", "metal": "MTL0"}  # "none": stay on the CPU
-_GAP = re.compile(r"\s{2,}")
-
-# Flag names per dialect (the 2026 names first, the older ones where they differ).
-FLAGS = {
-    SPEC_TYPE_DIALECT: {"n_max": "--spec-draft-n-max", "n_min": "--spec-draft-n-min",
-                        "p_min": "--spec-draft-p-min", "ctk_draft": "--spec-draft-type-k",
-                        "ctv_draft": "--spec-draft-type-v"},
-    LEGACY_DIALECT: {"n_max": "--draft-max", "n_min": "--draft-min", "p_min": "--draft-p-min",
-                     "ctk_draft": "-ctkd", "ctv_draft": "-ctvd"},
-}
-
 
 class LlamaCppOptions(Options):
     """The `[llamacpp]` section of a profile."""
@@ -89,65 +75,6 @@ class _Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
                                       env_ignore_empty=True)
     llama_server: Path | None = None  # use this llama-server instead of finding one
-
-
-@dataclass(frozen=True)
-class Help:
-    flags: frozenset[str]
-    removed: frozenset[str]
-    spec_types: frozenset[str]
-
-    @property
-    def dialect(self) -> str:
-        return SPEC_TYPE_DIALECT if "--spec-type" in self.flags else LEGACY_DIALECT
-
-
-def parse_help(text: str) -> Help:
-    """Flags (with aliases) that `llama-server --help` lists; removed ones set apart."""
-    flags: set[str] = set()
-    removed: set[str] = set()
-    spec_types: set[str] = set()
-    current: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("-"):
-            head = []
-            for chunk in _GAP.split(line.rstrip()):  # "-m,", "--model FNAME", "description"
-                if not chunk.startswith("-"):
-                    break
-                head.append(chunk)
-            words = " ".join(head).replace(",", " ").split()
-            current = [w for w in words if w.startswith("-")]
-            flags.update(current)
-            values = re.search(r"--spec-type\s+(\S+)", " ".join(head))
-            if values:
-                spec_types.update(values.group(1).split(","))
-        if current and "has been removed" in line:
-            removed.update(current)
-    return Help(frozenset(flags - removed), frozenset(removed), frozenset(spec_types))
-
-
-def parse_version(text: str) -> str:
-    """'0.5.0-dev (build 1, commit 0c1e570)' or '5460 (a1b2c3d)' from `--version`."""
-    m = re.search(r"version:\s*(.+)", text)
-    return m.group(1).strip() if m else "unknown"
-
-
-def methods_of(help_: Help) -> frozenset[str]:
-    methods = {"none", "draft"}
-    if any(t.startswith("ngram-simple") for t in help_.spec_types):
-        methods.add("ngram")
-    if "draft-eagle3" in help_.spec_types:
-        methods.add("eagle3")
-    if "draft-mtp" in help_.spec_types:
-        methods.add("mtp")
-    return frozenset(methods)
-
-
-def installed_from(help_text: str, version_text: str, path: str | None,
-                   assumed: bool = False) -> Installed:
-    help_ = parse_help(help_text)
-    return Installed(backend=NAME, version=parse_version(version_text), dialect=help_.dialect,
-                     path=path, flags=help_.flags, methods=methods_of(help_), assumed=assumed)
 
 
 class _Argv:

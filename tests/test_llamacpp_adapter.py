@@ -11,16 +11,14 @@ import pytest
 
 from specctl.adapters import prometheus
 from specctl.adapters.base import Installed, SpecStats
-from specctl.adapters.llamacpp import (
+from specctl.adapters.llamacpp import LlamaCpp, LlamaCppOptions, request_stats
+from specctl.adapters.llamacpp_dialect import (
     LEGACY_DIALECT,
     SPEC_TYPE_DIALECT,
-    LlamaCpp,
-    LlamaCppOptions,
     installed_from,
     methods_of,
     parse_help,
     parse_version,
-    request_stats,
 )
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.machine.hardware import Gpu
