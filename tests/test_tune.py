@@ -32,8 +32,10 @@ class Law:
                  ngram_tps: float = 14.0, ngram_copy_only: bool = False,
                  alphas: tuple[float, float, float] | None = None,
                  replies: tuple[str, str, str] = ("", "", ""),
-                 mix: dict[str, float] | None = None) -> None:
+                 mix: dict[str, float] | None = None,
+                 verify_law: Callable[[float], float] | None = None) -> None:
         self.alphas = alphas or (alpha, alpha, alpha)
+        self.verify = verify_law or verify  # what verifying k tokens really costs
         self.mix = mix  # with a mix, the prompts are code, chat, summarize (in that order)
         self.prompts = ("write code", "chat", "summarize")
         self.replies = replies  # what every configuration answers
@@ -57,9 +59,9 @@ class Law:
         accepted = round(steps * (e - 1))
         per_pos = tuple(round(steps * alpha ** (j + 1)) for j in range(k))
         if plan.p_min is not None:
-            return (BASE_TPS * e / ((e - 1) * self.cost + verify(e - 1)),
+            return (BASE_TPS * e / ((e - 1) * self.cost + self.verify(e - 1)),
                     SpecStats(accepted, accepted, steps, per_pos))
-        return (BASE_TPS * costmodel.speedup(alpha, self.cost, k, verify),
+        return (BASE_TPS * costmodel.speedup(alpha, self.cost, k, self.verify),
                 SpecStats(steps * k, accepted, steps, per_pos))
 
     def run(self, plan: Plan, label: str, order: Sequence[int] | None = None,
@@ -126,7 +128,7 @@ def test_tune_reaches_the_best_k_of_an_exhaustive_sweep(plan: Plan) -> None:
     law = Law()
     share, _ = picked_share(plan, law)
     assert share >= 0.97
-    assert len(draft_ks(law.labels[:-9])) == 2  # the probe and the model's pick: not a sweep
+    assert len(draft_ks(law.labels[:-9])) <= 3  # probe, pick and between: not a sweep
 
 
 def test_the_model_ranks_k_by_the_workloads_throughput_not_the_median_prompt(plan: Plan) -> None:
@@ -226,3 +228,12 @@ def test_the_mix_decides(plan: Plan) -> None:
     code = tune(plan.but(k=3), Law(alphas=alphas, cost=0.1, mix={"code": 1.0}), max_k=8)
     assert code.method == "draft" and code.k >= 6  # code wants long drafts
     assert chat.method == "none" or chat.k < code.k or chat.p_min is not None
+
+
+def test_when_verification_is_not_linear_the_k_between_finds_the_peak(plan: Plan) -> None:
+    # a few tokens cost more to verify than the line through the probe says (as measured on
+    # this CPU: the model put the peak at k=2, the bench found k=4): the model overrates short
+    # drafts; measuring between its pick and the probe recovers the peak
+    law = Law(alpha=0.85, cost=0.25, verify_law=lambda k: 1 + 0.7 * k ** 0.5)
+    share, best_k = picked_share(plan, law)
+    assert best_k == 4 and share >= 0.97, (share, best_k)

@@ -3,10 +3,11 @@
 1. Measure the target alone (baseline), the draft alone (its step cost c), and one long
    speculative run (k=8): each prompt's per-position acceptance gives its E(k) for every k up to
    8, the step times give the verification cost v(k).
-2. The model predicts each prompt's speedup per k and ranks k by the median over prompts (the
-   measured statistic). Measure its best k, or its runner-up when the probe already was the best:
-   two k measured in all. Within the margin two measurements cannot tell k apart, so the other k
-   replaces the model's favourite only when it is better by the margin.
+2. The model predicts each prompt's speedup per k and ranks k by the workload's throughput (the
+   measured statistic). Measure its best k, or its runner-up when the probe already was the best;
+   when the two measured k are far apart, also the k between them (their geometric mean: the
+   model's v(k) comes from one probe and can misplace the peak). Within the margin measurements
+   cannot tell k apart, so another k replaces the incumbent only when better by the margin.
 3. Try the draftless n-gram method (at the probe's k: its drafts cost nothing to make; the
    prompts whose baseline replies copy least go first) and a p-min at the best k (not run when
    the cost model's bound shows it cannot win). They must beat the best by the margin to win.
@@ -27,6 +28,7 @@ that cannot lift its median above what it has to beat. Winners are always measur
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -53,6 +55,24 @@ PROBE_K = 8
 P_MIN_TRY = 0.5
 SHORT_K = 2
 GUARD = 0.98  # a category may lose at most 2% (noise) to the baseline
+
+
+def between(plan: Plan, bench: Measurer, baseline: Run, runs: list[Run], best: Run,
+            margin: float) -> tuple[Run | None, Run]:
+    """When the two k measured are far apart (the model's pick and the probe), the k between
+    them (their geometric mean): the model's v(k) comes from one probe and can misplace the
+    peak. It must beat the best so far by the margin. Returns its run (None if not run) and the
+    better."""
+    ks = sorted(r.plan.k for r in runs if r.plan.method == "draft" and r.plan.p_min is None)
+    if len(ks) < 2 or ks[-1] - ks[0] <= 2:
+        return None, best
+    mid = round(math.sqrt(ks[0] * ks[-1]))
+    if mid in ks:
+        return None, best
+    need = speedup(best, baseline) * (1 + margin)
+    run = bench.run(plan.but(k=mid, p_min=None), f"draft k={mid}", order(best),
+                    cannot_beat(baseline, need))
+    return run, run if run.complete and speedup(run, baseline) > need else best
 
 
 def keeps_every_category(run: Run, baseline: Run) -> bool:
@@ -142,6 +162,8 @@ def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) ->
     if len(ranked) > 1:
         second, best = second_k(plan, bench, baseline, probe, ranked, margin)
         runs.append(second)
+        third, best = between(plan, bench, baseline, runs, best, margin)
+        runs += [third] if third is not None else []
     screens, winner, skipped = alternatives(plan, bench, baseline, best, est, probe_k, margin)
     runs += screens
     extra, kept = guarded(plan, bench, baseline, runs, winner, margin)
