@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
-import re
-
-import requests
-
 from specctl.adapters.base import Endpoint, SpecStats
 from specctl.orchestrator.errors import BackendError
 
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eEinfINFaN]+)')
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """(metric name, sorted labels) -> value; comments and malformed lines skipped."""
-    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for line in text.splitlines():
-        m = _LINE.match(line.strip())
-        if m:
-            labels = tuple(sorted(_LABEL.findall(m.group(3) or "")))
-            out[(m.group(1), labels)] = float(m.group(4))
+def parse(text: str) -> Samples:
+    """(sample name, sorted labels) -> value, read with prometheus_client's own parser (label
+    values may hold any character, `}` included). Text it cannot parse is a BackendError."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: Samples = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise BackendError(f"the metrics page is not Prometheus text ({exc})") from None
     return out
 
 
-def total(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str) -> float:
+def total(samples: Samples, name: str) -> float:
     """Sum of a metric over all label sets except per-position ones."""
     return sum(v for (n, _), v in samples.items() if n == name)
 
@@ -48,6 +47,7 @@ def spec_stats(text: str, prefix: str, source: str) -> SpecStats:
 
 def fetch(endpoint: Endpoint, timeout: float = 5.0) -> str:
     """The endpoint's metrics page (its adapter says where it is)."""
+    import requests
 
     url = endpoint.metrics
     if not url:

@@ -351,3 +351,16 @@ def test_spec_stats_subtraction_pads_positions() -> None:
 def test_spec_stats_addition() -> None:
     total = SpecStats(10, 8, 2, (2,), "a") + SpecStats(5, 1, 1, (1, 1), "b")
     assert total == SpecStats(15, 9, 3, (3, 1), "a")
+
+
+def test_prometheus_label_values_may_hold_a_brace() -> None:
+    """Read with prometheus_client's parser: the earlier hand regex stopped a label set at the
+    first `}` and misread such a line."""
+    text = ('# TYPE vllm:spec_decode_num_draft_tokens counter\n'
+            'vllm:spec_decode_num_draft_tokens_total{model_name="odd}name",engine="0"} 7.0\n')
+    samples = prometheus.parse(text)
+    assert prometheus.total(samples, "vllm:spec_decode_num_draft_tokens_total") == 7.0
+    ((_, labels),) = samples.keys()
+    assert dict(labels)["model_name"] == "odd}name"
+    with pytest.raises(BackendError, match="not Prometheus text"):
+        prometheus.parse('bad{label="x" 1\n')

@@ -8,9 +8,10 @@ vocab sizes within 128, token texts equal from id 5 on. "identical" is vLLM's: t
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from specctl.orchestrator.models import hf_meta
-from specctl.orchestrator.models.gguf_meta import read_tokens
+from specctl.orchestrator.models.gguf_meta import read_tokens, token_bytes
 from specctl.orchestrator.models.info import ModelInfo
 
 MAX_VOCAB_DIFF = 128
@@ -27,6 +28,22 @@ def file_tokens(info: ModelInfo) -> list[str] | None:
     if where.is_dir():
         return hf_meta.read_tokens(where) if (where / "tokenizer.json").is_file() else None
     return read_tokens(where)
+
+
+def _gguf(info: ModelInfo) -> Path | None:
+    where = info.path or info.meta_file
+    return where if where is not None and where.is_file() else None
+
+
+def same_gguf_tokens(target: ModelInfo, draft: ModelInfo, first: int) -> bool:
+    """Both vocabularies in GGUF headers and their tokens from `first` on the same (over the
+    shorter): compared as stored bytes, which is what a warm `plan` can afford."""
+    a, b = _gguf(target), _gguf(draft)
+    if a is None or b is None:
+        return False
+    upto = min(target.vocab_size, draft.vocab_size)
+    left, right = token_bytes(a, first, upto), token_bytes(b, first, upto)
+    return left is not None and left == right
 
 
 def _add_bos(m: ModelInfo) -> bool:
@@ -48,6 +65,8 @@ def near(target: ModelInfo, draft: ModelInfo, tokens: Tokens = file_tokens,
     if diff > MAX_VOCAB_DIFF:
         return (f"vocab sizes differ by {diff} (target {target.vocab_size}, draft "
                 f"{draft.vocab_size}; the near rule allows {MAX_VOCAB_DIFF})")
+    if same_gguf_tokens(target, draft, CHECK_FROM_ID):
+        return None
     tt, dt = tokens(target), tokens(draft)
     if tt is not None and dt is not None:
         for i in range(CHECK_FROM_ID, min(len(tt), len(dt))):

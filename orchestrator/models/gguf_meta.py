@@ -11,11 +11,12 @@ MemoryError or a hang.
 from __future__ import annotations
 
 import enum
+import mmap
 import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from specctl.orchestrator.errors import ModelError
 
@@ -52,11 +53,11 @@ FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9:
               28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
               37: "TQ2_0", 38: "MXFP4_MOE", 39: "NVFP4", 40: "Q1_0"}
 
-_SCALARS: dict[ValueType, str] = {
-    ValueType.UINT8: "<B", ValueType.INT8: "<b", ValueType.UINT16: "<H", ValueType.INT16: "<h",
-    ValueType.UINT32: "<I", ValueType.INT32: "<i", ValueType.FLOAT32: "<f", ValueType.BOOL: "<?",
-    ValueType.UINT64: "<Q", ValueType.INT64: "<q", ValueType.FLOAT64: "<d",
-}
+_SCALARS: dict[ValueType, struct.Struct] = {t: struct.Struct(f) for t, f in (
+    (ValueType.UINT8, "<B"), (ValueType.INT8, "<b"), (ValueType.UINT16, "<H"),
+    (ValueType.INT16, "<h"), (ValueType.UINT32, "<I"), (ValueType.INT32, "<i"),
+    (ValueType.FLOAT32, "<f"), (ValueType.BOOL, "<?"), (ValueType.UINT64, "<Q"),
+    (ValueType.INT64, "<q"), (ValueType.FLOAT64, "<d"))}
 
 
 class _Corrupt(ValueError):
@@ -71,82 +72,136 @@ class ArrayInfo:
     length: int
 
 
-def _read(fh: BinaryIO, fmt: str) -> Any:
-    size = struct.calcsize(fmt)
-    raw = fh.read(size)
-    if len(raw) != size:
-        raise EOFError
-    return struct.unpack(fmt, raw)[0]
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 
 
-def _length(fh: BinaryIO, bound: int, what: str) -> int:
-    n = int(_read(fh, "<Q"))
-    if n > bound:
-        raise _Corrupt(f"{what} of {n} exceeds {bound}")
-    return n
+class _Cursor:
+    """Reads the header from a buffer (the file mapped, or bytes from the Hub)."""
 
+    def __init__(self, buf: bytes | mmap.mmap) -> None:
+        self.buf, self.pos, self.size = buf, 0, len(buf)
 
-def _string(fh: BinaryIO) -> str:
-    n = _length(fh, MAX_STRING, "a string length")
-    raw = fh.read(n)
-    if len(raw) != n:
-        raise EOFError
-    return raw.decode("utf-8", errors="replace")
+    def take(self, fmt: struct.Struct) -> Any:
+        if self.pos + fmt.size > self.size:
+            raise EOFError
+        value = fmt.unpack_from(self.buf, self.pos)[0]
+        self.pos += fmt.size
+        return value
 
+    def length(self, bound: int, what: str) -> int:
+        n = int(self.take(_U64))
+        if n > bound:
+            raise _Corrupt(f"{what} of {n} exceeds {bound}")
+        return n
 
-def _type(fh: BinaryIO) -> ValueType:
-    code = _read(fh, "<I")
-    try:
-        return ValueType(code)
-    except ValueError:
-        raise _Corrupt(f"unknown value type {code}") from None
+    def string(self) -> str:
+        n = self.length(MAX_STRING, "a string length")
+        end = self.pos + n
+        if end > self.size:
+            raise EOFError
+        text = bytes(self.buf[self.pos:end]).decode("utf-8", errors="replace")
+        self.pos = end
+        return text
 
+    def vtype(self) -> ValueType:
+        code = self.take(_U32)
+        try:
+            return ValueType(code)
+        except ValueError:
+            raise _Corrupt(f"unknown value type {code}") from None
 
-def _value(fh: BinaryIO, vtype: ValueType, keep_array: bool) -> Any:
-    if vtype == ValueType.STRING:
-        return _string(fh)
-    if vtype in _SCALARS:
-        return _read(fh, _SCALARS[vtype])
-    item = _type(fh)
-    if item == ValueType.ARRAY:
-        raise _Corrupt("nested arrays")
-    n = _length(fh, MAX_ITEMS, "an array length")
-    if keep_array:
-        return [_value(fh, item, False) for _ in range(n)]
-    if item == ValueType.STRING:
+    def skip_strings(self, n: int) -> None:
+        """n strings, unread (a vocabulary's merges): the hot loop of a header."""
+        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
         for _ in range(n):
-            fh.seek(_length(fh, MAX_STRING, "a string length"), 1)
-    else:
-        fh.seek(n * struct.calcsize(_SCALARS[item]), 1)
-    return ArrayInfo(item, n)
+            if pos + 8 > size:
+                raise EOFError
+            (length,) = unpack(buf, pos)
+            if length > MAX_STRING:
+                raise _Corrupt(f"a string length of {length} exceeds {MAX_STRING}")
+            pos += 8 + length
+        if pos > size:
+            raise EOFError
+        self.pos = pos
+
+    def strings(self, n: int) -> list[str]:
+        """n strings (a vocabulary's tokens), decoded."""
+        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
+        out = []
+        for _ in range(n):
+            if pos + 8 > size:
+                raise EOFError
+            (length,) = unpack(buf, pos)
+            if length > MAX_STRING:
+                raise _Corrupt(f"a string length of {length} exceeds {MAX_STRING}")
+            end = pos + 8 + length
+            if end > size:
+                raise EOFError
+            out.append(bytes(buf[pos + 8:end]).decode("utf-8", errors="replace"))
+            pos = end
+        self.pos = pos
+        return out
+
+    def value(self, vtype: ValueType, keep_array: bool) -> Any:
+        if vtype == ValueType.STRING:
+            return self.string()
+        if vtype in _SCALARS:
+            return self.take(_SCALARS[vtype])
+        item = self.vtype()
+        if item == ValueType.ARRAY:
+            raise _Corrupt("nested arrays")
+        n = self.length(MAX_ITEMS, "an array length")
+        if keep_array:
+            return self.strings(n) if item == ValueType.STRING else [
+                self.value(item, False) for _ in range(n)]
+        if item == ValueType.STRING:
+            self.skip_strings(n)
+        else:
+            self.pos += n * _SCALARS[item].size
+            if self.pos > self.size:
+                raise EOFError
+        return ArrayInfo(item, n)
 
 
-def parse(fh: BinaryIO, keep: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """The metadata of the GGUF stream `fh` (at its start). Raises _Corrupt, EOFError,
-    struct.error on a bad header."""
-    if _read(fh, "<I") != GGUF_MAGIC:
+def parse(buf: bytes | mmap.mmap, keep: frozenset[str] = frozenset()
+          ) -> tuple[dict[str, Any], int]:
+    """The metadata of a GGUF header in `buf` (from its start) and where the metadata ends.
+    Raises _Corrupt or EOFError on a bad or cut header."""
+    cur = _Cursor(buf)
+    if cur.take(_U32) != GGUF_MAGIC:
         raise _Corrupt("bad magic")
-    version = _read(fh, "<I")
+    version = cur.take(_U32)
     if version < 2:
         raise _Corrupt(f"GGUF version {version} is too old; re-convert it")
-    _tensors, n_kv = _read(fh, "<Q"), _length(fh, MAX_KEYS, "a key count")
+    _tensors, n_kv = cur.take(_U64), cur.length(MAX_KEYS, "a key count")
     meta: dict[str, Any] = {"GGUF.version": version}
     for _ in range(n_kv):
-        key = _string(fh)
-        meta[key] = _value(fh, _type(fh), key in keep)
-    return meta
+        key = cur.string()
+        meta[key] = cur.value(cur.vtype(), key in keep)
+    return meta, cur.pos
+
+
+_PARSED: dict[tuple[str, int, int, frozenset[str]], dict[str, Any]] = {}
 
 
 def read_metadata(path: Path, keep: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """All key/value metadata; arrays come back as ArrayInfo unless their key is in `keep`."""
+    """All key/value metadata; arrays come back as ArrayInfo unless their key is in `keep`.
+    The file is mapped, not read; a file is parsed once per process (and again if it changed).
+    """
     try:
-        mode = path.stat().st_mode
-        if stat.S_ISDIR(mode):
+        st = path.stat()
+        if stat.S_ISDIR(st.st_mode):
             raise ModelError(f"{path} is a folder; point the profile at the .gguf file in it")
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(st.st_mode):
             raise ModelError(f"{path} is not a regular file; point the profile at a .gguf model")
-        with path.open("rb") as fh:
-            return parse(fh, keep)
+        key = (str(path), st.st_size, st.st_mtime_ns, keep)
+        if key not in _PARSED:
+            if st.st_size == 0:
+                raise EOFError
+            with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                _PARSED[key] = parse(mm, keep)[0]
+        return _PARSED[key]
     except FileNotFoundError:
         raise ModelError(f"model file {path} not found; fix the path in the profile or run "
                          "`specctl models testbed`") from None
@@ -155,6 +210,32 @@ def read_metadata(path: Path, keep: frozenset[str] = frozenset()) -> dict[str, A
     except (EOFError, _Corrupt, struct.error) as exc:
         raise ModelError(f"{path} is truncated or not a GGUF file "
                          f"({str(exc) or 'unexpected end of file'}); download it again") from None
+
+
+def token_bytes(path: Path, first: int, last: int) -> bytes | None:
+    """The raw bytes of tokens first..last-1 of the vocabulary (each length-prefixed, as stored):
+    equal bytes, equal token texts, without decoding 10^5 strings. None without a vocabulary."""
+    try:
+        with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            cur = _Cursor(mm)
+            if cur.take(_U32) != GGUF_MAGIC or cur.take(_U32) < 2:
+                return None
+            _tensors, n_kv = cur.take(_U64), cur.length(MAX_KEYS, "a key count")
+            for _ in range(n_kv):
+                key, vtype = cur.string(), cur.vtype()
+                if key != TOKENS_KEY or vtype != ValueType.ARRAY:
+                    cur.value(vtype, False)
+                    continue
+                if cur.vtype() != ValueType.STRING:
+                    return None
+                n = cur.length(MAX_ITEMS, "an array length")
+                cur.skip_strings(min(first, n))
+                start = cur.pos
+                cur.skip_strings(max(0, min(last, n) - first))
+                return bytes(mm[start:cur.pos])
+    except (OSError, ValueError, EOFError):
+        return None  # unreadable here: the caller reads the tokens and says why
+    return None
 
 
 def read_tokens(path: Path) -> list[str]:

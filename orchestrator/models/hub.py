@@ -11,10 +11,8 @@ the revision). The client is imported only when the cache cannot answer.
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -215,11 +213,9 @@ class Hub:
         while True:
             data += self._read(repo, file.path, len(data), size)
             try:
-                with io.BytesIO(data) as fh:
-                    gguf_meta.parse(fh)
-                    end = fh.tell()
+                end = gguf_meta.parse(data)[1]
                 break
-            except (EOFError, struct.error):
+            except EOFError:
                 if size >= min(MAX_HEADER, file.size):
                     raise ModelError(f"{repo.name}/{file.path}: no complete GGUF metadata in "
                                      f"its first {size >> 20} MB") from None
