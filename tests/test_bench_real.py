@@ -73,3 +73,33 @@ def test_sampling_check_passes_speculation_and_flags_the_draft_alone(tmp_path: P
         found[against] = json.loads(out.read_text())["quality"]["categories"]["chat"]
     assert found["speculative"]["p_value"] > 0.001, found["speculative"]["message"]
     assert found["draft"]["verdict"] == "differs", found["draft"]["message"]
+
+
+def test_tunes_short_sampling_check_passes_speculation_and_refuses_the_draft_alone(
+        tmp_path: Path) -> None:
+    """The gate `tune` runs before it saves (16 samples, one prompt per category), on the Qwen Q4
+    pair: the speculative setting passes with a line that says what was checked; the draft served
+    alone in its place (a really different distribution) is refused in one line."""
+    import re
+
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.errors import SpecctlError
+    from specctl.orchestrator.measure import bench as bench_mod
+    from specctl.orchestrator.measure import lossless
+
+    profile = tmp_path / "qwen.toml"
+    profile.write_text('target = "testbed:qwen-1.5b-q4"\ndraft = "testbed:qwen-0.5b-q4"\n'
+                       'k = 3\n[server]\ncontext = 2048\n')
+    app = App.from_env()
+    got = app.resolve(str(profile))
+    prompts = {c: bench_mod.load_suite(c)[:1] for c in ("chat", "code", "summarize")}
+    how = lossless.short(0.8, 0.95)
+    said = lossless.gate(got.plan, got.backend, got.installed, prompts, how, app.dirs.logs,
+                         lambda _m: None)
+    assert said.startswith("sampling at temperature 0.8, top-p 0.95: no difference detected")
+    assert re.search(r"chat p=[0-9.e-]+, code p=[0-9.e-]+, summarize p=", said), said
+    with pytest.raises(SpecctlError) as refused:
+        lossless.gate(got.plan, got.backend, got.installed, prompts, how, app.dirs.logs,
+                      lambda _m: None, against="draft")
+    assert "distributions differ" in str(refused.value) and "not saved" in str(refused.value)
+    assert "\n" not in str(refused.value)

@@ -497,7 +497,7 @@ def test_real_bench_with_the_draft_prints_a_table_and_writes_json(
                    env=env, timeout=300)
     assert done.returncode == 0, done.stderr + done.stdout
     print(done.stdout)  # the measured table, for the record (pytest -s)
-    assert "tinymlx: draft k=3 vs baseline" in done.stdout
+    assert "tinymlx on mlx: draft k=3 vs baseline" in done.stdout
     assert "speedup" in done.stdout and "overall" in done.stdout
     result = json.loads(out.read_text())
     assert result["backend"] == "mlx" and result["backend_version"] == RECORDED

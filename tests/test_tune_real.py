@@ -33,6 +33,9 @@ def test_tune_measures_real_servers_saves_the_result_and_plan_follows_it(tmp_pat
     # p-min is measured, or not run where the cost model shows it cannot win (and says so)
     assert any("p-min 0.5" in line for line in labels + result["skipped"])
     assert result["method"] in ("draft", "ngram", "none")
+    if result["method"] != "none":  # checked by sampling before it was saved (and says so)
+        assert result["quality"].startswith("sampling at temperature 0.8, top-p "), result
+        assert "no difference detected (16 samples x 1 prompt per category" in result["quality"]
 
     shown = specctl("tune", "--profile", str(profile), "--show", "--json")
     assert shown.returncode == 0, shown.stderr

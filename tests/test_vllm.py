@@ -155,7 +155,7 @@ def ask(url: str) -> None:
 def test_real_vllm_cpu_serves_with_speculation(served: str, request: pytest.FixtureRequest
                                               ) -> None:
     ask(served)
-    stats = Vllm().spec_stats(Endpoint(served))
+    stats = Vllm().spec_stats(Endpoint(f"{served}/v1", metrics=f"{served}/metrics"))
     assert stats.drafts > 0 and stats.drafted > 0, stats
     if request.node.callspec.params["served"] == "target":
         # the target drafting for itself agrees on (nearly) every token; a batched verification

@@ -13,7 +13,9 @@ from specctl.orchestrator.cli.base import PROFILE, cli, console
 from specctl.orchestrator.errors import SpecctlError
 
 if TYPE_CHECKING:
-    from specctl.orchestrator.app import App
+    from collections.abc import Callable
+
+    from specctl.orchestrator.app import App, Resolved
     from specctl.orchestrator.measure import tuned as tuned_mod
     from specctl.orchestrator.measure.workload import Workload
 
@@ -218,10 +220,14 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
 @click.option("--concurrency", type=click.IntRange(1, 256),
               help="Concurrent requests to tune for (default: the profile's server.parallel).")
 @click.option("--max-tokens", default=64, show_default=True)
+@click.option("--quality/--no-quality", default=True, show_default=True,
+              help="Before saving, sample the chosen setting against the target alone at the "
+                   "profile's temperature (16 short completions, one prompt per category) and "
+                   "refuse to save one whose output differs.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: float | None,
          max_k: int, exhaustive: bool, show: bool, prompts_arg: str, mix: str | None,
-         concurrency: int | None, max_tokens: int, as_json: bool) -> None:
+         concurrency: int | None, max_tokens: int, quality: bool, as_json: bool) -> None:
     """Choose k (and p-min, n-gram or off) for your traffic on this machine; `plan` and `up`
     then use it.
 
@@ -231,7 +237,9 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
     model's best k or its runner-up, tries n-gram and a p-min, and keeps the best measured that
     slows no category down by more than noise - or "off" when nothing beats the baseline by 5%.
     On backends that switch k by batch size (vLLM) it also measures that schedule. A run that
-    can no longer win stops early; the table marks it "(n/N prompts)"."""
+    can no longer win stops early; the table marks it "(n/N prompts)". Before saving, a short
+    sampling check (--no-quality skips it) refuses a setting whose output at temperature > 0
+    differs from the target's alone; `bench --quality` is the full check."""
     from dataclasses import replace
 
     from specctl.orchestrator.app import App
@@ -290,6 +298,8 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
                 ranges, notes = tune_mod.schedule(resolved.plan.but(p_min=result.p_min),
                                                   runner, levels, ks)
                 result.k_by_batch, result.schedule_notes = list(ranges), notes
+            if quality and result.method != "none":
+                result.quality = _gate(resolved, result, work, app.dirs.logs, step)
     if exhaustive:
         previous = _safe_load(app, key)
         data = render.sweep_json(results, base_tps, seconds, previous)
@@ -302,6 +312,22 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
         render.show_tuned(console, result)
     console.print(f"saved: {path}; `specctl plan -p {resolved.plan.profile}` now uses it",
                   highlight=False)
+
+
+def _gate(resolved: Resolved, result: tuned_mod.Result, work: Workload, logs: Path,
+          step: Callable[[str], None]) -> str:
+    """tune's sampling check of its choice (lossless.gate), at the profile's sampling (0.8 when
+    the profile samples greedily: the check is about sampling)."""
+    from specctl.orchestrator.measure import lossless
+
+    plan = resolved.plan
+    p_min = result.p_min if result.p_min is not None else plan.p_min
+    chosen = plan.but(method=result.method, k=result.k, p_min=p_min,
+                      draft=plan.draft if result.method == "draft" else None)
+    sampling = resolved.profile.sampling
+    how = lossless.short(sampling.temperature or 0.8, sampling.top_p)
+    return lossless.gate(chosen, resolved.backend, resolved.installed, work.by_category(), how,
+                         logs, step)
 
 
 def _safe_load(app: App, key: str) -> tuned_mod.Result | None:

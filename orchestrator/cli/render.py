@@ -177,6 +177,8 @@ def show_tuned(console: Console, result: Tuned) -> None:
     if result.k_by_batch:
         ranges = ", ".join(f"{a}-{b}: k={k}" for a, b, k in result.k_by_batch)
         console.print(f"schedule: {ranges}", highlight=False, markup=False)
+    if result.quality:
+        console.print(f"quality: {result.quality}", highlight=False, markup=False)
     console.print(f"[bold]result:[/bold] {escape(result.summary)} (tuning took "
                   f"{result.seconds:.0f} s)")
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.adapters.base import Adapter, Installed
-from specctl.orchestrator.errors import ProfileError
+from specctl.orchestrator.errors import ProfileError, SpecctlError
 from specctl.orchestrator.measure import engine, quality
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client
@@ -109,3 +109,30 @@ def floor_verdict(identical: float | None, floor: float | None, n: int) -> str:
     slack = max(0.1, 2 * (floor * (1 - floor) / max(n, 1)) ** 0.5)
     words = "numerics" if identical >= floor - slack else "below the floor: investigate"
     return f"{identical:.0%} identical; the floor here is {floor:.0%}: {words}"
+
+
+def short(temperature: float, top_p: float) -> Sampling:
+    """tune's budget: 16 completions of 8 tokens per prompt and side, and a false-alarm rate of
+    0.2% per category (0.6% over three: a correct setting is almost never refused; 0.002 is the
+    smallest level two families of 1999 permutations can reach)."""
+    return Sampling(temperature, top_p, samples=16, tokens=8, alpha=0.002)
+
+
+def gate(plan: Plan, backend: Adapter, installed: Installed, prompts: Mapping[str, list[str]],
+         how: Sampling, logs: Path, say: Say, against: str = "speculative") -> str:
+    """tune's short check before it saves: the chosen setting sampled against the baseline on
+    one prompt per category. Raises (one line) when a category differs; else a line that says
+    what was checked. Short, so it catches gross breakage (a leaking draft), not subtle shifts:
+    `bench --quality` is the full check. `against` as in run (to check the gate itself)."""
+    few = {cat: texts[:1] for cat, texts in prompts.items() if texts}
+    found = run(plan, against, backend, installed, few, how, logs, say)
+    bad = [f"{cat} ({r.message()})" for cat, r in found.items() if r.differs]
+    if bad:
+        raise SpecctlError(f"{plan.describe_spec()} changes the sampled output against the "
+                           f"target alone: {'; '.join(bad)}; not saved. Check the engine build "
+                           f"(`specctl bench -p {plan.profile} --quality` for the full check), "
+                           "or tune with --no-quality to save it anyway")
+    tested = ", ".join(f"{cat} p={r.p_value:.2g}" for cat, r in found.items())
+    return (f"sampling at temperature {how.temperature:g}, top-p {how.top_p:g}: no difference "
+            f"detected ({how.samples} samples x 1 prompt per category: {tested}; a short "
+            "check, `bench --quality` is the full one)")

@@ -101,6 +101,7 @@ class Result(_Model):
         ge=1, le=4096)], Annotated[int, Field(ge=0, le=MAX_K)]]] = Field(
         default_factory=list, max_length=64)
     schedule_notes: list[str] = Field(default_factory=list, max_length=64)
+    quality: str = Field("", max_length=2000)  # tune's sampling check before it saved
 
     @model_validator(mode="after")
     def _k_for_method(self) -> Result:
