@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from specctl.adapters.registry import adapter_classes
-from specctl.orchestrator.cli import main as cli
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import shipped_dir
+from tests.cli import run_main
 from tests.conftest import HARDWARE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,18 +156,6 @@ def test_doctor(doctor: subprocess.Popen[str]) -> None:
 
 
 # --- in process (same main(), no interpreter start-up) ----------------------------------------
-
-
-def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-             *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["specctl", *args])
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_plan_human_readable(monkeypatch: pytest.MonkeyPatch,

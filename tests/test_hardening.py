@@ -21,7 +21,6 @@ from specctl.adapters.ollama import Ollama
 from specctl.adapters.ollama_store import MODEL_LAYER, OllamaStore
 from specctl.orchestrator import runs
 from specctl.orchestrator.app import App
-from specctl.orchestrator.cli import main as cli
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import (
@@ -36,23 +35,11 @@ from specctl.orchestrator.measure import tuned
 from specctl.orchestrator.runtime.supervise import server_env
 from specctl.orchestrator.service import manage, units
 from tests import plans
-from tests.cli import ROOT
+from tests.cli import ROOT, run_main
 from tests.conftest import HARDWARE
 from tests.test_planner import MAC, mac_profile, plan_for
 
 MINIMAL = 'target = "hf:org/model"\ndraft = "none"\n'
-
-
-def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-             *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["specctl", *args])
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def one_line(code: int, err: str, *needles: str) -> str:

@@ -41,7 +41,7 @@ from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import procs
 from specctl.orchestrator.runtime.servers import free_port
 from tests import plans
-from tests.cli import ROOT, specctl
+from tests.cli import ROOT, run_state, specctl, status_row
 from tests.conftest import HARDWARE, recorded
 from tests.fake_hf_hub import FakeHub
 from tests.hub_mlx_repos import DRAFT, TARGET
@@ -389,19 +389,6 @@ def tiny_profile(folder: Path, target: str = "target", host: str = "127.0.0.1",
     return path
 
 
-def run_state(env: dict[str, str]) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        (Path(env["SPECCTL_STATE_DIR"]) / "runs" / "tinymlx.json").read_text())
-    return data
-
-
-def status_row(env: dict[str, str]) -> dict[str, Any]:
-    done = specctl("status", "--json", env=env)
-    assert done.returncode == 0, done.stderr
-    rows: list[dict[str, Any]] = json.loads(done.stdout)
-    return next(r for r in rows if r["profile"] == "tinymlx")
-
-
 def complete(url: str, prompt: str = "Write a Python function that reverses a string.") -> str:
     client = OpenAI(base_url=url, api_key="unused", timeout=120)
     reply = client.chat.completions.create(
@@ -430,11 +417,11 @@ def served_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
 @pytest.mark.mlx
 def test_real_up_serves_the_openai_client_and_status_shows_it(
         served_env: dict[str, str]) -> None:
-    run = run_state(served_env)
+    run = run_state(served_env, "tinymlx")
     url = run["url"]
     assert url == f"http://127.0.0.1:{run['port']}/v1" and run["status"] == "running"
     assert len(complete(url)) > 0
-    row = status_row(served_env)
+    row = status_row(served_env, "tinymlx")
     assert row["status"] == "running" and row["url"] == url and row["restarts"] == 0
     assert row["speculation"].startswith("draft draft, k=3")
     assert row["acceptance_rate"] is None  # mlx_lm.server counts nothing
@@ -448,27 +435,27 @@ def test_real_up_serves_the_openai_client_and_status_shows_it(
 @pytest.mark.mlx
 def test_real_kill_9_of_the_server_is_restarted_and_serves_again(
         served_env: dict[str, str]) -> None:
-    before = run_state(served_env)
+    before = run_state(served_env, "tinymlx")
     pid = before["server_pid"]
     assert isinstance(pid, int) and psutil.Process(pid).cmdline()[1:4] == ["-m", "mlx_lm",
                                                                             "server"]
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        now = run_state(served_env)
+        now = run_state(served_env, "tinymlx")
         if now["server_pid"] != pid and now["status"] == "running":
             break
         time.sleep(0.3)
     else:
-        pytest.fail(f"not restarted: {run_state(served_env)}")
+        pytest.fail(f"not restarted: {run_state(served_env, 'tinymlx')}")
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert status_row(served_env)["restarts"] == 1
+    assert status_row(served_env, "tinymlx")["restarts"] == 1
     assert len(complete(before["url"], "Say hello.")) > 0
 
 
 @pytest.mark.mlx
 def test_real_down_leaves_no_process(served_env: dict[str, str]) -> None:
-    run = run_state(served_env)
+    run = run_state(served_env, "tinymlx")
     pgid, sup = run["server_pgid"], run["supervisor_pid"]
     done = specctl("down", "tinymlx", env=served_env)
     assert done.returncode == 0 and "stopped" in done.stdout

@@ -7,7 +7,6 @@ Needs the provisioned build and models (.ci/run does `specctl backend install ll
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -19,7 +18,7 @@ import pytest
 from openai import OpenAI
 
 from specctl.orchestrator.runtime import procs
-from tests.cli import specctl
+from tests.cli import run_state, specctl, status_row
 
 pytestmark = pytest.mark.server
 
@@ -40,19 +39,6 @@ def served(env: dict[str, str]) -> Iterator[dict[str, str]]:
     specctl("down", "cpu-demo", env=env)
 
 
-def run_state(env: dict[str, str]) -> dict[str, object]:
-    data: dict[str, object] = json.loads(
-        (Path(env["SPECCTL_STATE_DIR"]) / "runs" / "cpu-demo.json").read_text())
-    return data
-
-
-def status(env: dict[str, str]) -> dict[str, object]:
-    done = specctl("status", "--json", env=env)
-    assert done.returncode == 0, done.stderr
-    rows: list[dict[str, object]] = json.loads(done.stdout)
-    return next(r for r in rows if r["profile"] == "cpu-demo")
-
-
 def complete(url: str, prompt: str = "Write a Python function that reverses a string.") -> str:
     client = OpenAI(base_url=url, api_key="unused", timeout=300)
     reply = client.chat.completions.create(
@@ -66,36 +52,36 @@ def test_openai_client_gets_a_completion_and_drafts_are_accepted(
     assert served["url"] == "http://127.0.0.1:18090/v1"
     text = complete(served["url"])
     assert len(text) > 10
-    row = status(env)
+    row = status_row(env, "cpu-demo")
     assert row["status"] == "running"
     assert isinstance(row["accepted"], int) and row["accepted"] > 0
     assert isinstance(row["drafted"], int) and row["drafted"] >= row["accepted"]
-    plan = run_state(env)["plan"]
+    plan = run_state(env, "cpu-demo")["plan"]
     assert isinstance(plan, dict)
     assert "--spec-type" in plan["argv"] and "-md" in plan["argv"]
 
 
 def test_kill_9_of_the_server_is_restarted_and_serves_again(
         served: dict[str, str], env: dict[str, str]) -> None:
-    before = run_state(env)
+    before = run_state(env, "cpu-demo")
     pid = before["server_pid"]
     assert isinstance(pid, int)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        now = run_state(env)
+        now = run_state(env, "cpu-demo")
         if now["server_pid"] != pid and now["status"] == "running":
             break
         time.sleep(0.5)
     else:
-        pytest.fail(f"not restarted: {run_state(env)}")
-    assert status(env)["restarts"] == 1
+        pytest.fail(f"not restarted: {run_state(env, 'cpu-demo')}")
+    assert status_row(env, "cpu-demo")["restarts"] == 1
     assert len(complete(served["url"], "Say hello.")) > 0
 
 
 def test_down_leaves_no_process_of_the_group(env: dict[str, str],
                                              served: dict[str, str]) -> None:
-    state = run_state(env)
+    state = run_state(env, "cpu-demo")
     pgid, sup = state["server_pgid"], state["supervisor_pid"]
     assert isinstance(pgid, int) and isinstance(sup, int)
     done = specctl("down", "cpu-demo", env=env)
