@@ -415,6 +415,7 @@ def served_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
 
 
 @pytest.mark.mlx
+@pytest.mark.server
 def test_real_up_serves_the_openai_client_and_status_shows_it(
         served_env: dict[str, str]) -> None:
     run = run_state(served_env, "tinymlx")
@@ -433,6 +434,7 @@ def test_real_up_serves_the_openai_client_and_status_shows_it(
 
 
 @pytest.mark.mlx
+@pytest.mark.server
 def test_real_kill_9_of_the_server_is_restarted_and_serves_again(
         served_env: dict[str, str]) -> None:
     before = run_state(served_env, "tinymlx")
@@ -454,6 +456,7 @@ def test_real_kill_9_of_the_server_is_restarted_and_serves_again(
 
 
 @pytest.mark.mlx
+@pytest.mark.server
 def test_real_down_leaves_no_process(served_env: dict[str, str]) -> None:
     run = run_state(served_env, "tinymlx")
     pgid, sup = run["server_pgid"], run["supervisor_pid"]
@@ -476,6 +479,7 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 @pytest.mark.mlx
+@pytest.mark.server
 def test_real_bench_with_the_draft_prints_a_table_and_writes_json(
         env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
@@ -494,6 +498,7 @@ def test_real_bench_with_the_draft_prints_a_table_and_writes_json(
 
 
 @pytest.mark.mlx
+@pytest.mark.server
 def test_real_corrupt_target_fails_the_start_and_leaves_nothing(
         env: dict[str, str], tmp_path: Path) -> None:
     bad = tmp_path / "bad"
@@ -514,6 +519,7 @@ def test_real_corrupt_target_fails_the_start_and_leaves_nothing(
 
 
 @pytest.mark.mlx
+@pytest.mark.server
 def test_real_up_on_0000_is_refused_before_anything_starts(
         env: dict[str, str], tmp_path: Path) -> None:
     profile = tiny_profile(tmp_path, host="0.0.0.0", extra='api_key_env = "MLX_KEY"\n')
