@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from specctl.orchestrator.errors import BackendError, ModelError, SettingsError, first_problem
 
@@ -67,6 +75,31 @@ def load_settings(make: Callable[[], SettingsT], prefix: str = "SPECCTL_") -> Se
         var = f"${prefix}{loc[0]}".upper() if loc else f"a {prefix}* variable"
         why = errors[0]["msg"] if errors else first_problem(exc)
         raise SettingsError(f"{var}: {why}; fix it or unset it") from None
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """A variable a backend reads (its SPECCTL_* settings, the engine's own): a service carries
+    the value in force when it is installed, a secret only in the service's environment file."""
+
+    name: str
+    why: str
+    secret: bool = False
+
+
+def settings_vars(models: tuple[type[BaseModel], ...], what: str) -> tuple[EnvVar, ...]:
+    """The variables of settings models (pydantic-settings): prefix + field name, upper case; a
+    SecretStr field is a secret."""
+    out = []
+    for model in models:
+        prefix = str(model.model_config.get("env_prefix", ""))
+        for name, info in model.model_fields.items():
+            secret = any(a is SecretStr for a in (info.annotation, *typing.get_args(
+                info.annotation)))
+            out.append(EnvVar(f"{prefix}{name}".upper(),
+                              f"{what}{': ' + info.description if info.description else ''}",
+                              secret))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -226,6 +259,10 @@ class Adapter:
     knobs: ClassVar[frozenset[str]] = frozenset()  # tunable extras, e.g. "p_min"
     has_workers: ClassVar[bool] = False  # can lend this machine to a server elsewhere
     authenticates: ClassVar[bool] = True  # checks an API key (without one: loopback only)
+    # what a service must carry to run this backend as the user runs it: its settings models
+    # (SPECCTL_* variables) and the engine's own variables (see `environment`)
+    settings: ClassVar[tuple[type[BaseModel], ...]] = ()
+    engine_env: ClassVar[tuple[EnvVar, ...]] = ()
 
     @property
     def runs_on(self) -> frozenset[str]:
@@ -235,6 +272,17 @@ class Adapter:
     def create(cls, dirs: Dirs) -> Adapter:
         """Build from this backend's own settings (SPECCTL_* variables) and specctl's dirs."""
         return cls()
+
+    @classmethod
+    def environment(cls) -> tuple[EnvVar, ...]:
+        """Every variable this backend reads: its settings' and the engine's own."""
+        return (*settings_vars(cls.settings, f"{cls.name} setting"), *cls.engine_env)
+
+    @classmethod
+    def cache_dirs(cls, environ: Mapping[str, str], home: Path) -> tuple[Path, ...]:
+        """Folders the engine writes while it starts and serves (compile caches): a service
+        makes them writable. Pure: from the variables in force and the home folder."""
+        return ()
 
     # -- what is installed -------------------------------------------------------------------
     def probe(self) -> Installed | None:

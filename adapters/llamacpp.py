@@ -10,13 +10,14 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters import llamacpp_build, llamacpp_rpc, prometheus
 from specctl.adapters.base import (
     Adapter,
     Endpoint,
+    EnvVar,
     Installed,
     Launch,
     Options,
@@ -74,7 +75,8 @@ class LlamaCppOptions(Options):
 class _Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
                                       env_ignore_empty=True)
-    llama_server: Path | None = None  # use this llama-server instead of finding one
+    llama_server: Path | None = Field(None, description="use this llama-server instead of "
+                                      "finding one")
 
 
 class _Argv:
@@ -107,6 +109,9 @@ class LlamaCpp(Adapter):
     no_spec_hint: ClassVar[str] = "update llama.cpp (`specctl backend install llama.cpp " \
                                   "--rebuild`)"
     options: ClassVar[type[Options]] = LlamaCppOptions
+    settings: ClassVar[tuple[type[BaseModel], ...]] = (_Settings,)
+    engine_env: ClassVar[tuple[EnvVar, ...]] = (
+        EnvVar("CUDA_VISIBLE_DEVICES", "the GPUs a CUDA build may use"),)
     moved_keys: ClassVar[Mapping[str, str]] = {
         "speculative.n_min": "n_min", "cluster.rpc_workers": "rpc_workers",
         "cluster.worker_memory_gb": "worker_memory_gb", "cluster.draft_local": "draft_local"}

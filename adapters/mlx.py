@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters.base import (
@@ -101,7 +101,8 @@ class MlxOptions(Options):
 class _Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
                                       env_ignore_empty=True)
-    mlx_python: Path | None = None  # an interpreter whose environment has mlx_lm
+    mlx_python: Path | None = Field(None, description="an interpreter whose environment has "
+                                    "mlx_lm")
 
 
 def parse_help(text: str) -> frozenset[str]:
@@ -198,6 +199,7 @@ class Mlx(Adapter):
         "hf:mlx-community/Llama-3.2-1B-Instruct-4bit for a Llama 3 target); for n-gram, EAGLE "
         "or MTP use llama.cpp or vLLM")
     options: ClassVar[type[Options]] = MlxOptions
+    settings: ClassVar[tuple[type[BaseModel], ...]] = (_Settings,)
 
     def __init__(self, python: Path | None = None, timeout: float = 30.0) -> None:
         self.python, self.timeout = python, timeout

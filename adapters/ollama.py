@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from packaging.version import InvalidVersion, Version
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters.base import (
     Adapter,
+    EnvVar,
     HttpCall,
     Installed,
     Launch,
@@ -42,7 +43,8 @@ DRAFT_SINCE = (0, 32, 12)  # draft_num_predict and the DRAFT layer
 class _Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
                                       env_ignore_empty=True)
-    ollama_url: str = Field(DEFAULT_URL, pattern=r"^https?://[^\s/]+(/\S*)?$")
+    ollama_url: str = Field(DEFAULT_URL, pattern=r"^https?://[^\s/]+(/\S*)?$",
+                            description="the Ollama daemon's address")
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -70,6 +72,9 @@ class Ollama(Adapter):
     preference: ClassVar[Mapping[str, int]] = {"cuda": 2, "metal": 1, "cpu": 1}
     authenticates: ClassVar[bool] = False  # checks no API key: loopback only
     install_hint: ClassVar[str] = "Ollama from https://ollama.com and `ollama serve`"
+    settings: ClassVar[tuple[type[BaseModel], ...]] = (_Settings,)
+    engine_env: ClassVar[tuple[EnvVar, ...]] = (
+        EnvVar("OLLAMA_MODELS", "where Ollama keeps its models (its store is read there)"),)
     no_spec_hint: ClassVar[str] = ("serve the same model with llama.cpp and a draft instead "
                                    "(target = \"ollama:NAME\", backend = [\"llamacpp\"]; "
                                    "`specctl drafts --target ollama:NAME` finds one)")

@@ -27,13 +27,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters import prometheus, tgi_container, tgi_launcher
 from specctl.adapters.base import (
     Adapter,
     Endpoint,
+    EnvVar,
     Installed,
     Launch,
     Options,
@@ -132,7 +133,7 @@ class TgiOptions(Options):
 class _Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
                                       env_ignore_empty=True)
-    tgi_launcher: Path | None = None  # use this text-generation-launcher
+    tgi_launcher: Path | None = Field(None, description="use this text-generation-launcher")
 
 
 def parse_version(text: str) -> str | None:
@@ -266,6 +267,12 @@ class Tgi(Adapter):
                                    "model's own heads (draft_method = \"medusa\"); for a draft "
                                    "model use vLLM or llama.cpp")
     options: ClassVar[type[Options]] = TgiOptions
+    settings: ClassVar[tuple[type[BaseModel], ...]] = (_Settings,)
+    engine_env: ClassVar[tuple[EnvVar, ...]] = (
+        EnvVar("CUDA_VISIBLE_DEVICES", "the GPUs the launcher may use"),
+        EnvVar("DOCKER_HOST", "the docker daemon the container runs on"),
+        EnvVar("CONTAINER_HOST", "the podman service the container runs on"),
+    )
 
     def __init__(self, launcher: Path | None = None, timeout: float = 5.0) -> None:
         self.launcher, self.timeout = launcher, timeout

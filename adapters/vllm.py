@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.version import InvalidVersion, Version
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters import prometheus
 from specctl.adapters.base import (
     Adapter,
     Endpoint,
+    EnvVar,
     Installed,
     Launch,
     Options,
@@ -59,7 +60,8 @@ class VllmOptions(Options):
 class _Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
                                       env_ignore_empty=True)
-    vllm_python: Path | None = None  # interpreter of a separate vLLM environment
+    vllm_python: Path | None = Field(None, description="the interpreter of a separate vLLM "
+                                     "environment")
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -131,6 +133,14 @@ class Vllm(Adapter):
     install_hint: ClassVar[str] = "`pip install 'specctl[vllm]'` (or set SPECCTL_VLLM_PYTHON)"
     no_spec_hint: ClassVar[str] = "use a vLLM version with this method, or another method"
     options: ClassVar[type[Options]] = VllmOptions
+    settings: ClassVar[tuple[type[BaseModel], ...]] = (_Settings,)
+    engine_env: ClassVar[tuple[EnvVar, ...]] = (
+        EnvVar("CUDA_VISIBLE_DEVICES", "the GPUs vLLM may use"),
+        EnvVar("VLLM_CACHE_ROOT", "vLLM's compile and model caches (default ~/.cache/vllm)"),
+        EnvVar("VLLM_CONFIG_ROOT", "vLLM's config and usage files (default ~/.config/vllm)"),
+        EnvVar("TRITON_CACHE_DIR", "Triton's kernel cache (default ~/.triton/cache)"),
+        EnvVar("XDG_CACHE_HOME", "where vLLM and FlashInfer put their caches"),
+    )
     moved_keys: ClassVar[Mapping[str, str]] = {
         "parallel.tensor": "tensor_parallel", "parallel.pipeline": "pipeline_parallel",
         "parallel.draft_tensor": "draft_tensor_parallel", "cluster.ray_address": "ray_address",
@@ -142,6 +152,17 @@ class Vllm(Adapter):
     @classmethod
     def create(cls, dirs: Dirs) -> Vllm:
         return cls(python=load_settings(_Settings).vllm_python)
+
+    @classmethod
+    def cache_dirs(cls, environ: Mapping[str, str], home: Path) -> tuple[Path, ...]:
+        """vLLM's compile cache and usage file, Triton's kernels and FlashInfer's JIT cache:
+        written on every cold start (torch.compile writes under /tmp, a service's own)."""
+        xdg = Path(environ.get("XDG_CACHE_HOME") or home / ".cache")
+        vllm_cache = environ.get("VLLM_CACHE_ROOT") or xdg / "vllm"
+        config = environ.get("VLLM_CONFIG_ROOT") or home / ".config" / "vllm"
+        triton = environ.get("TRITON_CACHE_DIR") or home / ".triton"
+        return tuple(Path(p).expanduser() for p in (vllm_cache, config, triton,
+                                                    xdg / "flashinfer"))
 
     def devices(self, options: Options) -> int:
         opts = options if isinstance(options, VllmOptions) else VllmOptions()

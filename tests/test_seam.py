@@ -36,6 +36,26 @@ def backend_words() -> re.Pattern[str]:
                       re.IGNORECASE)
 
 
+def backend_tokens() -> frozenset[str]:
+    """Backend names as whole tokens: a name joined by `_` (SPECCTL_VLLM_PYTHON, ollama_url)."""
+    words = {w.lower() for cls in registry.adapter_classes().values()
+             for w in (cls.name, *cls.aliases)}
+    return frozenset(w for w in words if re.fullmatch(r"[a-z0-9]+", w))
+
+
+def backend_variables() -> frozenset[str]:
+    """The SPECCTL_* settings each adapter declares: only its adapter names them."""
+    return frozenset(v.name for cls in registry.adapter_classes().values()
+                     for v in cls.environment() if v.name.startswith("SPECCTL_"))
+
+
+def _named(text: str) -> str | None:
+    """The backend named inside `text` by a token (split on `_` and other separators) or by
+    one of the adapters' own variables, if any."""
+    hit = next((t for t in re.split(r"[^a-z0-9]+", text.lower()) if t in backend_tokens()), None)
+    return hit or next((v for v in backend_variables() if v in text.upper()), None)
+
+
 def offences(path: Path, pattern: re.Pattern[str]) -> list[str]:
     tree = ast.parse(path.read_text())
     docs = _docstrings(tree)
@@ -48,11 +68,13 @@ def offences(path: Path, pattern: re.Pattern[str]) -> list[str]:
                 if mod.startswith("specctl.adapters.") and mod.split(".")[2] not in NOT_ADAPTERS:
                     found.append(f"{path.name}:{node.lineno} imports {mod}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and id(node) not in docs and pattern.search(node.value):
+                and id(node) not in docs and (pattern.search(node.value) or _named(node.value)):
             found.append(f"{path.name}:{node.lineno} names a backend: {node.value!r}")
-        elif isinstance(node, ast.Name | ast.Attribute):
-            name = node.id if isinstance(node, ast.Name) else node.attr
-            if pattern.fullmatch(name):
+        elif isinstance(node, ast.Name | ast.Attribute | ast.FunctionDef | ast.ClassDef | ast.arg):
+            name = (node.id if isinstance(node, ast.Name) else node.attr
+                    if isinstance(node, ast.Attribute) else node.arg
+                    if isinstance(node, ast.arg) else node.name)
+            if pattern.fullmatch(name) or _named(name):
                 found.append(f"{path.name}:{node.lineno} names a backend: {name}")
     return found
 
@@ -76,3 +98,17 @@ def test_the_check_catches_a_backend_name(tmp_path: Path) -> None:
                      f'if backend == "{name}":\n    pass\n')
     got = offences(leaky, backend_words())
     assert len(got) == 2, got
+
+
+def test_the_check_catches_a_backend_name_inside_identifiers_and_variables(
+        tmp_path: Path) -> None:
+    name = next(iter(backend_tokens()))
+    variable = next(iter(backend_variables()))
+    leaky = tmp_path / "leaky.py"
+    leaky.write_text(f'PASSED = ("SPECCTL_{name.upper()}_PYTHON", "{name.upper()}_MODELS")\n'
+                     f'{name}_url = 1\n'
+                     f'def use_{name}(x): pass\n'
+                     f'KNOWN = "{variable}"\n'
+                     f'fine = "SPECCTL_SERVER__PORT"\n')
+    got = offences(leaky, backend_words())
+    assert sorted(g.split(":")[1].split()[0] for g in got) == ["1", "1", "2", "3", "4"], got

@@ -40,7 +40,9 @@ def up(profile_ref: str, foreground: bool, no_provision: bool, no_download: bool
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.runtime import handoff as handoff_mod
+    from specctl.orchestrator.service import envfile
 
+    envfile.apply(os.environ)  # a launchd service's secrets (systemd reads its file itself)
     app = App.from_env()
     if handoff is not None:  # the detached supervisor: run what the parent resolved
         sys.exit(runs.serve_foreground(app, handoff_mod.take(handoff), console.print))
@@ -216,22 +218,27 @@ def service_install(profile_ref: str, system: bool, manager: str | None, dry_run
     profile = profiles_mod.load(profile_ref, app.dirs)
     mgr = manager or service_mod.default_manager()
     user = service_mod.service_user(user_name, os.environ) if system else None
-    spec = service_mod.spec_for(profile.name, profile_ref, app.dirs, system, dict(os.environ),
-                                user)
-    if dry_run:
+    key_env = profile.server.api_key_env
+    spec = service_mod.spec_for(profile.name, profile_ref, app.dirs, system, os.environ, user,
+                                key_env)
+    carried = service_mod.explain(spec, mgr)
+    if dry_run:  # the unit on stdout (as written), what it carries and why on stderr
         click.echo(service_mod.render(spec, mgr), nl=False)
+        click.echo("carries:\n  " + "\n  ".join(carried), err=True)
         return
     done = service_mod.install(spec, mgr, enable)
-    console.print(f"wrote {done.path}", highlight=False)
+    console.print(f"wrote {done.path} and {spec.env_file}", highlight=False)
+    console.print("carries:\n  " + "\n  ".join(carried), highlight=False, markup=False)
     for cmd in done.ran:
         console.print(f"ran: {' '.join(cmd)}", highlight=False)
     if not enable:
         cmds = units.activation(spec, mgr, done.path, os.getuid())
         console.print("start it with: " + " && ".join(" ".join(c) for c in cmds),
                       highlight=False)
-    if profile.server.api_key_env:
-        console.print(f"put {profile.server.api_key_env}=... in {spec.env_file} (mode 600)",
-                      highlight=False)
+    if key_env and key_env not in spec.secrets:
+        err_console.print(f"specctl: warning: ${key_env} (the profile's API key) is not set, so "
+                          f"the service will not start; export it and install again",
+                          highlight=False)
 
 
 def _named_service(name: str, system: bool,
@@ -243,7 +250,7 @@ def _named_service(name: str, system: bool,
 
     mgr = manager or service_mod.default_manager()
     check_name(name, "profile name")
-    return service_mod.spec_for(name, name, Dirs.from_env(), system, dict(os.environ)), mgr
+    return service_mod.spec_for(name, name, Dirs.from_env(), system, {}), mgr
 
 
 @service.command("uninstall")

@@ -16,13 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specctl.adapters import registry
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.files import write_atomic
-from specctl.orchestrator.service import units
-
-PASSED_ENV = ("SPECCTL_LLAMA_SERVER", "SPECCTL_VLLM_PYTHON", "SPECCTL_MODELS_DIRS", "HF_HOME",
-              "HF_HUB_CACHE", "OLLAMA_MODELS")
+from specctl.orchestrator.files import inside, write_atomic
+from specctl.orchestrator.service import envfile, environment, units
 
 
 def default_manager() -> str:
@@ -57,19 +55,45 @@ def dirs_of(user: pwd.struct_passwd, dirs: Dirs) -> Dirs:
                    cache=moved(dirs.cache))
 
 
+def carried(dirs: Dirs, env: Mapping[str, str],
+            api_key_env: str | None = None) -> list[environment.Carried]:
+    """What the service carries (service/environment.py): specctl's dirs as the service user
+    sees them, then every declared variable set in `env`."""
+    fixed = {
+        "SPECCTL_STATE_DIR": (str(dirs.state), "specctl's state dir (runs, logs, tuned results)"),
+        "SPECCTL_CONFIG_DIR": (str(dirs.config), "specctl's config dir (profiles)"),
+        "SPECCTL_CACHE_DIR": (str(dirs.cache), "specctl's cache dir (backends, models)"),
+        "PYTHONUNBUFFERED": ("1", "log lines as they are written"),
+    }
+    return environment.carried(env, fixed, registry.adapter_classes().values(), api_key_env)
+
+
 def spec_for(profile: str, profile_ref: str, dirs: Dirs, system: bool,
-             env: dict[str, str], user: pwd.struct_passwd | None = None) -> units.ServiceSpec:
+             env: Mapping[str, str], user: pwd.struct_passwd | None = None,
+             api_key_env: str | None = None) -> units.ServiceSpec:
+    """The service of `profile`, carrying the variables in force in `env` (empty: the dirs
+    alone, enough to find, show or remove an installed one)."""
     if system and user is not None:
         dirs = dirs_of(user, dirs)
     ref = str(Path(profile_ref).resolve()) if profile_ref.endswith(".toml") else profile_ref
-    service_env = {"SPECCTL_STATE_DIR": str(dirs.state), "SPECCTL_CONFIG_DIR": str(dirs.config),
-                   "SPECCTL_CACHE_DIR": str(dirs.cache), "PYTHONUNBUFFERED": "1",
-                   **{k: env[k] for k in PASSED_ENV if env.get(k)}}
+    items = carried(dirs, env, api_key_env)
     return units.ServiceSpec(
         profile=profile, argv=units.service_argv((sys.executable, "-m", "specctl"), ref),
-        env=service_env, writable=(dirs.state,), log_dir=dirs.logs,
-        env_file=dirs.config / "service.env", system=system,
-        user=user.pw_name if system and user is not None else None)
+        env={c.name: c.value for c in items if not c.secret},
+        secrets={c.name: c.value for c in items if c.secret},
+        reasons={c.name: c.why for c in items},
+        writable=(dirs.state,), log_dir=dirs.logs,
+        env_file=inside(dirs.config / "services", profile, ".env", "profile name"),
+        system=system, user=user.pw_name if system and user is not None else None)
+
+
+def explain(spec: units.ServiceSpec, manager: str) -> list[str]:
+    """Which variables the service carries, where and why (a secret's value is never shown)."""
+    items = [environment.Carried(name, value, spec.reasons.get(name, ""), secret)
+             for secret, found in ((False, spec.env), (True, spec.secrets))
+             for name, value in found.items()]
+    return environment.explain(sorted(items, key=lambda c: c.name),
+                               "unit" if manager == "systemd" else "plist", str(spec.env_file))
 
 
 def render(spec: units.ServiceSpec, manager: str) -> str:
@@ -96,8 +120,12 @@ def install(spec: units.ServiceSpec, manager: str, enable: bool,
             home: Path | None = None) -> Installed:
     path = units.unit_path(spec, manager, home or Path.home())
     text = render(spec, manager)  # refused values fail before anything is written
+    owner = spec.user if spec.system and os.geteuid() == 0 else None
     for folder in spec.writable:
-        _make_dir(folder, spec.user if spec.system and os.geteuid() == 0 else None)
+        _make_dir(folder, owner)
+    if spec.env_file is not None:  # the secrets in force now, and no stale one
+        _make_dir(spec.env_file.parent, owner)
+        envfile.write(spec.env_file, spec.secrets, owner)
     write_atomic(path, text)
     os.chmod(path, 0o644)
     commands = units.activation(spec, manager, path, os.getuid()) if enable else []
@@ -121,6 +149,8 @@ def uninstall(spec: units.ServiceSpec, manager: str, home: Path | None = None) -
     subprocess.run(units.deactivation(spec, manager, path, os.getuid())[0],
                    capture_output=True, check=False)
     path.unlink()
+    if spec.env_file is not None:
+        envfile.remove(spec.env_file)
     if manager == "systemd":
         ctl = ["systemctl"] if spec.system else ["systemctl", "--user"]
         subprocess.run([*ctl, "daemon-reload"], capture_output=True, check=False)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specctl.orchestrator.files import inside
+from specctl.orchestrator.service import envfile
 from specctl.orchestrator.service.quote import (
     Words,
     control,
@@ -31,10 +32,12 @@ class ServiceSpec:
 
     profile: str
     argv: tuple[str, ...]
-    env: Mapping[str, str]
+    env: Mapping[str, str]  # what the unit or plist carries (never a secret)
     writable: tuple[Path, ...]  # state dir (runs, logs, tuned results)
     log_dir: Path
-    env_file: Path | None = None  # secrets (API keys) for systemd, kept out of the unit
+    env_file: Path | None = None  # secrets (API keys, HF_TOKEN), kept out of the unit
+    secrets: Mapping[str, str] = field(default_factory=dict)  # written to env_file, mode 0600
+    reasons: Mapping[str, str] = field(default_factory=dict)  # variable -> why it is carried
     system: bool = False
     user: str | None = None  # a system service runs as this user (never root)
     restart_sec: int = 5
@@ -113,7 +116,9 @@ def launchd_plist(spec: ServiceSpec) -> dict[str, object]:
         **user,
         "Label": spec.label,
         "ProgramArguments": list(spec.argv),
-        "EnvironmentVariables": dict(sorted(spec.env.items())),
+        # launchd has no EnvironmentFile=: `up` reads the secrets from the file it names
+        "EnvironmentVariables": dict(sorted({**spec.env, **(
+            {envfile.VARIABLE: str(spec.env_file)} if spec.env_file else {})}.items())),
         "RunAtLoad": True,
         "KeepAlive": {"SuccessfulExit": False},
         "ThrottleInterval": spec.restart_sec,
