@@ -47,6 +47,17 @@ class StateError(SpecctlError):
     """State or tuning files could not be read or written."""
 
 
+class ReadOnlyError(StateError):
+    """A write refused with EROFS: under a service, a folder outside the unit's ReadWritePaths=
+    (or a read-only mount). Not a full disk: the message says which setting to change."""
+
+    def __init__(self, path: object) -> None:
+        super().__init__(
+            f"cannot write {path}: read-only file system; a specctl service may write only its "
+            f"unit's ReadWritePaths=, so add this folder there (`systemctl edit` the unit) or "
+            f"point the variable that chose it into one of them")
+
+
 class NameRefusedError(SpecctlError):
     """A name that cannot become a file or service name (it would leave its folder, or carry
     characters a unit file, a plist or a path would read differently)."""

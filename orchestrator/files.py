@@ -9,6 +9,7 @@ the same model as fresh values; what fails is set aside (`set_aside`) and report
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -17,7 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from specctl.orchestrator.errors import NameRefusedError, StateError, first_problem
+from specctl.orchestrator.errors import (
+    NameRefusedError,
+    ReadOnlyError,
+    StateError,
+    first_problem,
+)
 
 T = TypeVar("T")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -45,6 +51,8 @@ def write_atomic(path: Path, text: str) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if exc.errno == errno.EROFS:
+            raise ReadOnlyError(path) from None
         raise StateError(f"cannot write {path}: {exc.strerror or exc}; free some disk space or "
                          "set SPECCTL_STATE_DIR to a writable place") from None
 

@@ -20,7 +20,7 @@ from specctl.orchestrator.service import envfile, environment
 from tests.cli import specctl
 
 FIXED = {"SPECCTL_STATE_DIR", "SPECCTL_CONFIG_DIR", "SPECCTL_CACHE_DIR", "PYTHONUNBUFFERED",
-         "PATH"}
+         "PATH", "SPECCTL_MAX_RESTARTS"}
 
 
 def adapter_settings_classes() -> dict[str, list[type[BaseSettings]]]:
@@ -54,11 +54,11 @@ def sample_values() -> dict[str, str]:
         for field in model.model_fields:
             var = f"{prefix}{field}".upper()
             values[var] = _valid(model, field, var)
-    for var in environment.declared(registry.adapter_classes().values()):
-        values.setdefault(var.name, "1" if var.name == "HF_HUB_OFFLINE"
-                          else f"/opt/specctl-test/{var.name.lower()}")
+    for declared in environment.declared(registry.adapter_classes().values()):
+        values.setdefault(declared.name, "1" if declared.name == "HF_HUB_OFFLINE"
+                          else f"/opt/specctl-test/{declared.name.lower()}")
     values.pop("PATH")  # the test's own: the service must find python
-    values["SPECCTL_MAX_RESTARTS"] = "3"
+    values.pop("SPECCTL_MAX_RESTARTS")  # the unit's own: 0, restarts are the manager's
     return values
 
 
@@ -124,6 +124,7 @@ def test_install_carries_each_declared_variable_set_and_none_unset(tmp_path: Pat
             assert carried[name] == values[name], name
             assert name not in written
     assert set(carried) - set(values) <= FIXED
+    assert carried["SPECCTL_MAX_RESTARTS"] == "0"  # one restart layer, set whatever is in force
     assert set(written) == secrets & chosen
 
 

@@ -102,3 +102,24 @@ def test_install_writes_the_unit_and_runs_nothing_unless_asked(tmp_path: Path) -
     assert "systemctl --user daemon-reload" in done.stdout  # told, not done
     gone = specctl("service", "uninstall", "cpu-demo", "--manager", "systemd", env=env)
     assert gone.returncode == 0 and not unit.exists()
+
+
+def test_install_over_a_unit_shows_the_diff_and_replaces_it_atomically(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("SPECCTL_SERVER__PORT", None)
+    args = ("service", "install", "--profile", "cpu-demo", "--manager", "systemd")
+    assert specctl(*args, env=env).returncode == 0
+    unit = tmp_path / ".config/systemd/user/specctl-cpu-demo.service"
+    before, inode = unit.read_text(), unit.stat().st_ino
+    done = specctl(*args, env={**env, "SPECCTL_SERVER__PORT": "9123"})
+    assert done.returncode == 0, done.stderr
+    assert f"replaced {unit}" in done.stdout
+    assert "+Environment=SPECCTL_SERVER__PORT=9123" in done.stdout.splitlines()
+    after = unit.read_text()
+    assert after != before and "SPECCTL_SERVER__PORT=9123" in after
+    assert unit.stat().st_ino != inode  # a new file renamed over the old one, not rewritten
+    assert sorted(p.name for p in unit.parent.iterdir()) == [unit.name]  # no temp file left
+    again = specctl(*args, env={**env, "SPECCTL_SERVER__PORT": "9123"})
+    assert f"replaced {unit}: unchanged" in again.stdout

@@ -15,7 +15,7 @@ import click
 
 from specctl.orchestrator.cli import measure, serve, setup  # noqa: F401 (registers)
 from specctl.orchestrator.cli.base import cli, err_console
-from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.errors import ReadOnlyError, SpecctlError
 
 
 def _exit_on(signum: int, _frame: FrameType | None) -> None:
@@ -34,6 +34,10 @@ def main() -> None:
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
             raise  # anything else is a bug: keep the traceback
+        if exc.errno == errno.EROFS:  # not a full disk: a service's sandbox, or a ro mount
+            err_console.print(f"specctl: error: {ReadOnlyError(exc.filename or '?')}",
+                              highlight=False, markup=False, soft_wrap=True)
+            sys.exit(1)
         err_console.print(f"specctl: error: cannot write {exc.filename or ''}: {exc.strerror}; "
                           "free some space or point SPECCTL_STATE_DIR elsewhere",
                           highlight=False, markup=False, soft_wrap=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -109,8 +108,10 @@ def status(as_json: bool) -> None:
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
+    from specctl.orchestrator.service import observe
 
-    rows = runs.status(App.from_env())
+    app = App.from_env()
+    rows = observe.annotate(runs.status(app), app.dirs)
     if as_json:
         click.echo(json.dumps([render.status_json(r) for r in rows], indent=2))
         return
@@ -220,13 +221,16 @@ def service_install(profile_ref: str, system: bool, manager: str | None, dry_run
     user = service_mod.service_user(user_name, os.environ) if system else None
     key_env = profile.server.api_key_env
     spec = service_mod.spec_for(profile.name, profile_ref, app.dirs, system, os.environ, user,
-                                key_env)
+                                key_env, profile.backend)
     carried = service_mod.explain(spec, mgr)
     if dry_run:  # the unit on stdout (as written), what it carries and why on stderr
         click.echo(service_mod.render(spec, mgr), nl=False)
         click.echo("carries:\n  " + "\n  ".join(carried), err=True)
         return
     done = service_mod.install(spec, mgr, enable)
+    if done.replaced:
+        console.print(f"replaced {done.path}: " + ("\n".join(done.diff) if done.diff else
+                                                   "unchanged"), highlight=False, markup=False)
     console.print(f"wrote {done.path} and {spec.env_file}", highlight=False)
     console.print("carries:\n  " + "\n  ".join(carried), highlight=False, markup=False)
     for cmd in done.ran:
@@ -271,14 +275,25 @@ def service_uninstall(name: str, system: bool, manager: str | None) -> None:
 @SCOPE
 @MANAGER
 def service_status(name: str, system: bool, manager: str | None) -> None:
-    """Show the service manager's view of a profile's service."""
-    from specctl.orchestrator.service import units
+    """The service's state, its restarts and last exit (the manager's, the one restart layer),
+    and the server's health and acceptance as `status` shows them."""
+    from specctl.orchestrator import runs
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.cli import render
+    from specctl.orchestrator.service import observe, units
 
     spec, mgr = _named_service(name, system, manager)
     path = units.unit_path(spec, mgr, Path.home())
     if not path.exists():
         raise SpecctlError(f"no {mgr} service installed for {name} ({path}); "
                            f"`specctl service install --profile {name}`")
-    cmd = units.status_command(spec, mgr, os.getuid())
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    click.echo(f"{path}\n{done.stdout or done.stderr}")
+    seen = observe.observe(spec, mgr)
+    console.print(f"{path}\n" + (seen.summary() if seen else
+                                 f"{mgr} does not know {spec.unit_name} (not loaded, or no {mgr}"
+                                 " running here)"), highlight=False, markup=False)
+    app = App.from_env()
+    rows = [r for r in observe.annotate(runs.status(app), app.dirs) if r.profile == name]
+    if rows:
+        render.show_status(console, rows)
+    else:
+        console.print(f"server: not running (`specctl logs {name}`)", highlight=False)

@@ -11,6 +11,7 @@ the revision). The client is imported only when the cache cannot answer.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.errors import ModelError, ReadOnlyError
 from specctl.orchestrator.files import write_atomic
 from specctl.orchestrator.models import gguf_meta
 
@@ -160,6 +161,8 @@ class Hub:
             raise ModelError(f"{name}: the Hub answered {status} for {what}; try again later"
                              ) from None
         except (OSError, ValueError) as exc:  # connection refused, DNS, timeouts (httpx errors)
+            if getattr(exc, "errno", None) == errno.EROFS:  # writing the cache, not the network
+                raise ReadOnlyError(getattr(exc, "filename", None) or self.root) from None
             raise ModelError(f"{name}: cannot reach the Hugging Face Hub for {what} "
                              f"({type(exc).__name__}); check the network or HF_ENDPOINT, or set "
                              "HF_HUB_OFFLINE=1 to use what is cached") from None

@@ -4,6 +4,11 @@ The supervisor runs under the profile's lock (taken by the caller) and keeps the
 SIGTERM/SIGINT stop the whole server group (SIGKILL after the grace period), then remove the state.
 A first start that never becomes healthy fails at once with the log's last lines; a server that
 was healthy and then dies is restarted with exponential backoff, up to `max_restarts` in a row.
+
+One restart layer: under a service manager the unit sets max_restarts = 0 (SPECCTL_MAX_RESTARTS),
+so the supervisor does not restart; it exits with the server's status (128 + the signal for a
+killed one) and the manager restarts it, with its own limits (systemd's Restart=on-failure,
+StartLimitBurst=), and counts the restarts (`service status`, `status`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,13 @@ class Policy:
     backoff_max: float = 30.0
     stable_after: float = 60.0  # healthy this long: the restart count starts again
     grace: float = 10.0  # SIGTERM, then SIGKILL
+
+
+def exit_status(rc: int | None) -> int:
+    """A server's return code as a process exit status: 128 + N for a signal N, never 0."""
+    if rc is None or rc == 0:
+        return 1
+    return 128 - rc if rc < 0 else rc
 
 
 class Stopping(Exception):
@@ -115,6 +127,8 @@ class Supervisor:
             else:
                 rc = self.proc.returncode if self.proc else None
             crashes += 1
+            if self.policy.max_restarts == 0:
+                return self._hand_over(rc)
             if crashes > self.policy.max_restarts:
                 msg = (f"server crashed {crashes} times in a row (last exit {rc}); giving up. "
                        f"Last log lines:\n{procs.tail(self.run.log)}")
@@ -127,6 +141,17 @@ class Supervisor:
                             f" in {delay:.0f} s")
             self.say(self.run.error or "")
             self._pause(delay)
+
+    def _hand_over(self, rc: int | None) -> int:
+        """No restarts here (a service manager's are the one layer): record the failure and
+        exit with the server's status, which the manager then reports."""
+        code = exit_status(rc)
+        msg = (f"server exited with status {code}; not restarted here (SPECCTL_MAX_RESTARTS=0: "
+               f"restarts are the service manager's). Last log lines:\n"
+               f"{procs.tail(self.run.log)}")
+        self._set(status="failed", error=msg)
+        self.say(msg)
+        return code
 
     def _setup(self, first: bool) -> bool:
         """The backend's post-start requests; one that fails is a failed start."""

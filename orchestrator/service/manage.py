@@ -6,14 +6,15 @@ who ran `sudo`, else the one running specctl), with that user's dirs, venv and p
 
 from __future__ import annotations
 
+import difflib
 import os
 import platform
 import pwd
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specctl.adapters import registry
@@ -64,13 +65,34 @@ def carried(dirs: Dirs, env: Mapping[str, str],
         "SPECCTL_CONFIG_DIR": (str(dirs.config), "specctl's config dir (profiles)"),
         "SPECCTL_CACHE_DIR": (str(dirs.cache), "specctl's cache dir (backends, models)"),
         "PYTHONUNBUFFERED": ("1", "log lines as they are written"),
+        # one restart layer: the service manager's (Restart=on-failure, KeepAlive)
+        "SPECCTL_MAX_RESTARTS": ("0", "restarts are the service manager's alone"),
     }
     return environment.carried(env, fixed, registry.adapter_classes().values(), api_key_env)
 
 
+def writable_dirs(dirs: Dirs, env: Mapping[str, str], home: Path,
+                  backends: Sequence[str] = ()) -> tuple[Path, ...]:
+    """Where the service writes: specctl's state and cache (runs, logs, provisioning, Hub
+    metadata, models), the Hugging Face cache (pulls) and the compile caches each backend it
+    may run declares (Adapter.cache_dirs); a folder inside another listed one is left out.
+    Everything else stays read-only (ProtectSystem=strict, ProtectHome=read-only)."""
+    classes = registry.adapter_classes()
+    chosen = [classes[b] for b in backends if b in classes] or list(classes.values())
+    hf_home = Path(env.get("HF_HOME") or home / ".cache" / "huggingface").expanduser()
+    hub = [Path(env["HF_HUB_CACHE"]).expanduser()] if env.get("HF_HUB_CACHE") else []
+    found = [dirs.state, dirs.cache, hf_home, *hub,
+             *(p for cls in chosen for p in cls.cache_dirs(env, home))]
+    out: list[Path] = []
+    for path in sorted({p.absolute() for p in found}, key=lambda p: len(p.parts)):
+        if not any(path.is_relative_to(kept) for kept in out):
+            out.append(path)
+    return tuple(out)
+
+
 def spec_for(profile: str, profile_ref: str, dirs: Dirs, system: bool,
              env: Mapping[str, str], user: pwd.struct_passwd | None = None,
-             api_key_env: str | None = None) -> units.ServiceSpec:
+             api_key_env: str | None = None, backends: Sequence[str] = ()) -> units.ServiceSpec:
     """The service of `profile`, carrying the variables in force in `env` (empty: the dirs
     alone, enough to find, show or remove an installed one)."""
     if system and user is not None:
@@ -82,7 +104,9 @@ def spec_for(profile: str, profile_ref: str, dirs: Dirs, system: bool,
         env={c.name: c.value for c in items if not c.secret},
         secrets={c.name: c.value for c in items if c.secret},
         reasons={c.name: c.why for c in items},
-        writable=(dirs.state,), log_dir=dirs.logs,
+        writable=writable_dirs(dirs, env, Path(user.pw_dir) if system and user else Path.home(),
+                               backends) if env else (dirs.state,),
+        log_dir=dirs.logs,
         env_file=inside(dirs.config / "services", profile, ".env", "profile name"),
         system=system, user=user.pw_name if system and user is not None else None)
 
@@ -106,6 +130,18 @@ def render(spec: units.ServiceSpec, manager: str) -> str:
 class Installed:
     path: Path
     ran: list[list[str]]
+    diff: list[str] = field(default_factory=list)  # the unified diff over a replaced unit
+    replaced: bool = False
+
+
+def changes(path: Path, text: str) -> tuple[bool, list[str]]:
+    """(whether a unit is there already, the unified diff from it to `text`)."""
+    try:
+        old = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return False, []
+    return True, list(difflib.unified_diff(old.splitlines(), text.splitlines(), str(path),
+                                           f"{path} (new)", lineterm=""))
 
 
 def _run_all(commands: list[list[str]]) -> None:
@@ -120,17 +156,20 @@ def install(spec: units.ServiceSpec, manager: str, enable: bool,
             home: Path | None = None) -> Installed:
     path = units.unit_path(spec, manager, home or Path.home())
     text = render(spec, manager)  # refused values fail before anything is written
+    existed, diff = changes(path, text)
     owner = spec.user if spec.system and os.geteuid() == 0 else None
     for folder in spec.writable:
         _make_dir(folder, owner)
     if spec.env_file is not None:  # the secrets in force now, and no stale one
         _make_dir(spec.env_file.parent, owner)
         envfile.write(spec.env_file, spec.secrets, owner)
-    write_atomic(path, text)
+    write_atomic(path, text)  # a temp file renamed over the old unit: never a half one
     os.chmod(path, 0o644)
     commands = units.activation(spec, manager, path, os.getuid()) if enable else []
+    if enable and diff:
+        commands += units.reactivation(spec, manager, path, os.getuid())
     _run_all(commands)
-    return Installed(path, commands)
+    return Installed(path, commands, diff, existed)
 
 
 def _make_dir(folder: Path, owner: str | None) -> None:

@@ -33,7 +33,9 @@ class ServiceSpec:
     profile: str
     argv: tuple[str, ...]
     env: Mapping[str, str]  # what the unit or plist carries (never a secret)
-    writable: tuple[Path, ...]  # state dir (runs, logs, tuned results)
+    # where it writes (state, caches, HF cache, compile caches): ReadWritePaths= under systemd;
+    # launchd has no such sandbox, so a plist needs nothing for them
+    writable: tuple[Path, ...]
     log_dir: Path
     env_file: Path | None = None  # secrets (API keys, HF_TOKEN), kept out of the unit
     secrets: Mapping[str, str] = field(default_factory=dict)  # written to env_file, mode 0600
@@ -151,6 +153,15 @@ def activation(spec: ServiceSpec, manager: str, path: Path, uid: int) -> list[li
         return [[*ctl, "daemon-reload"], [*ctl, "enable", "--now", spec.unit_name]]
     domain = "system" if spec.system else f"gui/{uid}"
     return [["launchctl", "bootstrap", domain, str(path)]]
+
+
+def reactivation(spec: ServiceSpec, manager: str, path: Path, uid: int) -> list[list[str]]:
+    """After a unit was replaced: restart a running service, so the new one is what runs."""
+    if manager == "systemd":
+        ctl = ["systemctl"] if spec.system else ["systemctl", "--user"]
+        return [[*ctl, "try-restart", spec.unit_name]]
+    domain = "system" if spec.system else f"gui/{uid}"
+    return [["launchctl", "kickstart", "-k", f"{domain}/{spec.label}"]]
 
 
 def deactivation(spec: ServiceSpec, manager: str, path: Path, uid: int) -> list[list[str]]:
