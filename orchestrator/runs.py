@@ -79,7 +79,8 @@ def preflight(app: App, ready: handoff.Ready, say: Say) -> None:
 def policy_of(app: App) -> Policy:
     s = app.settings
     return Policy(health_timeout=s.health_timeout, max_restarts=s.max_restarts,
-                  backoff_base=s.restart_backoff, grace=s.stop_grace)
+                  backoff_base=s.restart_backoff, grace=s.stop_grace,
+                  log_max_bytes=s.log_max_bytes, log_backups=s.log_backups)
 
 
 def serve_foreground(app: App, ready: handoff.Ready, say: Say) -> int:
@@ -97,7 +98,9 @@ def supervise_launch(app: App, ready: handoff.Ready, say: Say) -> int:
     run = state.RunState(
         profile=ready.name, supervisor_pid=me, supervisor_started=started,
         supervisor_cmdline=cmdline, url=launch.base_url, metrics_url=launch.metrics_url,
-        port=ready.port, host=ready.host, log=str(inside(app.dirs.logs, ready.name, ".log")),
+        port=ready.port, host=ready.host,  # under systemd: the journal, else a rotated file
+        log=procs.JOURNAL if procs.journal_connected() else str(
+            inside(app.dirs.logs, ready.name, ".log")),
         spec=ready.spec, plan=ready.plan)
     state.save(app.dirs.runs, run)
     return Supervisor(run, launch, app.dirs.runs, policy_of(app), say).serve()

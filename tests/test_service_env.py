@@ -35,7 +35,8 @@ def adapter_settings_classes() -> dict[str, list[type[BaseSettings]]]:
 
 def _valid(model: type[BaseModel], field: str, var: str) -> str:
     """A value the settings model accepts for `field`, distinct per variable."""
-    for candidate in (f"/opt/specctl-test/{var.lower()}", "7", "http://127.0.0.1:9", "1"):
+    for candidate in (f"/opt/specctl-test/{var.lower()}", "7", "http://127.0.0.1:9", "1",
+                      "1048576"):
         try:
             model.model_validate({field: candidate})
         except ValidationError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,12 +127,17 @@ def status(as_json: bool) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "--lines", default=50, show_default=True, help="Lines to show first.")
 def logs(name: str, follow: bool, lines: int) -> None:
-    """Print a profile's server log."""
+    """Print a profile's server log (under systemd: the unit's journal, via journalctl)."""
     from specctl.orchestrator.config.paths import Dirs
     from specctl.orchestrator.files import inside
     from specctl.orchestrator.runtime import procs
+    from specctl.orchestrator.service import observe
 
-    path = inside(Dirs.from_env().logs, name, ".log", "profile name")
+    dirs = Dirs.from_env()
+    path = inside(dirs.logs, name, ".log", "profile name")
+    journal = observe.journal_argv(name, dirs, path, lines, follow)
+    if journal is not None:
+        sys.exit(subprocess.run(journal, check=False).returncode)
     if not path.is_file():
         raise SpecctlError(f"no log for {name} in {path.parent}; has it been started?")
     click.echo(procs.tail(str(path), lines))

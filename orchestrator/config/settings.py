@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     # SIGTERM, then SIGKILL of the server's process group
     stop_grace: float = Field(10.0, ge=0, le=3600)
     no_download: bool = False  # refuse to fetch models that are not on disk (`up --no-download`)
+    # a server's log file (run by hand, or under launchd) is rotated at this size, keeping
+    # `log_backups` old ones (NAME.log.1, ...); under systemd the journal keeps the log
+    log_max_bytes: int = Field(10 << 20, ge=64 << 10, le=1 << 40)
+    log_backups: int = Field(3, ge=0, le=100)
 
     @classmethod
     def from_env(cls) -> Settings:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,36 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from specctl.orchestrator.errors import ServerError
 
 TOLERANCE_S = 1.0  # create times are recorded to the clock tick
+JOURNAL = "journal"  # a run's log when its output goes to systemd's journal
+
+
+def journal_connected(environ: Mapping[str, str] | None = None, fd: int = 1) -> bool:
+    """Is `fd` systemd's journal? systemd says so in $JOURNAL_STREAM (device:inode of the
+    stream it connected), checked against the fd itself."""
+    stream = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return stream == f"{st.st_dev}:{st.st_ino}"
+
+
+def rotate(path: str, max_bytes: int, backups: int) -> bool:
+    """Cap a log a server appends to (O_APPEND): past `max_bytes`, copy it to PATH.1 (older
+    ones shifted up to PATH.<backups>) and truncate it in place, so the server's open file
+    keeps working (logrotate's copytruncate). True if it rotated."""
+    try:
+        if os.stat(path).st_size <= max_bytes:
+            return False
+        for n in range(backups - 1, 0, -1):
+            if os.path.exists(f"{path}.{n}"):
+                os.replace(f"{path}.{n}", f"{path}.{n + 1}")
+        if backups > 0:
+            shutil.copyfile(path, f"{path}.1")
+        os.truncate(path, 0)
+    except OSError:
+        return False
+    return True
 
 
 def identity(pid: int) -> tuple[float, list[str]] | None:
@@ -173,12 +204,19 @@ def follow(path: str, emit: Callable[[str], None], sleep: Callable[[float], None
             if line:
                 emit(line.rstrip("\n"))
             else:
+                if os.fstat(fh.fileno()).st_size < fh.tell():
+                    fh.seek(0)  # rotated (copied away and truncated): read it from the start
                 sleep(0.25)
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: str,
           header: str) -> subprocess.Popen[bytes]:
-    """Start a server in its own session/process group, output appended to `log_path`."""
+    """Start a server in its own session/process group, output appended to `log_path`, or,
+    under systemd (`log_path` is JOURNAL), to this process's own stdout: the journal."""
+    if log_path == JOURNAL:
+        print(f"=== specctl: {header}", flush=True)
+        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                                env=dict(env), start_new_session=True)
     with open(log_path, "ab") as log:
         log.write(f"\n=== specctl: {header} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
         log.flush()

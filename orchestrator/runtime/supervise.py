@@ -41,6 +41,8 @@ class Policy:
     backoff_max: float = 30.0
     stable_after: float = 60.0  # healthy this long: the restart count starts again
     grace: float = 10.0  # SIGTERM, then SIGKILL
+    log_max_bytes: int = 10 << 20  # the log file is rotated past this (not the journal)
+    log_backups: int = 3
 
 
 def exit_status(rc: int | None) -> int:
@@ -223,9 +225,13 @@ class Supervisor:
 
     def _wait_exit(self) -> int | None:
         assert self.proc is not None
+        checked = time.monotonic()
         while self.proc.poll() is None:
             if self.stopping:
                 raise Stopping
+            if self.run.log != procs.JOURNAL and time.monotonic() - checked > 2.0:
+                procs.rotate(self.run.log, self.policy.log_max_bytes, self.policy.log_backups)
+                checked = time.monotonic()
             self.sleep(0.2)
         return self.proc.returncode
 
