@@ -83,9 +83,31 @@ def observe(spec: units.ServiceSpec, manager: str) -> Observed | None:
         return None
     if done.returncode != 0:
         return None
-    if manager == "systemd":
-        return parse_systemd(spec.unit_name, done.stdout)
-    return parse_launchd(spec.label, done.stdout)
+    if manager != "systemd":
+        return parse_launchd(spec.label, done.stdout)
+    seen = parse_systemd(spec.unit_name, done.stdout)
+    if seen is not None and seen.last_exit is None and seen.restarts:
+        # restarted and running again: systemd keeps the last exit in the journal only
+        seen = replace(seen, last_exit=_journal_exit(spec))
+    return seen
+
+
+_EXITED = re.compile(r"Main process exited, code=(\w+), status=(\d+)")
+
+
+def _journal_exit(spec: units.ServiceSpec) -> str | None:
+    ctl = ["journalctl"] if spec.system else ["journalctl", "--user"]
+    try:
+        done = subprocess.run([*ctl, "--unit", spec.unit_name, "--lines", "200", "--no-pager",
+                               "--output", "cat"], capture_output=True, text=True, timeout=10,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = _EXITED.findall(done.stdout)
+    if not found:
+        return None
+    code, status = found[-1]
+    return f"status {status}" if code == "exited" else f"{code} by signal {status}"
 
 
 def installed(name: str, dirs: Dirs, home: Path | None = None,

@@ -1,0 +1,123 @@
+"""A generated unit under a real systemd (tests/real_systemd.py: its own namespaces, nothing
+outside them writable): it serves the smallest testbed profile, survives a `kill -9` of the
+server (restarted once, by systemd alone: the supervisor does not restart under a manager),
+reports that restart once with its last exit in `service status` and `status`, logs to the
+journal read by `specctl logs`, and `systemctl stop` leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.runtime.servers import free_port
+from tests.cli import ROOT
+from tests.real_systemd import Manager, why_not
+
+WHY_NOT = why_not()
+pytestmark = [pytest.mark.manager,
+              pytest.mark.skipif(WHY_NOT is not None, reason=f"no service manager can run "
+                                 f"here: {WHY_NOT}")]
+SMOL = ('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\nk = 3\n'
+        'backend = ["llamacpp"]\n')
+USER = "nobody"  # a system service never runs as root
+UNIT = "specctl-smol.service"
+
+
+@pytest.fixture
+def manager() -> Iterator[Manager]:
+    rw = Path(tempfile.mkdtemp(prefix="specctl-manager-", dir="/home"))
+    rw.chmod(0o755)
+    started = Manager(rw)
+    try:
+        yield started
+    finally:
+        started.stop()
+        shutil.rmtree(rw, ignore_errors=True)
+
+
+def wait_for(check: Callable[[], object], what: str, timeout: float = 180) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not reached in {timeout:.0f} s")
+
+
+@pytest.mark.server
+def test_a_unit_serves_survives_kill_9_once_and_stops_clean(manager: Manager) -> None:
+    rw, port = manager.rw, free_port()
+    profile = rw / "smol.toml"
+    profile.write_text(SMOL + f"[server]\nport = {port}\ncontext = 1024\n")
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+           # nobody's home: the dirs below stay where they are for the service user
+           "HOME": "/nonexistent", "SPECCTL_STATE_DIR": str(rw / "state"),
+           "SPECCTL_CONFIG_DIR": str(rw / "config"), "HF_HOME": str(rw / "hf"),
+           "SPECCTL_CACHE_DIR": str(Dirs.from_env().cache),  # the testbed build and models
+           "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", "COLUMNS": "250"}
+
+    def specctl(*args: str) -> tuple[int, str]:
+        done = manager.run(["env", "-C", str(ROOT), sys.executable, "-m", "specctl", *args],
+                           env=env)
+        return done.returncode, done.stdout + done.stderr
+
+    def show(prop: str) -> str:
+        return manager.run(["systemctl", "show", "-p", prop, "--value", UNIT]).stdout.strip()
+
+    code, out = specctl("service", "install", "--profile", str(profile), "--system",
+                        "--user-name", USER, "--manager", "systemd", "--enable")
+    assert code == 0, out
+    url = f"http://127.0.0.1:{port}/health"
+    wait_for(lambda: _ok(url), "the service serves")
+    first = int(show("MainPID"))
+    server = _server_pid(manager)
+    assert manager.run(["kill", "-9", str(server)]).returncode == 0
+    wait_for(lambda: show("NRestarts") == "1" and _ok(url) and _server_pid(manager) != server,
+             "systemd restarted it")
+    assert int(show("MainPID")) != first  # the whole service restarted: systemd's layer
+    time.sleep(3)
+    assert show("NRestarts") == "1"  # once: nothing else restarted it
+    code, out = specctl("service", "status", "smol", "--system")
+    assert code == 0, out
+    assert f"systemd {UNIT}: active (running), 1 restart by systemd, last exit status 137" in out
+    code, out = specctl("status")
+    assert "1 restart by systemd, last exit status 137" in out, out
+    code, out = specctl("logs", "smol", "-n", "400")
+    assert code == 0 and out.count("=== specctl: starting smol") == 2, out
+    assert manager.run(["systemctl", "stop", UNIT]).returncode == 0
+    assert show("ActiveState") == "inactive"
+    left = manager.run(["pgrep", "-u", USER]).stdout.split()
+    assert left == [], f"processes left after stop: {left}"
+
+
+def _ok(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _server_pid(manager: Manager) -> int:
+    found = manager.run(["pgrep", "-u", USER, "-x", "llama-server"]).stdout.split()
+    return int(found[0]) if found else 0
+
+
+def test_the_harness_keeps_the_machine_as_it_was(manager: Manager) -> None:
+    """Nothing outside the namespaces changes: / is read-only there, /tmp is its own."""
+    canary = Path(tempfile.mkstemp(prefix="specctl-canary-")[1])
+    try:
+        assert manager.run(["sh", "-c", "rm -rf /tmp/* ; touch /etc/specctl-x"]).returncode
+        assert canary.exists() and not Path("/etc/specctl-x").exists()
+        assert os.access(manager.rw, os.W_OK)
+    finally:
+        canary.unlink()
