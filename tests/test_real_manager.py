@@ -30,6 +30,7 @@ SMOL = ('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\nk = 3\
         'backend = ["llamacpp"]\n')
 USER = "nobody"  # a system service never runs as root
 UNIT = "specctl-smol.service"
+TOKEN = "hf_it's \"quoted\" $HOME `x` \\ 100%"
 
 
 @pytest.fixture
@@ -64,7 +65,8 @@ def test_a_unit_serves_survives_kill_9_once_and_stops_clean(manager: Manager) ->
            "HOME": "/nonexistent", "SPECCTL_STATE_DIR": str(rw / "state"),
            "SPECCTL_CONFIG_DIR": str(rw / "config"), "HF_HOME": str(rw / "hf"),
            "SPECCTL_CACHE_DIR": str(Dirs.from_env().cache),  # the testbed build and models
-           "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", "COLUMNS": "250"}
+           "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", "COLUMNS": "250",
+           "HF_TOKEN": TOKEN}  # a secret: only in the environment file, read by systemd
 
     def specctl(*args: str) -> tuple[int, str]:
         done = manager.run(["env", "-C", str(ROOT), sys.executable, "-m", "specctl", *args],
@@ -80,6 +82,9 @@ def test_a_unit_serves_survives_kill_9_once_and_stops_clean(manager: Manager) ->
     url = f"http://127.0.0.1:{port}/health"
     wait_for(lambda: _ok(url), "the service serves")
     first = int(show("MainPID"))
+    environ = manager.run(["cat", f"/proc/{first}/environ"]).stdout.split("\0")
+    assert f"HF_TOKEN={TOKEN}" in environ  # systemd read the file exactly as written
+    assert TOKEN not in manager.run(["systemctl", "cat", UNIT]).stdout
     server = _server_pid(manager)
     assert manager.run(["kill", "-9", str(server)]).returncode == 0
     wait_for(lambda: show("NRestarts") == "1" and _ok(url) and _server_pid(manager) != server,
@@ -121,3 +126,19 @@ def test_the_harness_keeps_the_machine_as_it_was(manager: Manager) -> None:
         assert os.access(manager.rw, os.W_OK)
     finally:
         canary.unlink()
+
+
+def test_systemd_reads_the_secrets_file_exactly_as_written(manager: Manager) -> None:
+    from specctl.orchestrator.service import envfile
+
+    secrets = {"HF_TOKEN": TOKEN, "KEY": "plain", "OTHER": "it's", "EMPTY": ""}
+    env_file, out = manager.rw / "s.env", manager.rw / "environ"
+    envfile.write(env_file, secrets)
+    unit = manager.rw / "specctl-envcheck.service"
+    unit.write_text(f"[Service]\nType=oneshot\nEnvironmentFile={env_file}\n"
+                    f"ExecStart=/bin/sh -c 'env -0 > {out}'\n")
+    assert manager.run(["systemctl", "link", str(unit)]).returncode == 0
+    done = manager.run(["systemctl", "start", "specctl-envcheck.service"])
+    assert done.returncode == 0, done.stderr
+    got = dict(v.split("=", 1) for v in out.read_text().split("\0") if "=" in v)
+    assert {k: got.get(k) for k in secrets} == secrets
