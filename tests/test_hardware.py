@@ -41,8 +41,7 @@ EXPECTED: dict[str, tuple[str, float, str]] = {
                              "in use by other processes)"),
     "linux_1x_rtx3090_24g": ("cuda", 24.0, "1x NVIDIA GeForce RTX 3090 (24.0 GiB each, 0.2 GiB "
                              "in use by other processes)"),
-    "linux_4x_a100_40g": ("cuda", 160.0, "4x NVIDIA A100-SXM4-40GB (40.0 GiB each, 0.0 GiB in "
-                          "use by other processes)"),
+    "linux_4x_a100_40g": ("cuda", 160.0, "4x NVIDIA A100-SXM4-40GB (40.0 GiB each)"),
     "macos_m2_pro_32g": (
         "metal", 0.0, "Apple M2 Pro, 32.0 GiB unified memory (Metal working set 21.4 GiB)"),
     "linux_1x_l40s_48g_shared": ("cuda", 44.99, "1x NVIDIA L40S (45.0 GiB each, 22.5 GiB in use "

@@ -96,7 +96,8 @@ class Hardware:
             g = self.gpus[0]
             used = sum(x.used_bytes for x in self.gpus)
             return (f"{len(self.gpus)}x {g.name} ({gib(g.memory_bytes)} each"
-                    + (f", {gib(used)} in use by other processes" if used else "") + ")")
+                    + (f", {gib(used)} in use by other processes" if used >= GIB // 20 else "")
+                    + ")")
         if self.apple is not None:
             return (f"{self.apple.chip}, {gib(self.apple.unified_memory_bytes)} unified memory "
                     f"(Metal working set {gib(self.apple.metal_working_set_bytes)})")
