@@ -187,7 +187,8 @@ class LlamaCpp(Adapter):
         """RPC workers' memory (declared, else asked through llama-server) and the layer split."""
         opts = options if isinstance(options, LlamaCppOptions) else LlamaCppOptions()
         if not opts.rpc_workers:
-            return Resources()
+            return Resources(notes=(llamacpp_placement.fit_note(hw),) if self._fits(
+                opts, installed) else ())
         declared = opts.worker_memory_gb
         if len(declared) == len(opts.rpc_workers):
             workers = [llamacpp_rpc.Worker(a, from_gib(m), from_gib(m))
@@ -237,7 +238,7 @@ class LlamaCpp(Adapter):
             a.add("-ctv", plan.cache_type)
             if installed.dialect == LEGACY_DIALECT:
                 a.add("-fa")  # a quantised V cache needs flash attention (2026 builds: auto)
-        self._speculative(a, plan, opts, installed.dialect, fit)
+        self._speculative(a, plan, opts, installed.dialect)
         env_from = {"LLAMA_API_KEY": plan.api_key_env} if plan.api_key_env else {}
         url = f"http://{_url_host(plan.host)}:{plan.port}"
         return Launch(argv=tuple(a.argv), env={}, health_url=f"{url}/health",
@@ -245,8 +246,7 @@ class LlamaCpp(Adapter):
                       model=plan.profile)
 
     @staticmethod
-    def _speculative(a: _Argv, plan: Plan, opts: LlamaCppOptions, dialect: str,
-                     fit: bool = False) -> None:
+    def _speculative(a: _Argv, plan: Plan, opts: LlamaCppOptions, dialect: str) -> None:
         names = FLAGS[dialect]
         if plan.method == "ngram" and plan.k > 0:
             a.add("--spec-type", "ngram-simple")
@@ -263,7 +263,7 @@ class LlamaCpp(Adapter):
             a.add(names["n_min"], opts.n_min)
         if plan.p_min is not None:
             a.add(names["p_min"], plan.p_min)
-        for flag in llamacpp_placement.draft_flags(plan, fit, bool(opts.rpc_workers),
+        for flag in llamacpp_placement.draft_flags(plan, bool(opts.rpc_workers),
                                                    opts.draft_local):
             a.add(*flag)
         if plan.cache_type != "f16":

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from specctl.orchestrator.sizes import MIB, gib
 
 if TYPE_CHECKING:
+    from specctl.orchestrator.machine.hardware import Hardware
     from specctl.orchestrator.planning.plan import Plan
 
 Fit = Literal["auto", "on", "off"]
@@ -41,6 +42,16 @@ def margins_mib(plan: Plan) -> list[int]:
     return [max(g.free_bytes - share, 0) // MIB for g, share in zip(gpus, shares, strict=True)]
 
 
+def fit_note(hw: Hardware) -> str:
+    """What the plan's reasons say when llama.cpp fits the placement itself."""
+    where = ("the layers across the GPUs and into system RAM" if hw.kind == "cuda" else
+             "what is left unset")
+    return ("Placement: left to llama.cpp's own fitting (--fit, which this build has): it "
+            f"measures the real buffers at start and places {where}, keeping the margins this "
+            "plan leaves; the placement below is specctl's estimate, and `specctl status` shows "
+            "what llama.cpp chose ([llamacpp] fit = \"off\" passes specctl's own).")
+
+
 def target_flags(plan: Plan, fit: bool, rpc: bool) -> list[Flag]:
     """The target's placement. With `fit`, what llama.cpp needs to fit it the plan's way."""
     kind = plan.hardware.kind
@@ -56,7 +67,7 @@ def target_flags(plan: Plan, fit: bool, rpc: bool) -> list[Flag]:
     out = [("-ngl", str(mem.gpu_layers if mem.gpu_layers is not None else ALL))]
     if mem.cpu_moe_layers:
         out.append(("--n-cpu-moe", str(mem.cpu_moe_layers)))
-    if mem.split and kind == "cuda":
+    if mem.split and kind == "cuda" and not rpc:  # with RPC workers: their split (-ts)
         out += [("--split-mode", "layer"),
                 ("--tensor-split", ",".join(f"{s:g}" for s in mem.split))]
     return out
@@ -72,7 +83,7 @@ def draft_device(plan: Plan) -> str | None:
     return f"CUDA{max(range(len(per)), key=lambda i: (per[i], gpus[i].free_bytes, -i))}"
 
 
-def draft_flags(plan: Plan, fit: bool, rpc: bool, draft_local: bool) -> list[Flag]:
+def draft_flags(plan: Plan, rpc: bool, draft_local: bool) -> list[Flag]:
     """The draft: on the fastest device with room (a GPU, whole; the CPU on a CPU machine)."""
     kind = plan.hardware.kind
     if rpc and draft_local:
@@ -83,14 +94,6 @@ def draft_flags(plan: Plan, fit: bool, rpc: bool, draft_local: bool) -> list[Fla
     if kind != "cpu" or rpc:
         out.append(("-ngld", str(ALL)))
     return out
-
-
-def describe_draft(plan: Plan) -> str:
-    """Where the draft runs, in words, for the plan's reasons."""
-    if plan.hardware.kind == "cpu":
-        return "the draft runs on the CPU"
-    device = draft_device(plan)
-    return f"the draft runs whole on {device or 'the GPU'}"
 
 
 # What llama-server logs as it loads (llama.cpp's own words; the target is loaded first).

@@ -260,10 +260,15 @@ class Vllm(Adapter):
         return prometheus.spec_stats(prometheus.fetch(endpoint), "vllm:", "vllm /metrics")
 
 
+CUDA_CONTEXT = GIB
+
+
 def utilization(plan: Plan) -> float:
-    """--gpu-memory-utilization: the profile's, or less on a GPU others use (vLLM refuses to
-    start when that share of the GPU's memory is not free), rounded down to a hundredth."""
-    shares = [g.free_bytes / g.memory_bytes for g in plan.hardware.gpus if g.memory_bytes]
+    """--gpu-memory-utilization: the profile's, or less on a GPU others use: vLLM refuses to
+    start when that share of the GPU's memory is not free once its own CUDA context (about
+    1 GiB, `CUDA_CONTEXT`) is made. Rounded down to a hundredth."""
+    shares = [(g.free_bytes - CUDA_CONTEXT) / g.memory_bytes for g in plan.hardware.gpus
+              if g.memory_bytes and g.used_bytes]
     return min(plan.gpu_utilization, math.floor(min(shares, default=1.0) * 100) / 100)
 
 

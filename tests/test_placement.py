@@ -257,11 +257,12 @@ def test_a_shared_gpu_half_used(tmp_path: Path) -> None:
                "backend": ["llamacpp"], "server": {"context": 16384}}
     plan, _ = plan_for(profile, "linux_1x_l40s_48g_shared", tmp_path)
     assert (plan.context, plan.cache_type) == (16384, "q8_0")  # 22.13 of 22.49 GiB
-    # vLLM refuses to start when utilisation x total is not free: it gets the free share
+    # vLLM refuses to start when utilisation x total is not free after its CUDA context:
+    # (23034 - 1024) / 46068 = 0.477 of the GPU, rounded down
     vplan, installed = plan_for({"target": "hf:Qwen/Qwen2.5-Coder-7B-Instruct", "draft": "none",
                                  "backend": ["vllm"]}, "linux_1x_l40s_48g_shared", tmp_path)
     argv = Vllm().launch(vplan, installed).argv
-    assert ("--gpu-memory-utilization", "0.5") in set(itertools.pairwise(argv))
+    assert ("--gpu-memory-utilization", "0.47") in set(itertools.pairwise(argv))
 
 
 def test_cuda_visible_devices_plans_on_the_gpus_left(monkeypatch: pytest.MonkeyPatch,
@@ -324,3 +325,31 @@ def test_what_llamacpp_chose_is_read_from_its_log() -> None:
                            "CUDA1 10.00 GiB + CPU_Mapped 20.00 GiB")
     assert chosen("") == "" and chosen("garbage\x00" * 100) == ""
     assert LlamaCpp().placement(gpu) == chosen(gpu)
+
+
+def test_the_plan_says_when_llamacpp_fits_it_itself(tmp_path: Path) -> None:
+    fitted, _ = plan_for(llama(), "linux_1x_rtx3090_24g", tmp_path)
+    assert any(r.startswith("Placement: left to llama.cpp's own fitting (--fit") for r in
+               fitted.reasons)
+    own, _ = plan_for(llama("off"), "linux_1x_rtx3090_24g", tmp_path)
+    assert not any("own fitting" in r for r in own.reasons)
+
+
+def test_a_draft_may_displace_target_layers_into_ram() -> None:
+    from specctl.orchestrator.planning.planner import _room
+
+    target = model(80, 8, 128, 40 * GIB)
+    gpu = Budget(20 * GIB, "one GPU", host=60 * GIB)
+    assert _room(gpu, LlamaCpp(), target) == 20 * GIB  # the whole GPU: layers move to RAM
+    assert _room(replace(gpu, host=25 * GIB), LlamaCpp(), target) == 5 * GIB
+    assert _room(gpu, Vllm(), target) == -20 * GIB  # vLLM keeps the target whole on the GPUs
+
+
+def test_rpc_workers_keep_their_own_split(tmp_path: Path) -> None:
+    from specctl.adapters.llamacpp import LlamaCppOptions
+
+    plan, _ = plan_for(llama("off"), "linux_2x_rtx3090_24g", tmp_path)
+    rpc = plan.but(options=LlamaCppOptions(fit="off", rpc_workers=("10.0.0.2:50052",)))
+    argv = LlamaCpp().launch(rpc, LlamaCpp().assumed()).argv
+    assert "--tensor-split" not in argv and "--fit" not in argv
+    assert ("-devd", "CUDA0") in set(itertools.pairwise(argv))  # the draft stays here

@@ -155,8 +155,13 @@ def test_vllm_refuses_the_padded_qwen_pair(tmp_path: Path) -> None:
     # the shipped profile uses llama.cpp because vLLM needs identical vocabularies
     data = {"target": "hf:bartowski/Qwen2.5-Coder-32B-Instruct-GGUF:Q4_K_M",
             "draft": "hf:bartowski/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q8_0"}
+    originals = {"target": "hf:Qwen/Qwen2.5-Coder-32B-Instruct",
+                 "draft": "hf:Qwen/Qwen2.5-Coder-0.5B-Instruct"}
     with pytest.raises(IncompatibleDraftError,
                        match=r"needs identical vocabularies.*\[vllm\] heterogeneous_vocab"):
+        plan_for({**originals, "backend": ["vllm"]}, "linux_1x_rtx4090_24g", tmp_path)
+    with pytest.raises(ProfileError, match=r"is a GGUF file, which vllm cannot load; use "
+                       r"hf:Qwen/Qwen2\.5-Coder-32B-Instruct as the target"):
         plan_for({**data, "backend": ["vllm"]}, "linux_1x_rtx4090_24g", tmp_path)
     plan, _ = plan_for({**data, "backend": ["llamacpp"], "memory": {"gpu_utilization": 0.95}},
                        "linux_1x_rtx4090_24g", tmp_path)

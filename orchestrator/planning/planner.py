@@ -176,6 +176,15 @@ def _budget(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
     return budget, options
 
 
+def _room(budget: memory.Budget, backend: Adapter, target: ModelInfo) -> int:
+    """Bytes a draft may take on the devices: what the target leaves, or, where the backend can
+    move target layers to system RAM, up to the whole device budget (the draft displaces them)."""
+    left = budget.limit - target.size_bytes
+    if backend.spills and budget.host > 0:
+        return min(budget.limit, budget.limit + budget.host - target.size_bytes)
+    return left
+
+
 def _fit(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
          installed: Installed, target: ModelInfo, draft: ModelInfo | None,
          reasons: list[str]) -> tuple[memory.MemoryPlan, Options]:
@@ -230,8 +239,8 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
                        f"'{method}' speculation, so it serves without; {backend.no_spec_hint}.")
         method = "none"
-    room = memory.budget_for(hw, profile.memory, backend.devices(options)).limit \
-        - target.size_bytes
+    room = _room(memory.budget_for(hw, profile.memory, backend.devices(options)), backend,
+                 target)
     method, draft = _draft(profile, method, target, backend, choice.installed, options, resolver,
                            pick_draft, room, reasons)
     mem, options = _fit(profile, hw, backend, options, choice.installed, target, draft, reasons)
