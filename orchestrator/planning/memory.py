@@ -31,6 +31,9 @@ LOGITS_BATCH = 512
 # consumer (RTX 4090 ~1 TB/s vs dual-channel DDR5 ~90 GB/s) and server machines (H100 3.35 TB/s
 # vs 12-channel DDR5 ~400 GB/s); decode is memory-bound, so it is the cost of a layer in RAM.
 GPU_OVER_RAM = 10
+# On a GPU other processes use, what the server's own CUDA context and workspace take from the
+# free memory (the utilisation share covers it on a GPU of its own).
+SHARED_RESERVE = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -131,13 +134,15 @@ def budget_for(hw: Hardware, mem: Memory, devices: int = 0) -> Budget:
     host = hw.cpu.ram_bytes - from_gib(mem.ram_reserve_gb)
     if hw.kind == "cuda":
         used = hw.gpus[: devices or len(hw.gpus)]
-        per = tuple(min(round(g.memory_bytes * mem.gpu_utilization), g.free_bytes)
+        per = tuple(max(min(round(g.memory_bytes * mem.gpu_utilization),
+                            g.free_bytes - (SHARED_RESERVE if g.used_bytes else 0)), 0)
                     for g in used)
         taken = sum(g.used_bytes for g in used)
         limit, why = sum(per), (
             f"{len(used)}x {used[0].name}: {gib(sum(g.memory_bytes for g in used))} x "
             f"{mem.gpu_utilization} utilisation" + (
-                f", less {gib(taken)} in use by other processes" if taken else ""))
+                f", less {gib(taken)} in use by other processes and "
+                f"{gib(SHARED_RESERVE)} for the server's CUDA context" if taken else ""))
         if hw.visibility:
             why += f"; {hw.visibility}"
     elif hw.apple is not None:
