@@ -355,3 +355,19 @@ def test_rpc_workers_keep_their_own_split(tmp_path: Path) -> None:
     argv = LlamaCpp().launch(rpc, LlamaCpp().assumed()).argv
     assert "--tensor-split" not in argv and "--fit" not in argv
     assert ("-devd", "CUDA0") in set(itertools.pairwise(argv))  # the draft stays here
+
+
+def test_status_reads_the_end_of_a_regular_log_only(tmp_path: Path) -> None:
+    import os
+
+    from specctl.orchestrator import runs
+
+    log = tmp_path / "server.log"
+    log.write_text("x" * (runs.LOG_READ + 10) + SERVER_LOG)
+    head = runs._log_head(str(log))
+    assert len(head.encode()) == runs.LOG_READ and head.endswith(SERVER_LOG)
+    assert LlamaCpp().placement(head).startswith("context 4096")
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    assert runs._log_head(str(fifo)) == ""  # never blocks on a FIFO
+    assert runs._log_head(str(tmp_path / "missing.log")) == ""
