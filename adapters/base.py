@@ -210,7 +210,7 @@ class SpecStats:
 class Resources:
     """What a plan may use beyond this machine's devices (e.g. remote workers' memory)."""
 
-    extra_gb: float = 0.0
+    extra_bytes: int = 0
     why: str = ""
     options: Options | None = None  # the options with what was found filled in
     notes: tuple[str, ...] = ()
@@ -258,6 +258,9 @@ class Adapter:
     moved_keys: ClassVar[Mapping[str, str]] = {}  # old profile key -> its key in this section
     knobs: ClassVar[frozenset[str]] = frozenset()  # tunable extras, e.g. "p_min"
     has_workers: ClassVar[bool] = False  # can lend this machine to a server elsewhere
+    # ways to keep part of the target in system RAM when the GPUs are too small, preferred
+    # first: "experts" (an MoE's experts), "layers" (whole layers); see planning/memory
+    spills: ClassVar[tuple[str, ...]] = ()
     authenticates: ClassVar[bool] = True  # checks an API key (without one: loopback only)
     # what a service must carry to run this backend as the user runs it: its settings models
     # (SPECCTL_* variables) and the engine's own variables (see `environment`)
@@ -308,13 +311,19 @@ class Adapter:
 
     # -- planning ----------------------------------------------------------------------------
     def devices(self, options: Options) -> int:
-        """GPUs the target spreads over (0: the default of one device)."""
+        """GPUs the target spreads over (0: every visible one)."""
         return 1
 
     def resources(self, options: Options, installed: Installed, hw: Hardware,
                   budget: Budget) -> Resources:
         """Memory beyond `budget` this plan can use (remote workers); default none."""
         return Resources()
+
+    def wider(self, options: Options, hw: Hardware,
+              target: ModelInfo) -> list[tuple[Options, str]]:
+        """Layouts over more devices to try when the profile's does not fit, best first, each
+        with the reason to give when it is chosen; default none."""
+        return []
 
     def check(self, options: Options, hw: Hardware, target: ModelInfo,
               draft: ModelInfo | None) -> list[str]:
@@ -349,6 +358,11 @@ class Adapter:
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return SpecStats(source=f"{self.name} (reports no draft counters)")
+
+    def placement(self, log: str) -> str:
+        """What the engine itself chose for the placement (layers, context, buffers), read from
+        its server log; empty when it does not say."""
+        return ""
 
     def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
         """(tokens, decode tokens/s) as the server measured them, when it reports them."""

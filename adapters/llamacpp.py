@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.adapters import llamacpp_build, llamacpp_rpc, prometheus
+from specctl.adapters import llamacpp_build, llamacpp_placement, llamacpp_rpc, prometheus
 from specctl.adapters.base import (
     Adapter,
     Endpoint,
@@ -34,6 +34,7 @@ from specctl.adapters.llamacpp_dialect import (
     installed_from,
 )
 from specctl.orchestrator.errors import BackendError, ProfileError
+from specctl.orchestrator.sizes import from_gib, gib
 
 if TYPE_CHECKING:
     from specctl.orchestrator.config.paths import Dirs
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from specctl.orchestrator.planning.plan import Plan
 
 HOMEBREW = (Path("/opt/homebrew/bin/llama-server"), Path("/usr/local/bin/llama-server"))
-LOCAL_DEVICE = {"cpu": "none", "cuda": "CUDA0", "metal": "MTL0"}  # "none": stay on the CPU
 
 class LlamaCppOptions(Options):
     """The `[llamacpp]` section of a profile."""
@@ -53,11 +53,14 @@ class LlamaCppOptions(Options):
     rpc_workers: tuple[str, ...] = Field((), max_length=256,
                                          description="host:port of rpc-servers")
     worker_memory_gb: tuple[Annotated[float, Field(gt=0, le=1 << 16, strict=True)], ...] = Field(
-        (), max_length=256, description="per worker, when they cannot be asked")
+        (), max_length=256, description="per worker, GiB, when they cannot be asked")
     draft_local: bool = Field(True, description="keep the draft on this machine (RPC)")
     tensor_split: tuple[Annotated[float, Field(ge=0, strict=True)], ...] = Field(
         (), max_length=257, description="filled in by the plan: the workers' shares of the "
         "target's layers")
+    fit: llamacpp_placement.Fit = Field(
+        "auto", description="let llama.cpp fit the placement to free memory (--fit): auto = "
+        "where the build has it and there are no RPC workers")
     spec_synth_rates: tuple[Annotated[float, Field(ge=0, le=1)], ...] = Field(
         (), max_length=32, description="benchmarking only: synthetic acceptance per draft "
         "position (0 = reject every draft; bench uses it for the greedy numerics floor)")
@@ -117,6 +120,7 @@ class LlamaCpp(Adapter):
         "cluster.worker_memory_gb": "worker_memory_gb", "cluster.draft_local": "draft_local"}
     knobs: ClassVar[frozenset[str]] = frozenset({"p_min"})
     has_workers: ClassVar[bool] = True
+    spills: ClassVar[tuple[str, ...]] = ("experts", "layers")  # --n-cpu-moe, -ngl N
 
     def __init__(self, configured: Path | None = None, built: Path | None = None,
                  search_path: Iterable[Path] = HOMEBREW,
@@ -180,16 +184,20 @@ class LlamaCpp(Adapter):
     def tips(self, probed: Mapping[str, Installed | None]) -> list[str]:
         return []
 
+    def devices(self, options: Options) -> int:
+        return 0  # every visible GPU: layers split by free memory (--split-mode layer)
+
     def resources(self, options: Options, installed: Installed, hw: Hardware,
                   budget: Budget) -> Resources:
         """RPC workers' memory (declared, else asked through llama-server) and the layer split."""
         opts = options if isinstance(options, LlamaCppOptions) else LlamaCppOptions()
         if not opts.rpc_workers:
-            return Resources()
+            return Resources(notes=(llamacpp_placement.fit_note(hw),) if self._fits(
+                opts, installed) else ())
         declared = opts.worker_memory_gb
         if len(declared) == len(opts.rpc_workers):
-            workers = [llamacpp_rpc.Worker(a, m, m) for a, m in zip(opts.rpc_workers, declared,
-                                                                    strict=True)]
+            workers = [llamacpp_rpc.Worker(a, from_gib(m), from_gib(m))
+                       for a, m in zip(opts.rpc_workers, declared, strict=True)]
         elif installed.path and not installed.assumed:
             workers = llamacpp_rpc.ask_workers(installed.path, list(opts.rpc_workers))
         else:
@@ -199,10 +207,10 @@ class LlamaCpp(Adapter):
                                "worker up --port P` on each host) or set "
                                "llamacpp.worker_memory_gb")
         split = llamacpp_rpc.split_by_memory(workers)
-        each = ", ".join(f"{w.address} {w.free_gb:.1f} GB" for w in workers)
+        each = ", ".join(f"{w.address} {gib(w.free_bytes)}" for w in workers)
         return Resources(
-            extra_gb=sum(w.free_gb for w in workers),
-            why=f"{len(workers)} RPC workers ({each} free) + this machine {budget.gb:.1f} GB",
+            extra_bytes=sum(w.free_bytes for w in workers),
+            why=f"{len(workers)} RPC workers ({each} free) + this machine {gib(budget.limit)}",
             options=opts.model_copy(update={"tensor_split": split}),
             notes=(f"RPC: the target's layers are split across {len(workers)} workers by free "
                    f"memory ({', '.join(f'{s:.0%}' for s in split)}); the draft stays "
@@ -222,7 +230,9 @@ class LlamaCpp(Adapter):
         a.optional("-a", plan.profile)  # the model name clients see (llama-server accepts any)
         if plan.threads:
             a.add("-t", plan.threads)
-        a.add("-ngl", _gpu_layers(plan, opts))
+        fit = self._fits(opts, installed)
+        for flag in llamacpp_placement.target_flags(plan, fit, bool(opts.rpc_workers)):
+            a.add(*flag)
         if opts.rpc_workers:
             a.add("--rpc", ",".join(opts.rpc_workers))
             if opts.tensor_split and plan.hardware.kind == "cpu":  # RPC devices are the only ones
@@ -258,18 +268,21 @@ class LlamaCpp(Adapter):
             a.add(names["n_min"], opts.n_min)
         if plan.p_min is not None:
             a.add(names["p_min"], plan.p_min)
-        layers = _gpu_layers(plan, opts)
-        if opts.rpc_workers and opts.draft_local:
-            a.add("-devd", LOCAL_DEVICE[plan.hardware.kind])  # keep the draft off the network
-            if plan.hardware.kind != "cpu":
-                a.add("-ngld", layers)
-        elif layers:
-            a.add("-ngld", layers)
+        for flag in llamacpp_placement.draft_flags(plan, bool(opts.rpc_workers),
+                                                   opts.draft_local):
+            a.add(*flag)
         if plan.cache_type != "f16":
             a.add(names["ctk_draft"], plan.cache_type)
             a.add(names["ctv_draft"], plan.cache_type)
         if opts.spec_synth_rates:
             a.add("--spec-synth-rates", ",".join(f"{r:g}" for r in opts.spec_synth_rates))
+
+    @staticmethod
+    def _fits(opts: LlamaCppOptions, installed: Installed) -> bool:
+        return llamacpp_placement.uses_fit(opts.fit, installed.flags, bool(opts.rpc_workers))
+
+    def placement(self, log: str) -> str:
+        return llamacpp_placement.chosen(log)
 
     def rejecting(self, plan: Plan, installed: Installed) -> Plan | None:
         """`--spec-synth-rates 0,...`: the build drafts and verifies, then rejects every draft."""
@@ -311,11 +324,6 @@ def _toolchain() -> llamacpp_build.Toolchain:
 
     gpu = bool(shutil.which("nvcc")) and bool(hardware.detect_nvidia())
     return llamacpp_build.toolchain(llamacpp_build.cpu_signature(), gpu)
-
-
-def _gpu_layers(plan: Plan, opts: LlamaCppOptions) -> int:
-    """All layers on the GPU, none on a CPU machine (RPC workers are devices too)."""
-    return 0 if plan.hardware.kind == "cpu" and not opts.rpc_workers else 999
 
 
 def rpc_server_of(installed: Installed) -> Path:

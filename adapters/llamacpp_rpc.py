@@ -16,8 +16,8 @@ _DEVICE = re.compile(r"^\s*(RPC\S*):\s*(\S+)\s*\((\d+) MiB, (\d+) MiB free\)", r
 @dataclass(frozen=True)
 class Worker:
     address: str
-    memory_gb: float
-    free_gb: float
+    memory_bytes: int
+    free_bytes: int
 
 
 def parse_devices(text: str) -> list[Worker]:
@@ -26,7 +26,7 @@ def parse_devices(text: str) -> list[Worker]:
     out = []
     for m in _DEVICE.finditer(text):
         address = m.group(2).removeprefix("RPC[").removesuffix("]")
-        out.append(Worker(address, int(m.group(3)) / 1024, int(m.group(4)) / 1024))
+        out.append(Worker(address, int(m.group(3)) << 20, int(m.group(4)) << 20))
     return out
 
 
@@ -42,5 +42,5 @@ def ask_workers(llama_server: str, workers: list[str], timeout: float = 30) -> l
 
 
 def split_by_memory(workers: list[Worker]) -> tuple[float, ...]:
-    total = sum(w.free_gb for w in workers)
-    return tuple(round(w.free_gb / total, 3) for w in workers) if total else ()
+    total = sum(w.free_bytes for w in workers)
+    return tuple(round(w.free_bytes / total, 3) for w in workers) if total else ()

@@ -311,7 +311,7 @@ class Mlx(Adapter):
         parallel = max(plan.parallel, 1)
         a.optional("--decode-concurrency", parallel)
         a.optional("--prompt-concurrency", min(parallel, 8))
-        kv_bytes = round((plan.memory.kv_target_gb + plan.memory.kv_draft_gb) * 1e9)
+        kv_bytes = plan.memory.kv_target_bytes + plan.memory.kv_draft_bytes
         if kv_bytes > 0:  # bounds the prompt cache when batching (no draft) to the planned KV
             a.optional("--prompt-cache-bytes", kv_bytes)
         if opts.prompt_cache_size is not None:

@@ -31,6 +31,7 @@ from specctl.adapters.base import (
     options_of,
 )
 from specctl.orchestrator.errors import BackendError, ProfileError
+from specctl.orchestrator.sizes import GIB, gib
 
 if TYPE_CHECKING:
     from specctl.orchestrator.config.paths import Dirs
@@ -168,6 +169,24 @@ class Vllm(Adapter):
         opts = options if isinstance(options, VllmOptions) else VllmOptions()
         return opts.tensor_parallel * opts.pipeline_parallel
 
+    def wider(self, options: Options, hw: Hardware,
+              target: ModelInfo) -> list[tuple[Options, str]]:
+        """Tensor parallelism when the profile sets none and one GPU is too small: powers of two
+        that divide the attention heads, within one node, the largest first (decode reads the
+        weights, and more GPUs read them faster)."""
+        opts = options if isinstance(options, VllmOptions) else VllmOptions()
+        if {"tensor_parallel", "pipeline_parallel"} & opts.model_fields_set or len(hw.gpus) < 2:
+            return []
+        per_node = hw.gpus_per_node or len(hw.gpus)
+        sizes = [tp for tp in (1 << i for i in range(1, 11))
+                 if tp <= per_node and target.heads and target.heads % tp == 0]
+        return [(opts.model_copy(update={"tensor_parallel": tp}),
+                 f"Parallel: tensor_parallel_size {tp} inferred: one GPU is too small for the "
+                 f"{gib(target.size_bytes)} target; {tp} is the largest power of two that "
+                 f"divides its {target.heads} attention heads within the {per_node} GPUs of a "
+                 "node (more GPUs read the weights faster; set [vllm] tensor_parallel to "
+                 "choose).") for tp in reversed(sizes)]
+
     def check(self, options: Options, hw: Hardware, target: ModelInfo,
               draft: ModelInfo | None) -> list[str]:
         opts = options if isinstance(options, VllmOptions) else VllmOptions()
@@ -225,14 +244,14 @@ class Vllm(Adapter):
                 "--max-model-len", str(plan.context), "--max-num-seqs", str(max(plan.parallel, 1)),
                 "--served-model-name", plan.profile]
         env: dict[str, str] = {}
-        if cpu:  # the CPU build: no CUDA graphs; KV cache space in GB; offline model loading
+        if cpu:  # the CPU build: no CUDA graphs; KV cache space in GiB; offline model loading
             argv.append("--enforce-eager")
-            kv_gb = plan.memory.kv_target_gb + plan.memory.kv_draft_gb
+            kv = plan.memory.kv_target_bytes + plan.memory.kv_draft_bytes
             env |= {"VLLM_HOST_IP": "127.0.0.1" if plan.host == "0.0.0.0" else plan.host,
-                    "VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(kv_gb))),
+                    "VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(kv / GIB))),
                     "HF_HUB_OFFLINE": "1"}
         else:
-            argv += ["--gpu-memory-utilization", str(plan.gpu_utilization)]
+            argv += ["--gpu-memory-utilization", str(utilization(plan))]
         if plan.cache_type in ("fp8",):
             argv += ["--kv-cache-dtype", plan.cache_type]
         opts = options_of(plan, VllmOptions)
@@ -260,6 +279,18 @@ class Vllm(Adapter):
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "vllm:", "vllm /metrics")
+
+
+CUDA_CONTEXT = GIB
+
+
+def utilization(plan: Plan) -> float:
+    """--gpu-memory-utilization: the profile's, or less on a GPU others use: vLLM refuses to
+    start when that share of the GPU's memory is not free once its own CUDA context (about
+    1 GiB, `CUDA_CONTEXT`) is made. Rounded down to a hundredth."""
+    shares = [(g.free_bytes - CUDA_CONTEXT) / g.memory_bytes for g in plan.hardware.gpus
+              if g.memory_bytes and g.used_bytes]
+    return min(plan.gpu_utilization, math.floor(min(shares, default=1.0) * 100) / 100)
 
 
 def check_parallel(target: ModelInfo, draft: ModelInfo | None, tp: int, pp: int,

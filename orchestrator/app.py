@@ -78,12 +78,15 @@ class App:
         return found
 
     def hardware(self, recorded: Path | None = None) -> Hardware:
+        """This machine, or a recorded one, as a server started here sees it: the GPUs
+        CUDA_VISIBLE_DEVICES leaves visible."""
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if recorded:
-            return hardware.load(recorded)
+            return hardware.visible(hardware.load(recorded), visible)
         found = self._cache.get("hardware")
         if not isinstance(found, Hardware):
             found = self._cache["hardware"] = hardware.detect()
-        return found
+        return hardware.visible(found, visible)
 
     def load(self, profile_ref: str) -> Profile:
         return profiles.load(profile_ref, self.dirs)
@@ -104,7 +107,7 @@ class App:
 
     def draft_candidates(self, target: ModelInfo, backend: Adapter,
                          extra: tuple[Path, ...] = (), methods: frozenset[str] = frozenset(),
-                         room_gb: float | None = None) -> list[drafts.Candidate]:
+                         room: int | None = None) -> list[drafts.Candidate]:
         """Every draft candidate for `target` on `backend` (on disk, on the Hub, in the catalog,
         and the draftless `methods`), judged by the backend's rule and ranked."""
         home = Path.home()
@@ -115,7 +118,7 @@ class App:
         resolver = self.resolver()
         gguf = "gguf" in backend.formats
         try:
-            on_hub = drafts.hub_entries(target, self.hub(), gguf, room_gb)
+            on_hub = drafts.hub_entries(target, self.hub(), gguf, room)
             if "hf" in backend.formats and "eagle3" in methods:
                 on_hub += drafts.hub_heads(target, self.hub())
             hub_note = None
@@ -133,15 +136,15 @@ class App:
             return resolver.resolve(ref, backend.default_quant)
 
         ranked = drafts.rank(target, found, rule, "hf" in backend.formats,
-                             backend.default_quant, describe, room_gb, backend.formats)
+                             backend.default_quant, describe, room, backend.formats)
         extra_rows = [*drafts.draftless(target, methods), *([hub_note] if hub_note else [])]
         return sorted([*ranked, *extra_rows], key=lambda c: (c.compatible, c.score), reverse=True)
 
     def pick_draft(self, target: ModelInfo, backend: Adapter, methods: frozenset[str],
-                   room_gb: float | None) -> planner.Pick:
+                   room: int | None) -> planner.Pick:
         """draft = "auto": the best compatible candidate; one on disk unless another is clearly
         better; one to download is fetched by `up` (or `specctl models pull`)."""
-        ranked = self.draft_candidates(target, backend, methods=methods, room_gb=room_gb)
+        ranked = self.draft_candidates(target, backend, methods=methods, room=room)
         best = drafts.best(ranked)
         if best is None:
             raise ModelError(f"no compatible draft for {target.name} on {backend.name}; name one "

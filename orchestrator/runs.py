@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -256,6 +257,7 @@ class Row:
     spec: str
     stats: SpecStats | None
     note: str = ""
+    placement: str = ""  # what the engine chose (layers, context, buffers), from its log
 
 
 def status(app: App) -> list[Row]:
@@ -279,7 +281,25 @@ def status(app: App) -> list[Row]:
             except SpecctlError as exc:
                 note = str(exc)
         label = run.status if up or run.status == "failed" else "dead (run `specctl down`)"
+        chose = backend.placement(_log_head(run.log)) if up and backend is not None else ""
         rows.append(Row(profile, label, run.url,
                         time.time() - run.started_at, run.restarts, run.spec, stats,
-                        note or (run.error or "")))
+                        note or (run.error or ""), chose))
     return rows
+
+
+LOG_READ = 4 << 20  # of a server log, the last 4 MiB: the latest start is in it
+
+
+def _log_head(path: str) -> str:
+    """The end of a server log, where its latest start is (untrusted text, bounded; a regular
+    file only, so a FIFO put in its place cannot hang `status`)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return ""
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(log.tell() - LOG_READ, 0))
+            return log.read(LOG_READ).decode("utf-8", "replace")
+    except OSError:
+        return ""

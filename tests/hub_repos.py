@@ -194,3 +194,23 @@ def add_eagle3(root: Path) -> Path:
         (head / ".meta.json").write_text(json.dumps({"safetensors": {
             "parameters": {"BF16": 425_000_000}, "total": 425_000_000}}))
     return root
+
+
+def add_base_model(root: Path) -> Path:
+    """A GGUF repo whose model card names its original (`base_model`, as bartowski's cards do),
+    and that original: Llama 3.2 1B in safetensors."""
+    from tests.fake_hf_hub import write_meta
+
+    write_meta(root / "bartowski/Llama-3.2-1B-Instruct-GGUF",
+               cardData={"base_model": "meta-llama/Llama-3.2-1B-Instruct"})
+    base = root / "meta-llama/Llama-3.2-1B-Instruct"
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+        "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16"}))
+    write_stub(base / "model.safetensors", 2_471_645_608)
+    write_meta(base, safetensors={"parameters": {"BF16": 1_235_814_400},
+                                  "total": 1_235_814_400})
+    return root

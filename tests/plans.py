@@ -15,6 +15,7 @@ from specctl.adapters.base import Options
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.memory import Budget, MemoryPlan
 from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.sizes import from_gib
 from tests.conftest import recorded
 
 MODELS = Path("/models")
@@ -39,9 +40,10 @@ def draft(**changes: Any) -> ModelInfo:
 
 
 def memory(context: int = 4096, cache_type: str = "f16") -> MemoryPlan:
-    return MemoryPlan(target_gb=3.56, draft_gb=0.49, kv_target_gb=0.11, kv_draft_gb=0.05,
-                      compute_gb=0.5, context=context, cache_type=cache_type,
-                      budget=Budget(21.5, "23.5 GB RAM - 2.0 GB reserve"))
+    return MemoryPlan(target_bytes=3_560_000_000, draft_bytes=490_000_000,
+                      kv_target_bytes=110_000_000, kv_draft_bytes=50_000_000,
+                      compute_bytes=500_000_000, context=context, cache_type=cache_type,
+                      budget=Budget(from_gib(21.5), "23.5 GiB RAM - 2.0 GiB reserve"))
 
 
 def plan(hardware: str = "linux_cpu_2c_24g", options: Options | None = None,

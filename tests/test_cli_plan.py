@@ -78,8 +78,10 @@ def test_plan_m3_ultra_70b(tmp_path: Path) -> None:
     assert argv[argv.index("--spec-type") + 1] == "draft-simple"
     assert argv[argv.index("--spec-draft-n-max") + 1] == str(data["k"])
     assert "--draft-max" not in argv
-    assert 40 <= data["memory"]["total_gb"] <= 55
-    assert data["memory"]["budget_gb"] == 72.0
+    assert 40 <= data["memory"]["total_gib"] <= 55
+    assert data["memory"]["budget_gib"] == 72.0
+    assert data["memory"]["budget_bytes"] == 72 << 30 and data["memory"]["fits"] is True
+    assert not [k for k in data["memory"] if k.endswith("_gb")]  # every figure says its unit
     assert data["target"]["name"] == "Llama-3.1-70B-Instruct"
     assert data["draft"]["name"] == "Llama-3.2-1B-Instruct"
     assert isinstance(data["k"], int) and data["k"] >= 1
@@ -91,8 +93,9 @@ def test_plan_m3_ultra_70b_on_a_small_cpu_box_fails_in_one_line(tmp_path: Path) 
                    str(HARDWARE / "linux_cpu_2c_24g.json"), "--json", hub=tmp_path)
     line = one_line_error(done)
     assert line.startswith("specctl: error: ")
-    assert len(re.findall(r"\d+(?:\.\d+)? GB", line)) >= 2
-    numbers = re.search(r"needs ([\d.]+) GB .* budget is ([\d.]+) GB", line)
+    assert len(re.findall(r"\d+(?:\.\d+)? GiB", line)) >= 2
+    assert not re.findall(r"\d+(?:\.\d+)? GB", line)  # one unit
+    numbers = re.search(r"needs ([\d.]+) GiB .* budget is ([\d.]+) GiB", line)
     assert numbers is not None, line
     assert float(numbers.group(1)) > float(numbers.group(2))
 
@@ -108,7 +111,7 @@ def test_plan_cuda_h100_llama70b(tmp_path: Path) -> None:
     assert spec["model"] == "meta-llama/Llama-3.2-1B-Instruct"
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.9"
     assert argv[argv.index("--max-model-len") + 1] == "16384"
-    assert data["memory"]["total_gb"] <= data["memory"]["budget_gb"]
+    assert data["memory"]["device_bytes"] <= data["memory"]["budget_bytes"]
 
 
 def test_profile_file_with_a_typo(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ def test_worker_memory_is_read_from_llamacpp_device_lists() -> None:
            "  RPC[10.0.0.3:50052]: RPC[10.0.0.3:50052] (8192 MiB, 8000 MiB free)\n")
     workers = llamacpp_rpc.parse_devices(new)
     assert [w.address for w in workers] == ["127.0.0.1:50552", "10.0.0.2:50052"]
-    assert workers[0].free_gb == pytest.approx(20000 / 1024)
+    assert workers[0].free_bytes == 20000 << 20
     assert llamacpp_rpc.split_by_memory(workers) == (0.2, 0.8)
     assert llamacpp_rpc.parse_devices(old)[0].address == "10.0.0.3:50052"
 
@@ -65,7 +65,7 @@ def test_dgx2_deepseek_profile_plans_vllm_over_ray_from_any_machine() -> None:
     assert pairs["--distributed-executor-backend"] == "ray"
     assert json.loads(pairs["--speculative-config"]) == {"method": "mtp",
                                                          "num_speculative_tokens": 1}
-    assert plan["memory"]["budget_gb"] > plan["memory"]["total_gb"] > 600
+    assert plan["memory"]["budget_gib"] > plan["memory"]["total_gib"] > 600
     assert plan["env"]["RAY_ADDRESS"] == "auto"
 
 

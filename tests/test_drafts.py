@@ -94,7 +94,7 @@ def test_draft_auto_without_a_draft_on_disk_picks_a_known_one_to_download(
     monkeypatch.setenv("SPECCTL_CACHE_DIR", str(tmp_path / "cache"))
     app = App.from_env()
     target = app.resolver().resolve("hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M")
-    pick = app.pick_draft(target, app.backends()["llamacpp"], frozenset({"draft"}), 60.0)
+    pick = app.pick_draft(target, app.backends()["llamacpp"], frozenset({"draft"}), 60 << 30)
     assert pick.method == "draft" and pick.ref is not None
     assert pick.ref.startswith("hf:bartowski/Llama-3.2") and "to download" in pick.why
     ranked = app.draft_candidates(target, app.backends()["llamacpp"])

@@ -22,6 +22,7 @@ import requests
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.models import testbed
 from specctl.orchestrator.runtime.servers import free_port
+from specctl.orchestrator.sizes import GIB
 from tests.cli import specctl
 from tests.conftest import HARDWARE
 from tests.fake_hf_hub import FakeHub
@@ -62,10 +63,10 @@ def plan(tmp_path: Path, text: str, env: dict[str, str]) -> dict[str, Any]:
 def test_the_seed_pair_plans_from_the_hub_with_real_sizes(hub: FakeHub, tmp_path: Path) -> None:
     got = plan(tmp_path, SEED, env_for(hub, tmp_path))
     assert got["backend"] == "llamacpp"
-    assert got["target"]["size_gb"] == pytest.approx(47.42, rel=0.05)
-    assert got["draft"]["size_gb"] == pytest.approx(4.68, rel=0.05)
-    assert got["memory"]["target_gb"] == pytest.approx(47.42, rel=0.05)
-    assert got["memory"]["draft_gb"] == pytest.approx(4.68, rel=0.05)
+    assert got["target"]["size_gib"] == pytest.approx((47.42) * 1e9 / GIB, rel=0.05)
+    assert got["draft"]["size_gib"] == pytest.approx((4.68) * 1e9 / GIB, rel=0.05)
+    assert got["memory"]["target_gib"] == pytest.approx((47.42) * 1e9 / GIB, rel=0.05)
+    assert got["memory"]["draft_gib"] == pytest.approx((4.68) * 1e9 / GIB, rel=0.05)
     assert got["target"]["layers"] == 80 and got["draft"]["layers"] == 28
     argv = got["argv"]
     assert argv[argv.index("-hf") + 1] == "bartowski/Qwen2.5-72B-Instruct-GGUF:Q4_K_M"
@@ -78,7 +79,7 @@ def test_draft_auto_finds_a_same_tokenizer_draft_on_the_hub(hub: FakeHub,
                                                             tmp_path: Path) -> None:
     env = env_for(hub, tmp_path)
     got = plan(tmp_path, LLAMA, env)
-    assert got["target"]["size_gb"] == pytest.approx(42.52, rel=0.05)
+    assert got["target"]["size_gib"] == pytest.approx((42.52) * 1e9 / GIB, rel=0.05)
     assert got["draft"]["ref"].startswith("hf:bartowski/Llama-3.2-")
     assert any(r.startswith('Draft "auto"') and "hub" in r for r in got["reasons"])
     done = specctl("drafts", "--target", "hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M",
@@ -221,7 +222,7 @@ def test_a_medusa_repo_is_planned_on_its_base_model(hub_root: Path, tmp_path: Pa
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     assert got["method"] == "medusa" and got["target"]["layers"] == 32
-    assert got["target"]["size_gb"] == pytest.approx(13.48 + 1.34, rel=0.05)
+    assert got["target"]["size_gib"] == pytest.approx((13.48 + 1.34) * 1e9 / GIB, rel=0.05)
     argv = got["argv"]
     assert "--speculate" in argv and int(argv[argv.index("--speculate") + 1]) <= 5
 
@@ -249,3 +250,37 @@ def test_eagle3_heads_published_for_the_target_are_found_on_the_hub(hub_root: Pa
     assert got["method"] == "eagle3" and got["draft"]["ref"].endswith("EAGLE3-LLaMA3.1-Instruct-8B")
     spec = json.loads(got["argv"][got["argv"].index("--speculative-config") + 1])
     assert spec["method"] == "eagle3" and spec["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+H100 = str(HARDWARE / "linux_1x_h100_80g.json")
+
+
+def test_a_gguf_target_on_vllm_is_planned_on_the_original_its_card_names(
+        hub_root: Path, tmp_path: Path) -> None:
+    from tests.hub_repos import add_base_model
+
+    add_base_model(hub_root)
+    profile = tmp_path / "gguf-on-vllm.toml"
+    profile.write_text('target = "hf:bartowski/Llama-3.2-1B-Instruct-GGUF:Q8_0"\n'
+                       'draft = "none"\nbackend = ["vllm"]\n')
+    with FakeHub(hub_root) as hub:
+        done = specctl("plan", "--profile", str(profile), "--hardware", H100, "--json",
+                       env=env_for(hub, tmp_path))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["target"]["ref"] == "hf:meta-llama/Llama-3.2-1B-Instruct"
+    assert got["target"]["size_gib"] == pytest.approx(2_471_645_608 / GIB, abs=0.01)
+    assert got["argv"][got["argv"].index("serve") + 1] == "meta-llama/Llama-3.2-1B-Instruct"
+    assert any("is a GGUF, which vllm cannot load; planned on "
+               "hf:meta-llama/Llama-3.2-1B-Instruct" in r for r in got["reasons"])
+    # without a card naming it: one line naming the repo to use, from the catalog
+    profile.write_text('target = "hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M"\n'
+                       'draft = "none"\nbackend = ["vllm"]\n')
+    with FakeHub(hub_root) as hub:
+        done = specctl("plan", "--profile", str(profile), "--hardware", H100,
+                       env=env_for(hub, tmp_path))
+    assert done.returncode != 0
+    line = done.stderr.strip()
+    assert "\n" not in line
+    assert ("is a GGUF file, which vllm cannot load; use hf:meta-llama/Llama-3.1-70B-Instruct "
+            "as the target") in line

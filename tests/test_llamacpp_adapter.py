@@ -137,7 +137,8 @@ def test_launch_for_the_cpu_demo_plan(cpu_plan: Plan) -> None:
     assert ("--port", str(cpu_plan.port)) in got
     assert ("-c", "4096") in got
     assert ("-t", "2") in got  # the recorded machine's cores
-    assert ("-ngl", "0") in got
+    assert ("--fit", "on") in got and ("--fit-ctx", "4096") in got  # llama.cpp fits the rest
+    assert "-ngl" not in argv and "--fit-target" not in argv  # no GPU to leave a margin on
     assert "--metrics" in argv
     assert "--draft-max" not in argv
     assert "-ngld" not in argv  # CPU: no GPU layers
@@ -186,7 +187,8 @@ def test_legacy_dialect_argv(cpu_plan: Plan) -> None:
 
 def test_quantised_cache_applies_to_both_models(cpu_plan: Plan) -> None:
     plan = cpu_plan.but(memory=replace(cpu_plan.memory, cache_type="q8_0"),
-                        hardware=replace(cpu_plan.hardware, gpus=(Gpu("GPU", 24.0, 0),)))
+                        hardware=replace(cpu_plan.hardware, gpus=(Gpu("GPU", 24 << 30, 0),)),
+                        options=LlamaCppOptions(fit="off"))
     got = pairs(LlamaCpp().launch(plan, LlamaCpp().assumed()).argv)
     for flag in ("-ctk", "-ctv", "--spec-draft-type-k", "--spec-draft-type-v"):
         assert (flag, "q8_0") in got

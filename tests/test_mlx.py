@@ -40,6 +40,7 @@ from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import procs
 from specctl.orchestrator.runtime.servers import free_port
+from specctl.orchestrator.sizes import GIB
 from tests import plans
 from tests.cli import ROOT, run_state, specctl, status_row
 from tests.conftest import HARDWARE, recorded
@@ -339,13 +340,14 @@ def test_the_shipped_mlx_profile_plans_on_the_m3_ultra_from_the_hub(
     assert (got["draft"]["layers"], got["draft"]["kv_heads"], got["draft"]["head_dim"]) == \
         (16, 8, 64)
     mem = got["memory"]
-    assert mem["target_gb"] == pytest.approx(39.7, abs=0.1)
-    assert mem["draft_gb"] == pytest.approx(0.70, abs=0.02)
+    assert mem["target_gib"] == pytest.approx((39.7) * 1e9 / GIB, abs=0.1)
+    assert mem["draft_gib"] == pytest.approx((0.70) * 1e9 / GIB, abs=0.02)
     # K and V, f16, 8192 tokens: 80 x 8 x 128 x 2 x 2 B and 16 x 8 x 64 x 2 x 2 B per token
-    assert mem["kv_target_gb"] == pytest.approx(80 * 8 * 128 * 4 * 8192 / 1e9, abs=0.01)
-    assert mem["kv_draft_gb"] == pytest.approx(16 * 8 * 64 * 4 * 8192 / 1e9, abs=0.01)
+    assert mem["kv_target_gib"] == pytest.approx(80 * 8 * 128 * 4 * 8192 / GIB, abs=0.01)
+    assert mem["kv_draft_gib"] == pytest.approx(16 * 8 * 64 * 4 * 8192 / GIB, abs=0.01)
     assert mem["cache_type"] == "f16" and mem["context"] == 8192
-    assert mem["budget_gb"] == 72.0 and mem["total_gb"] == pytest.approx(44.2, abs=0.3)
+    assert mem["budget_gib"] == 72.0
+    assert mem["total_gib"] == pytest.approx(44.2e9 / GIB, abs=0.3)
     argv = got["argv"]
     assert argv[0] == "mlx_lm.server"
     assert after(tuple(argv), "--model") == TARGET

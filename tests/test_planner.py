@@ -25,6 +25,7 @@ from specctl.orchestrator.errors import (
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import costmodel, planner
 from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.sizes import GIB
 from tests.conftest import HARDWARE, recorded
 
 TARGET_70B = "hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M"
@@ -55,9 +56,14 @@ def test_70b_on_the_m3_ultra(tmp_path: Path) -> None:
     assert plan.draft is not None and plan.draft.name == "Llama-3.2-1B-Instruct"
     assert 1 <= plan.k <= planner.MAX_AUTO_K
     assert plan.k_source == "cost model"
-    assert 40 <= plan.memory.total_gb <= 55
+    assert 40 * GIB <= plan.memory.total_bytes <= 55 * GIB
     argv = LlamaCpp().launch(plan, installed).argv
+    assert ("--fit", "on") in set(itertools.pairwise(argv))  # llama.cpp fits it to Metal
+    assert "-ngl" not in argv  # llama.cpp's --fit leaves alone what is set: nothing
+    off, _ = plan_for(mac_profile(llamacpp={"fit": "off"}), MAC, tmp_path)
+    argv = LlamaCpp().launch(off, installed).argv
     assert ("-ngl", "999") in set(itertools.pairwise(argv))  # all layers on the GPU
+    assert "--fit" not in argv
     assert plan.threads is None  # only CPU plans pin threads
     assert plan.reasons[0].startswith("Backend llamacpp")
     assert any(r.startswith("Draft Llama-3.2-1B-Instruct is compatible") for r in plan.reasons)
@@ -110,7 +116,7 @@ def test_draft_none(tmp_path: Path) -> None:
     assert plan.draft is None
     assert plan.k == 0
     assert not plan.speculative
-    assert plan.memory.draft_gb == 0
+    assert plan.memory.draft_bytes == 0
     assert 'speculation off (draft = "none")' in plan.reasons[-1]
     argv = LlamaCpp().launch(plan, installed).argv
     for flag in ("-md", "-hfd", "--spec-type", "--spec-draft-n-max"):
@@ -149,8 +155,13 @@ def test_vllm_refuses_the_padded_qwen_pair(tmp_path: Path) -> None:
     # the shipped profile uses llama.cpp because vLLM needs identical vocabularies
     data = {"target": "hf:bartowski/Qwen2.5-Coder-32B-Instruct-GGUF:Q4_K_M",
             "draft": "hf:bartowski/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q8_0"}
+    originals = {"target": "hf:Qwen/Qwen2.5-Coder-32B-Instruct",
+                 "draft": "hf:Qwen/Qwen2.5-Coder-0.5B-Instruct"}
     with pytest.raises(IncompatibleDraftError,
                        match=r"needs identical vocabularies.*\[vllm\] heterogeneous_vocab"):
+        plan_for({**originals, "backend": ["vllm"]}, "linux_1x_rtx4090_24g", tmp_path)
+    with pytest.raises(ProfileError, match=r"is a GGUF file, which vllm cannot load; use "
+                       r"hf:Qwen/Qwen2\.5-Coder-32B-Instruct as the target"):
         plan_for({**data, "backend": ["vllm"]}, "linux_1x_rtx4090_24g", tmp_path)
     plan, _ = plan_for({**data, "backend": ["llamacpp"], "memory": {"gpu_utilization": 0.95}},
                        "linux_1x_rtx4090_24g", tmp_path)
@@ -181,12 +192,13 @@ def test_does_not_fit_names_profile_and_machine(tmp_path: Path) -> None:
         plan_for(mac_profile(), "linux_cpu_2c_24g", tmp_path)
     message = str(info.value)
     assert message.startswith("test on linux_cpu_2c_24g: needs ")
-    assert "budget is 21.4 GB" in message
+    assert "budget is 21.4 GiB" in message
+    assert "system RAM" not in message  # a CPU machine has nothing to spill into
 
 
 def test_profile_budget_shortens_context(tmp_path: Path) -> None:
-    plan, _ = plan_for(mac_profile(memory={"budget_gb": 46.0}), MAC, tmp_path)
-    assert plan.memory.budget.gb == 46.0
+    plan, _ = plan_for(mac_profile(memory={"budget_gb": 44.0}), MAC, tmp_path)
+    assert plan.memory.budget.limit == 44 * GIB
     assert plan.memory.fits
     assert (plan.context, plan.cache_type) != (8192, "f16")
     assert any("to fit" in r for r in plan.reasons)
@@ -195,12 +207,12 @@ def test_profile_budget_shortens_context(tmp_path: Path) -> None:
 def test_tensor_parallel_budget_uses_that_many_gpus(tmp_path: Path) -> None:
     data = {"target": "hf:meta-llama/Llama-3.1-70B-Instruct",
             "draft": "hf:meta-llama/Llama-3.2-1B-Instruct", "backend": ["vllm"]}
-    with pytest.raises(DoesNotFitError):  # 141 GB of BF16 weights on one H100
-        plan_for(data, "linux_8x_h100_80g", tmp_path)
+    with pytest.raises(DoesNotFitError):  # 141 GB of BF16 weights on one H100, as asked
+        plan_for({**data, "vllm": {"tensor_parallel": 1}}, "linux_8x_h100_80g", tmp_path)
     plan, installed = plan_for({**data, "vllm": {"tensor_parallel": 4}}, "linux_8x_h100_80g",
                                tmp_path)
     assert plan.memory.budget.devices == 4
-    assert plan.memory.budget.gb == pytest.approx(4 * 79.6 * 0.9)
+    assert plan.memory.budget.limit == 4 * round(79.6 * GIB * 0.9)
     argv = Vllm().launch(plan, installed).argv
     assert ("--tensor-parallel-size", "4") in set(itertools.pairwise(argv))
 

@@ -237,8 +237,9 @@ def test_a_recorded_machine_is_valid_or_one_clear_error(data: Any) -> None:
         except HardwareError as exc:
             assert str(path) in str(exc) and "\n" not in str(exc)
             return
-    assert len(hw.gpus) <= 64 and all(g.memory_gb > 0 for g in hw.gpus)
-    assert type(hw.cpu.cores) is int and hw.cpu.cores >= 1 and hw.cpu.ram_gb > 0
+    assert len(hw.gpus) <= 64 and all(0 <= g.used_bytes <= g.memory_bytes for g in hw.gpus)
+    assert all(type(g.memory_bytes) is int and g.memory_bytes > 0 for g in hw.gpus)
+    assert type(hw.cpu.cores) is int and hw.cpu.cores >= 1 and hw.cpu.ram_bytes > 0
 
 
 @SOME

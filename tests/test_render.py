@@ -119,3 +119,30 @@ def test_drafts_piped_prints_one_row_per_line() -> None:
                     terminal=False)
     line = line_with(text, "SmolLM2-135M ")
     assert "vocabulary differs: 49152 tokens vs the target's 128256" in line, line
+
+
+@both
+def test_status_shows_what_the_engine_chose(terminal: bool) -> None:
+    chose = "37/81 layers on the GPU, context 8192, weights CUDA0 10.00 GiB + CPU_Mapped 20.00 GiB"
+    running = [Row(profile="big", status="running", url=URL, uptime_s=60.0, restarts=0,
+                   spec="off", stats=None, placement=chose)]
+    text = rendered(lambda c: render.show_status(c, running), terminal)
+    assert f"big: the engine chose {chose}" in " ".join(text.split())
+    assert render.status_json(running[0])["placement"] == chose
+
+
+@both
+def test_doctor_shows_each_gpus_total_used_and_free_and_what_was_hidden(terminal: bool) -> None:
+    from specctl.orchestrator.machine import hardware
+    from tests.conftest import recorded
+
+    hw = hardware.visible(recorded("linux_2x_rtx3090_24g"), "1")
+    text = " ".join(rendered(lambda c: render.show_hardware(c, hw), terminal).split())
+    assert "gpu 1 NVIDIA GeForce RTX 3090, 24.0 GiB, 0.0 GiB used by other processes, 24.0 GiB " \
+           "free" in text
+    assert "gpu 0" not in text
+    assert "visible CUDA_VISIBLE_DEVICES=1: 1 of 2 GPUs visible (hidden: 0)" in text
+    shared = recorded("linux_1x_l40s_48g_shared")
+    text = " ".join(rendered(lambda c: render.show_hardware(c, shared), terminal).split())
+    assert "NVIDIA L40S, 45.0 GiB, 22.5 GiB used by other processes, 22.5 GiB free" in text
+    assert " GB" not in text

@@ -61,6 +61,21 @@ def test_openai_client_gets_a_completion_and_drafts_are_accepted(
     assert "--spec-type" in plan["argv"] and "-md" in plan["argv"]
 
 
+def test_llamacpp_fits_the_placement_and_status_shows_what_it_chose(
+        served: dict[str, str], env: dict[str, str]) -> None:
+    """--fit is left to llama.cpp (the build has it): specctl sets the context it planned and
+    no placement of its own; `status` reads back from the server's log what llama.cpp chose."""
+    argv = run_state(env, "cpu-demo")["plan"]["argv"]
+    assert argv[argv.index("--fit") + 1] == "on"
+    assert argv[argv.index("-c") + 1] == argv[argv.index("--fit-ctx") + 1] == "4096"
+    assert "-ngl" not in argv and "--tensor-split" not in argv
+    chose = status_row(env, "cpu-demo")["placement"]
+    assert isinstance(chose, str) and "context 4096" in chose, chose
+    assert "weights CPU" in chose and "KV CPU" in chose, chose
+    done = specctl("status", env={**env, "COLUMNS": "200"})
+    assert f"cpu-demo: the engine chose {chose}" in done.stdout
+
+
 def test_kill_9_of_the_server_is_restarted_and_serves_again(
         served: dict[str, str], env: dict[str, str]) -> None:
     before = run_state(env, "cpu-demo")

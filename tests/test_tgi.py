@@ -308,7 +308,7 @@ def test_check_the_machine_and_the_shards() -> None:
 def test_the_shards_follow_the_planned_devices() -> None:
     """Without num_shard, the GPUs the memory budget counted (devices() = 1)."""
     plan = tgi_plan(H100X8, memory=replace(plans.memory(),
-                                                 budget=Budget(143.0, "2 GPUs", devices=2)))
+                                                 budget=Budget(143 << 30, "2 GPUs", devices=2)))
     assert value(TGI.launch(plan, ASSUMED).argv, "--num-shard") == "2"
 
 
@@ -452,9 +452,9 @@ def test_default_hf_dirs(tmp_path: Path) -> None:
 def test_resources_fill_the_cache_only_for_a_container(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HOME", "/data1/hf")
     monkeypatch.setenv("HF_HUB_CACHE", "/data2/hub")
-    budget = Budget(71.6, "1x H100")
+    budget = Budget(71 << 30, "1x H100")
     native = TGI.resources(TgiOptions(engine="native"), ASSUMED, machine(H100), budget)
-    assert native.options is None and native.extra_gb == 0
+    assert native.options is None and native.extra_bytes == 0
     found = TGI.resources(TgiOptions(), ASSUMED, machine(H100), budget).options
     assert isinstance(found, TgiOptions)
     assert (found.hf_cache, found.hf_hub_cache) == ("/data1/hf", "/data2/hub")

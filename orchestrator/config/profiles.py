@@ -73,10 +73,10 @@ class Server(Strict):
 
 class Memory(Strict):
     budget_gb: float | None = Field(None, gt=0, le=MAX_GB * MAX_NODES,
-                                    description="cap below what the machine has")
+                                    description="cap below what the machine has, GiB")
     gpu_utilization: float = Field(0.9, gt=0, le=1)
-    ram_reserve_gb: float = Field(2.0, ge=0, le=MAX_GB, description="RAM left to the OS on "
-                                  "CPU/Metal")
+    ram_reserve_gb: float = Field(2.0, ge=0, le=MAX_GB, description="RAM left to the OS, "
+                                  "GiB")
     cache_type: Literal["auto", "f16", "q8_0", "q4_0", "fp8"] = "auto"
     min_context: int = Field(2048, ge=256, le=1 << 24, description="never shrink context "
                              "below this")

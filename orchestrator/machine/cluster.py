@@ -13,6 +13,7 @@ from specctl.orchestrator.config.profiles import Cluster, Node
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.machine import hardware
 from specctl.orchestrator.machine.hardware import Cpu, Gpu, Hardware
+from specctl.orchestrator.sizes import from_gib
 
 
 class ClusterError(SpecctlError):
@@ -24,8 +25,10 @@ def node_hardware(node: Node, base: Path) -> Hardware:
         path = Path(node.hardware)
         return hardware.load(path if path.is_absolute() else base / path)
     return Hardware(name=f"{node.gpus}x {node.gpu}" if node.gpus else "cpu-node", os="linux",
-                    arch="x86_64", cpu=Cpu(model="node", cores=node.cores, ram_gb=node.ram_gb),
-                    gpus=tuple(Gpu(node.gpu, node.gpu_memory_gb, i) for i in range(node.gpus)),
+                    arch="x86_64", cpu=Cpu(model="node", cores=node.cores,
+                                           ram_bytes=from_gib(node.ram_gb)),
+                    gpus=tuple(Gpu(node.gpu, from_gib(node.gpu_memory_gb), i)
+                               for i in range(node.gpus)),
                     source="profile")
 
 
@@ -35,13 +38,13 @@ def cluster_hardware(cluster: Cluster, base: Path) -> Hardware | None:
         return None
     machines = [(node_hardware(n, base), n.count) for n in cluster.nodes]
     first = machines[0][0]
-    gpus = tuple(Gpu(g.name, g.memory_gb, i) for i, g in enumerate(
+    gpus = tuple(Gpu(g.name, g.memory_bytes, i, g.used_bytes) for i, g in enumerate(
         g for hw, count in machines for _ in range(count) for g in hw.gpus))
     total = sum(count for _, count in machines)
     name = " + ".join(f"{count}x {hw.name}" for hw, count in machines)
     return Hardware(name=name, os=first.os, arch=first.arch,
                     cpu=Cpu(first.cpu.model, sum(hw.cpu.cores * c for hw, c in machines),
-                            sum(hw.cpu.ram_gb * c for hw, c in machines), first.cpu.flags),
+                            sum(hw.cpu.ram_bytes * c for hw, c in machines), first.cpu.flags),
                     gpus=gpus, source=f"profile cluster ({total} nodes)", nodes=total,
                     gpus_per_node=min(len(hw.gpus) for hw, _ in machines))
 
@@ -53,7 +56,7 @@ ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
 nodes = [n for n in ray.nodes() if n.get("Alive")]
 print(json.dumps([{"address": n["NodeManagerAddress"], "gpus": n["Resources"].get("GPU", 0),
                    "cpus": n["Resources"].get("CPU", 0),
-                   "memory_gb": n["Resources"].get("memory", 0) / 1e9} for n in nodes]))
+                   "memory_bytes": int(n["Resources"].get("memory", 0))} for n in nodes]))
 ray.shutdown()
 """
 
@@ -63,7 +66,7 @@ class RayNode:
     address: str
     gpus: int
     cpus: int
-    memory_gb: float
+    memory_bytes: int
 
 
 def ray_nodes(address: str, python: str, timeout: float = 90) -> list[RayNode]:
@@ -79,5 +82,5 @@ def ray_nodes(address: str, python: str, timeout: float = 90) -> list[RayNode]:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ClusterError(f"cannot reach a Ray cluster at {address}: {last}")
-    return [RayNode(n["address"], int(n["gpus"]), int(n["cpus"]), round(n["memory_gb"], 1))
+    return [RayNode(n["address"], int(n["gpus"]), int(n["cpus"]), int(n["memory_bytes"]))
             for n in json.loads(done.stdout.strip().splitlines()[-1])]

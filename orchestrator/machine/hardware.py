@@ -1,7 +1,9 @@
 """What machine this is: CUDA GPUs, Apple Silicon, CPU. A frozen value; detectors are injectable.
 
 Detection never changes the environment. `load(path)` reads a recorded machine (JSON) so any
-command can plan for a machine the user does not have yet.
+command can plan for a machine the user does not have yet. Memory is bytes (orchestrator.sizes):
+a GPU's total and what other processes already use (nvidia-smi `memory.used`); `visible` keeps
+the GPUs CUDA_VISIBLE_DEVICES lets a server see.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import platform
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from specctl.orchestrator.errors import HardwareError, first_problem
 from specctl.orchestrator.files import UnreadableError, read_text
+from specctl.orchestrator.sizes import GIB, MIB, from_gib, gib
 
-GIB = 1024**3
 Kind = Literal["cuda", "metal", "cpu"]
 SIMD_FLAGS = ("avx", "avx2", "avx512f", "avx512_bf16", "avx_vnni", "fma", "f16c", "neon", "sve")
 
@@ -31,22 +33,27 @@ SIMD_FLAGS = ("avx", "avx2", "avx512f", "avx512_bf16", "avx_vnni", "fma", "f16c"
 @dataclass(frozen=True)
 class Gpu:
     name: str
-    memory_gb: float
+    memory_bytes: int
     index: int = 0
+    used_bytes: int = 0  # by other processes when it was detected or recorded
+
+    @property
+    def free_bytes(self) -> int:
+        return max(self.memory_bytes - self.used_bytes, 0)
 
 
 @dataclass(frozen=True)
 class AppleSilicon:
     chip: str
-    unified_memory_gb: float
-    metal_working_set_gb: float
+    unified_memory_bytes: int
+    metal_working_set_bytes: int
 
 
 @dataclass(frozen=True)
 class Cpu:
     model: str
     cores: int
-    ram_gb: float
+    ram_bytes: int
     flags: tuple[str, ...] = ()
 
 
@@ -61,6 +68,7 @@ class Hardware:
     source: str = field(default="detected", compare=False)
     nodes: int = field(default=1, compare=False)  # machines planned as one (a cluster)
     gpus_per_node: int = field(default=0, compare=False)  # in a cluster: the fewest per node
+    visibility: str = field(default="", compare=False)  # what CUDA_VISIBLE_DEVICES hid
 
     @property
     def kind(self) -> Kind:
@@ -71,14 +79,14 @@ class Hardware:
         return "cpu"
 
     @property
-    def gpu_memory_gb(self) -> float:
-        return sum(g.memory_gb for g in self.gpus)
+    def gpu_memory_bytes(self) -> int:
+        return sum(g.memory_bytes for g in self.gpus)
 
     def fingerprint(self) -> str:
         """Stable id of what matters for speed: CPU, SIMD, GPUs, Apple chip."""
         key = json.dumps(
             [self.arch, self.cpu.model, self.cpu.cores, sorted(self.cpu.flags),
-             [(g.name, round(g.memory_gb)) for g in self.gpus],
+             [(g.name, round(g.memory_bytes / GIB)) for g in self.gpus],
              self.apple.chip if self.apple else None],
         )
         return hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -86,49 +94,80 @@ class Hardware:
     def describe(self) -> str:
         if self.kind == "cuda":
             g = self.gpus[0]
-            return f"{len(self.gpus)}x {g.name} ({g.memory_gb:.0f} GB each)"
+            used = sum(x.used_bytes for x in self.gpus)
+            return (f"{len(self.gpus)}x {g.name} ({gib(g.memory_bytes)} each"
+                    + (f", {gib(used)} in use by other processes" if used >= GIB // 20 else "")
+                    + ")")
         if self.apple is not None:
-            return (f"{self.apple.chip}, {self.apple.unified_memory_gb:.0f} GB unified memory "
-                    f"(Metal working set {self.apple.metal_working_set_gb:.0f} GB)")
-        return f"CPU {self.cpu.model}, {self.cpu.cores} cores, {self.cpu.ram_gb:.0f} GB RAM"
+            return (f"{self.apple.chip}, {gib(self.apple.unified_memory_bytes)} unified memory "
+                    f"(Metal working set {gib(self.apple.metal_working_set_bytes)})")
+        return f"CPU {self.cpu.model}, {self.cpu.cores} cores, {gib(self.cpu.ram_bytes)} RAM"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        for derived in ("source", "nodes", "gpus_per_node"):
+        for derived in ("source", "nodes", "gpus_per_node", "visibility"):
             data.pop(derived)
         return data
 
 
 MAX_GPUS = 64  # per machine
-MAX_GB = 1 << 16
+MAX_BYTES = 1 << 56  # 64 PiB: beyond any one device or machine
+_LEGACY = {"memory_gb": "memory_bytes", "used_gb": "used_bytes", "ram_gb": "ram_bytes",
+           "unified_memory_gb": "unified_memory_bytes",
+           "metal_working_set_gb": "metal_working_set_bytes"}
+
+
+def _from_legacy(data: Any) -> Any:
+    """Files recorded before sizes were bytes carry GiB as `*_gb`: read as bytes."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for old, new in _LEGACY.items():
+        value = out.get(old)
+        if old in out and new not in out and isinstance(value, int | float) \
+                and not isinstance(value, bool) and 0 <= value <= MAX_BYTES / GIB:
+            out[new] = from_gib(out.pop(old))
+    return out
 
 
 class _Recorded(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return _from_legacy(data)
+
 
 class _Gpu(_Recorded):
     name: str = Field(max_length=256)
-    memory_gb: float = Field(gt=0, le=MAX_GB)
+    memory_bytes: int = Field(gt=0, le=MAX_BYTES)
     index: int = Field(0, ge=0, lt=MAX_GPUS)
+    used_bytes: int = Field(0, ge=0, le=MAX_BYTES)
+
+    @model_validator(mode="after")
+    def _within(self) -> _Gpu:
+        if self.used_bytes > self.memory_bytes:
+            raise ValueError("used_bytes is above memory_bytes")
+        return self
 
 
 class _Apple(_Recorded):
     chip: str = Field(max_length=256)
-    unified_memory_gb: float = Field(gt=0, le=MAX_GB)
-    metal_working_set_gb: float = Field(gt=0, le=MAX_GB)
+    unified_memory_bytes: int = Field(gt=0, le=MAX_BYTES)
+    metal_working_set_bytes: int = Field(gt=0, le=MAX_BYTES)
 
     @model_validator(mode="after")
     def _within(self) -> _Apple:
-        if self.metal_working_set_gb > self.unified_memory_gb:
-            raise ValueError("metal_working_set_gb is above unified_memory_gb")
+        if self.metal_working_set_bytes > self.unified_memory_bytes:
+            raise ValueError("metal_working_set_bytes is above unified_memory_bytes")
         return self
 
 
 class _Cpu(_Recorded):
     model: str = Field(max_length=256)
     cores: int = Field(ge=1, le=4096)
-    ram_gb: float = Field(gt=0, le=MAX_GB)
+    ram_bytes: int = Field(gt=0, le=MAX_BYTES)
     flags: list[str] = Field(default_factory=list, max_length=1024)
 
 
@@ -149,12 +188,42 @@ def from_json(data: Any, source: str = "recorded") -> Hardware:
     except ValidationError as exc:
         raise HardwareError(f"{source}: not a recorded machine ({first_problem(exc)}); see "
                             "tests/fixtures/hardware/*.json for the format") from None
-    apple = (AppleSilicon(m.apple.chip, m.apple.unified_memory_gb, m.apple.metal_working_set_gb)
-             if m.apple else None)
+    apple = (AppleSilicon(m.apple.chip, m.apple.unified_memory_bytes,
+                          m.apple.metal_working_set_bytes) if m.apple else None)
     return Hardware(name=m.name, os=m.os, arch=m.arch,
-                    cpu=Cpu(m.cpu.model, m.cpu.cores, m.cpu.ram_gb, tuple(m.cpu.flags)),
-                    gpus=tuple(Gpu(g.name, g.memory_gb, g.index) for g in m.gpus),
+                    cpu=Cpu(m.cpu.model, m.cpu.cores, m.cpu.ram_bytes, tuple(m.cpu.flags)),
+                    gpus=tuple(Gpu(g.name, g.memory_bytes, g.index, g.used_bytes)
+                               for g in m.gpus),
                     apple=apple, source=source)
+
+
+def visible(hw: Hardware, cuda_visible: str | None) -> Hardware:
+    """The machine as a server started here sees it: only the GPUs CUDA_VISIBLE_DEVICES names,
+    in its order (unset: all; empty or -1: none). Indices are nvidia-smi's; anything else (UUIDs,
+    MIG ids) is one line saying so."""
+    if cuda_visible is None or not hw.gpus:
+        return hw
+    wanted: list[int] = []
+    for item in (x.strip() for x in cuda_visible.split(",") if cuda_visible.strip()):
+        if not item.lstrip("-").isdigit():
+            raise HardwareError(f"CUDA_VISIBLE_DEVICES={cuda_visible}: specctl reads GPU indices "
+                                "(e.g. 0,1), not UUIDs; use indices or unset it")
+        if int(item) < 0:
+            break  # CUDA stops at the first invalid index
+        wanted.append(int(item))
+    by_index = {g.index: g for g in hw.gpus}
+    if any(i not in by_index for i in wanted):
+        missing = ", ".join(str(i) for i in wanted if i not in by_index)
+        raise HardwareError(f"CUDA_VISIBLE_DEVICES={cuda_visible} names GPU {missing}, which "
+                            f"{hw.name} does not have (it has {len(hw.gpus)}: "
+                            f"{', '.join(str(g.index) for g in hw.gpus)})")
+    gpus = tuple(by_index[i] for i in dict.fromkeys(wanted))
+    if len(gpus) == len(hw.gpus):
+        return hw
+    hidden = [str(g.index) for g in hw.gpus if g not in gpus]
+    note = (f"CUDA_VISIBLE_DEVICES={cuda_visible}: {len(gpus)} of {len(hw.gpus)} GPUs visible "
+            f"(hidden: {', '.join(hidden)})")
+    return replace(hw, gpus=gpus, visibility=note)
 
 
 def load(path: Path) -> Hardware:
@@ -190,22 +259,25 @@ def run_quiet(argv: Sequence[str]) -> str | None:
 
 
 def detect_nvidia(run: Runner = run_quiet) -> tuple[Gpu, ...]:
-    out = run(["nvidia-smi", "--query-gpu=index,name,memory.total",
+    """Every GPU nvidia-smi lists (it ignores CUDA_VISIBLE_DEVICES: see `visible`), its total
+    and what other processes use, in MiB as nvidia-smi reports them."""
+    out = run(["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used",
                "--format=csv,noheader,nounits"])
     if not out:
         return ()
     gpus = []
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and parts[2].replace(".", "").isdigit():
-            gpus.append(Gpu(name=parts[1], memory_gb=round(float(parts[2]) / 1024, 1),
-                            index=int(parts[0])))
+        if len(parts) == 4 and parts[0].isdigit() and parts[2].isdigit():
+            used = int(parts[3]) if parts[3].isdigit() else 0
+            gpus.append(Gpu(name=parts[1], memory_bytes=int(parts[2]) * MIB,
+                            index=int(parts[0]), used_bytes=min(used, int(parts[2])) * MIB))
     return tuple(gpus)
 
 
-def metal_working_set_gb(unified_gb: float) -> float:
-    """Apple's default recommendedMaxWorkingSetSize: ~2/3 of memory up to 36 GB, ~3/4 above."""
-    return round(unified_gb * (0.75 if unified_gb > 36 else 0.67), 1)
+def metal_working_set(unified: int) -> int:
+    """Apple's default recommendedMaxWorkingSetSize: ~2/3 of memory up to 36 GiB, ~3/4 above."""
+    return round(unified * (0.75 if unified > 36 * GIB else 0.67))
 
 
 def detect_apple(run: Runner = run_quiet, system: str = platform.system(),
@@ -215,12 +287,10 @@ def detect_apple(run: Runner = run_quiet, system: str = platform.system(),
     chip = (run(["sysctl", "-n", "machdep.cpu.brand_string"]) or "Apple Silicon").strip()
     mem = run(["sysctl", "-n", "hw.memsize"])
     total = int(mem) if mem and mem.strip().isdigit() else psutil.virtual_memory().total
-    unified = total / GIB
     wired = run(["sysctl", "-n", "iogpu.wired_limit_mb"])
-    limit = (int(wired) / 1024 if wired and wired.strip().isdigit() and int(wired) > 0
-             else metal_working_set_gb(unified))
-    return AppleSilicon(chip=chip, unified_memory_gb=round(unified, 1),
-                        metal_working_set_gb=round(limit, 1))
+    limit = (min(int(wired) * MIB, total) if wired and wired.strip().isdigit() and int(wired) > 0
+             else metal_working_set(total))
+    return AppleSilicon(chip=chip, unified_memory_bytes=total, metal_working_set_bytes=limit)
 
 
 def detect_cpu(cpuinfo: Path = Path("/proc/cpuinfo"), run: Runner = run_quiet) -> Cpu:
@@ -238,7 +308,7 @@ def detect_cpu(cpuinfo: Path = Path("/proc/cpuinfo"), run: Runner = run_quiet) -
     if platform.machine() in ("arm64", "aarch64") and "asimd" in flags:
         flags.add("neon")
     return Cpu(model=model, cores=psutil.cpu_count(logical=False) or os.cpu_count() or 1,
-               ram_gb=round(psutil.virtual_memory().total / GIB, 1),
+               ram_bytes=psutil.virtual_memory().total,
                flags=tuple(sorted(flags & set(SIMD_FLAGS))))
 
 

@@ -24,6 +24,7 @@ class Known:
     vocab_type: str = "bpe"
     kind: str = "model"  # "model", "eagle3" (a head for its target), "mtp" (built-in heads)
     context: int = 131072
+    expert_share: float = 0.0  # MoE: share of the weights in experts (total - active math)
 
 
 CATALOG: tuple[Known, ...] = (
@@ -53,7 +54,10 @@ CATALOG: tuple[Known, ...] = (
     Known("Qwen3-1.7B", "qwen3", "qwen3", 2.03, 28, 8, 128, 16, 151936, "qwen3", context=40960),
     Known("Qwen3-0.6B", "qwen3", "qwen3", 0.75, 28, 8, 128, 16, 151936, "qwen3", context=40960),
     Known("DeepSeek-R1", "deepseek-v3", "deepseek2", 671.0, 61, 1, 576, 128, 129280,
-          "deepseek-v3", kind="mtp", context=163840),
+          "deepseek-v3", kind="mtp", context=163840, expert_share=0.975),
+    # MoE: 128 experts, 8 active; 30.5B in all, 3.3B active -> experts 29.0B (0.95)
+    Known("Qwen3-30B-A3B", "qwen3", "qwen3moe", 30.53, 48, 4, 128, 32, 151936, "qwen3",
+          context=40960, expert_share=0.95),
     Known("DeepSeek-R1-Distill-Llama-70B", "llama3", "llama", 70.55, 80, 8, 128, 64, 128256,
           "deepseek-r1-distill-llama"),
     Known("DeepSeek-R1-Distill-Llama-8B", "llama3", "llama", 8.03, 32, 8, 128, 32, 128256,
@@ -95,3 +99,18 @@ def quant_in(name: str) -> str | None:
     upper = name.upper().replace("-", "_")
     hits = [q for q in BYTES_PER_WEIGHT if q in upper]
     return max(hits, key=len) if hits else None
+
+
+# Who publishes the original (safetensors) weights, by the start of the model's name.
+ORIGINAL_ORG = (("DeepSeek", "deepseek-ai"), ("Llama", "meta-llama"), ("Qwen", "Qwen"),
+                ("gemma", "google"), ("SmolLM", "HuggingFaceTB"))
+
+
+def original_repo(name: str) -> str | None:
+    """The repo of the original weights of a catalog model ('Llama-3.1-70B-Instruct' ->
+    'meta-llama/Llama-3.1-70B-Instruct'), None when the catalog does not know it."""
+    known = lookup(name)
+    if known is None or known.kind != "model":
+        return None
+    org = next((o for prefix, o in ORIGINAL_ORG if known.name.startswith(prefix)), None)
+    return f"{org}/{known.name}" if org else None

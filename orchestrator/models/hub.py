@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -59,6 +60,7 @@ class Repo(BaseModel):
     files: tuple[RepoFile, ...]
     params: int | None = Field(None, ge=0)  # the safetensors parameter count
     gated: bool = False
+    base_model: str | None = Field(None, pattern=REPO.pattern)  # its model card's base_model
 
     def ggufs(self) -> list[RepoFile]:
         return [f for f in self.files if f.path.endswith(".gguf") and "mmproj" not in f.path]
@@ -185,6 +187,7 @@ class Hub:
         try:
             repo = Repo(name=name, revision=str(info.sha), params=(
                 info.safetensors.total if info.safetensors else None), gated=bool(info.gated),
+                base_model=_base_model(info.card_data),
                 files=tuple(RepoFile(path=s.rfilename, size=int(s.size or 0),
                                      sha256=s.lfs.sha256 if s.lfs else None)
                             for s in info.siblings or []))
@@ -279,6 +282,15 @@ class Hub:
         found = _Search(at=time.time(), repos=tuple(r for r in repos if REPO.fullmatch(r)))
         write_atomic(path, found.model_dump_json() + "\n")
         return list(found.repos)
+
+
+def _base_model(card: Any) -> str | None:
+    """The model card's `base_model` (a repo id, or a list whose first is the one), when it is
+    one; anything else is no base model rather than a refusal of the whole repo."""
+    value = getattr(card, "base_model", None) if card is not None else None
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return value if isinstance(value, str) and REPO.fullmatch(value) else None
 
 
 def verify(path: Path, file: RepoFile) -> None:

@@ -13,10 +13,10 @@ from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models import catalog, hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import ArrayInfo, file_type_name, read_metadata
 from specctl.orchestrator.models.hub import RepoFile
+from specctl.orchestrator.sizes import gib
 
 _STORE_SCHEME = re.compile(r"[a-z][a-z0-9]+")  # another tool's store, e.g. `NAME:model:tag`
 VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
-GB = 1e9
 GGUF_QUANTS = frozenset(q for q in catalog.BYTES_PER_WEIGHT if q not in (
     "AWQ", "GPTQ", "INT4", "FP8", "BF16", "4BIT", "8BIT"))
 
@@ -62,6 +62,7 @@ class Remote:
     files: tuple[RepoFile, ...]  # a GGUF (its split parts in order) or a model folder's files
     size_bytes: int
     gguf: bool
+    base_model: str | None = None  # the repo it was made from, as its model card says
 
     @property
     def short(self) -> str:
@@ -87,6 +88,7 @@ class ModelInfo:
     family: str = ""
     kind: str = "model"  # model | eagle | eagle3 | mtp (built-in MTP layers) | medusa
     spec_heads: int = 0  # built-in speculative heads: Medusa heads or MTP layers
+    expert_share: float = 0.0  # an MoE: the share of its weights in experts (0: dense)
     bos_id: int | None = None
     eos_id: int | None = None
     add_bos: bool | None = None
@@ -97,17 +99,13 @@ class ModelInfo:
     note: str = ""  # where the metadata came from, when that is worth saying
 
     @property
-    def weights_gb(self) -> float:
-        return self.size_bytes / GB
-
-    @property
     def kv_bytes_per_token_f16(self) -> int:
         """K and V, all layers, at 2 bytes per element."""
         return self.layers * self.kv_heads * self.head_dim * 2 * 2
 
     def describe(self) -> str:
         where = f" (on the Hub: {self.remote.short})" if self.remote else " (not on disk)"
-        size = f"{self.weights_gb:.1f} GB" + ("" if self.path else where)
+        size = gib(self.size_bytes) + ("" if self.path else where)
         return f"{self.name} [{self.quant or '?'}] {size}"
 
 
@@ -135,6 +133,7 @@ def from_gguf(path: Path, ref: str) -> ModelInfo:
         params_b=known.params_b if known else None,
         quant=file_type_name(meta), size_bytes=path.stat().st_size,
         family=known.family if known else arch, kind=known.kind if known else "model",
+        expert_share=known.expert_share if known else 0.0,
         bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
         add_bos=_opt_bool(meta.get("tokenizer.ggml.add_bos_token")),
@@ -215,7 +214,7 @@ def from_catalog(ref: ModelRef, default_quant: str) -> ModelInfo | None:
         layers=known.layers, heads=known.heads, kv_heads=known.kv_heads, head_dim=known.head_dim,
         vocab_size=known.vocab, vocab_type=known.vocab_type, tokenizer=known.tokenizer,
         params_b=known.params_b, quant=quant, size_bytes=size, family=known.family,
-        kind=known.kind,
+        kind=known.kind, expert_share=known.expert_share,
     )
 
 

@@ -22,7 +22,6 @@ from specctl.orchestrator.models import hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import read_metadata
 from specctl.orchestrator.models.hub import Hub, Repo, RepoFile, pick_quant
 from specctl.orchestrator.models.info import (
-    GB,
     GGUF_QUANTS,
     ModelInfo,
     ModelRef,
@@ -32,6 +31,7 @@ from specctl.orchestrator.models.info import (
     from_hf_dir,
     parse_ref,
 )
+from specctl.orchestrator.sizes import gib
 
 
 def hf_cache_dir(env: dict[str, str] | None = None) -> Path:
@@ -142,7 +142,7 @@ class Resolver:
         if self.hub is None:
             raise ModelError(f"{info.ref} is not on disk and the Hub is not available here")
         remote = info.remote
-        say(f"pulling {remote.short} ({remote.size_bytes / GB:.1f} GB, "
+        say(f"pulling {remote.short} ({gib(remote.size_bytes)}, "
             f"{len(remote.files)} file(s)) into the Hugging Face cache")
         paths = [self.hub.fetch(remote.repo, remote.revision, f) for f in remote.files]
         local = paths[0] if remote.gguf else next(
@@ -170,7 +170,7 @@ def from_hub(hub: Hub, ref: ModelRef, quant: str) -> ModelInfo:
                        params_b=base.params_b or _params_from(header),
                        remote=_remote(repo, files, gguf=True),
                        note=f"{base.name}: metadata from the Hub ({repo.name}, {files[0].path}, "
-                            f"{size / GB:.1f} GB, revision {repo.revision[:7]})")
+                            f"{gib(size)}, revision {repo.revision[:7]})")
     folder = hub.small_files(repo)
     base = from_hf_dir(folder, str(ref))
     if base.name == folder.name:  # named after the cache folder: the repo names it better
@@ -189,7 +189,7 @@ def from_hub(hub: Hub, ref: ModelRef, quant: str) -> ModelInfo:
     return replace(base, path=None, meta_file=folder, size_bytes=size, source="hub",
                    params_b=params, remote=_remote(repo, keep, gguf=False),
                    note=f"{base.name}: metadata from the Hub ({repo.name}, {len(weights)} "
-                        f"safetensors files, {size / GB:.1f} GB, revision {repo.revision[:7]})")
+                        f"safetensors files, {gib(size)}, revision {repo.revision[:7]})")
 
 
 def _heads_on(hub: Hub, parent: ModelInfo, heads: ModelInfo, repo: Repo) -> ModelInfo:
@@ -200,11 +200,12 @@ def _heads_on(hub: Hub, parent: ModelInfo, heads: ModelInfo, repo: Repo) -> Mode
                    spec_heads=heads.spec_heads, size_bytes=size,
                    note=f"{repo.name}: {heads.spec_heads} {heads.kind} heads on "
                         f"{parent.remote.repo if parent.remote else parent.name} ("
-                        f"{size / GB:.1f} GB in all, from the Hub)")
+                        f"{gib(size)} in all, from the Hub)")
 
 
 def _remote(repo: Repo, files: list[RepoFile], gguf: bool) -> Remote:
-    return Remote(repo.name, repo.revision, tuple(files), sum(f.size for f in files), gguf)
+    return Remote(repo.name, repo.revision, tuple(files), sum(f.size for f in files), gguf,
+                  repo.base_model)
 
 
 def _params_from(header: Path) -> float | None:

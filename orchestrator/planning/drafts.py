@@ -28,6 +28,7 @@ from specctl.orchestrator.models.info import (
 )
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Method
+from specctl.orchestrator.sizes import gib
 
 LARGE_RATIO = 0.35  # a draft that costs more than this share of a target step rarely pays
 HUB_MAX_RATIO = 0.25  # Hub candidates: at most this share of the target's parameters
@@ -135,7 +136,7 @@ def family_word(repo: str) -> str:
     return m.group(0) if m else name
 
 
-def hub_entries(target: ModelInfo, hub: Hub, gguf: bool, room_gb: float | None,
+def hub_entries(target: ModelInfo, hub: Hub, gguf: bool, room: int | None,
                 limit: int = HUB_CHECKED) -> list[Found]:
     """Smaller models of the target's family by the target's publisher, on the Hub."""
     ref = parse_ref(target.ref) if target.ref.startswith("hf:") else None
@@ -153,14 +154,14 @@ def hub_entries(target: ModelInfo, hub: Hub, gguf: bool, room_gb: float | None,
         found.append((params, repo))
     out = []
     for params, repo in sorted(found, reverse=True)[:limit]:
-        quant = _draft_quant(hub, repo, params, room_gb) if gguf else None
+        quant = _draft_quant(hub, repo, params, room) if gguf else None
         if gguf and quant is None:
             continue
         out.append(Found(f"hf:{repo}" + (f":{quant}" if quant else ""), None, "hub"))
     return out
 
 
-def _draft_quant(hub: Hub, repo: str, params: float, room_gb: float | None) -> str | None:
+def _draft_quant(hub: Hub, repo: str, params: float, room: int | None) -> str | None:
     """Q8_0 for a small draft (acceptance matters more than its size), Q4_K_M above 3B, any
     quantisation that fits the memory left."""
     try:
@@ -170,8 +171,8 @@ def _draft_quant(hub: Hub, repo: str, params: float, room_gb: float | None) -> s
     prefer = ["Q8_0", "Q6_K", "Q4_K_M"] if params <= 3 else ["Q4_K_M", "Q5_K_M", "Q8_0"]
     order = [q for q in prefer if q in quants] + sorted(set(quants) - set(prefer))
     for quant in order:
-        size = sum(f.size for f in quants[quant]) / 1e9
-        if room_gb is None or size <= room_gb:
+        size = sum(f.size for f in quants[quant])
+        if room is None or size <= room:
             return quant
     return None
 
@@ -260,7 +261,7 @@ Describe = Callable[[str], ModelInfo]  # a reference not on disk -> its metadata
 
 def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool,
          backend_quant: str, describe: Describe | None = None,
-         room_gb: float | None = None,
+         room: int | None = None,
          formats: frozenset[str] = frozenset({"gguf", "hf"})) -> list[Candidate]:
     """Judge every candidate (on-disk ones first, then the Hub's, so catalog duplicates are
     dropped); one larger than the memory left after the target is rejected with the numbers."""
@@ -299,9 +300,9 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool
             continue  # a catalog entry for a model already found on disk, or the target itself
         seen.add(name)
         judged = judge(target, draft, found, rule, heads)
-        if judged.compatible and room_gb is not None and draft.weights_gb > room_gb:
+        if judged.compatible and room is not None and draft.size_bytes > room:
             judged = Candidate(judged.model, judged.name, judged.path, judged.source, False,
-                               f"{draft.weights_gb:.1f} GB does not fit the {room_gb:.1f} GB "
+                               f"{gib(draft.size_bytes)} does not fit the {gib(max(room, 0))} "
                                "left after the target", 0.0, judged.method)
         out.append(judged)
     return sorted(out, key=lambda c: (c.compatible, c.score, c.path is not None), reverse=True)

@@ -1,137 +1,259 @@
 """The memory plan: a pure function from models, context and budget to a breakdown, or a refusal.
 
-total = target weights + draft weights + KV cache of both (layers x KV heads x head size x 2 x
-context x bytes of the cache type, shared by all sequences) + compute buffers. The budget is VRAM x
-utilisation on CUDA, the Metal working-set limit on Apple Silicon, RAM minus a reserve on CPU.
-To fit, it quantises the cache, then halves the context down to the profile's minimum.
+All sizes are bytes (orchestrator.sizes); every comparison is between bytes; figures on screen
+are GiB. total = target weights + draft weights + KV cache of both (layers x KV heads x head size
+x 2 x context x bytes of the cache type, shared by all sequences) + compute buffers. The budget
+is, per visible GPU, the smaller of its memory x utilisation and what other processes left free;
+the Metal working-set limit on Apple Silicon; RAM minus a reserve on CPU.
+
+To fit, it quantises the cache, then halves the context down to the profile's minimum. A backend
+that can keep part of the target in system RAM (`spill`) is then offered that, before a refusal:
+"experts" (an MoE's expert weights of the first N layers) before "layers" (the last layers
+whole, weights and KV). The draft, the KV of the layers on the devices and the compute buffers
+stay on the devices. Where the engine places the rest is the adapter's business (its flags).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specctl.orchestrator.config.profiles import Memory
 from specctl.orchestrator.errors import DoesNotFitError
 from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.models.info import GB, ModelInfo
+from specctl.orchestrator.models.info import ModelInfo
+from specctl.orchestrator.sizes import from_gib, gib, gib_pair, in_gib
 
-CACHE_BYTES = {"f16": 2.0, "bf16": 2.0, "fp8": 1.0, "q8_0": 1.0625, "q4_0": 0.5625}
-COMPUTE_BASE_GB = 0.35
+# bytes per element, as fractions of 16ths: q8_0 is 34 bytes per 32 values, q4_0 18 per 32
+CACHE_BYTES_16THS = {"f16": 32, "bf16": 32, "fp8": 16, "q8_0": 17, "q4_0": 9}
+COMPUTE_BASE = 350 * (1 << 20)
 LOGITS_BATCH = 512
+# How much faster a GPU reads its own memory than a CPU reads system RAM: typical of both
+# consumer (RTX 4090 ~1 TB/s vs dual-channel DDR5 ~90 GB/s) and server machines (H100 3.35 TB/s
+# vs 12-channel DDR5 ~400 GB/s); decode is memory-bound, so it is the cost of a layer in RAM.
+GPU_OVER_RAM = 10
+# On a GPU other processes use, what the server's own CUDA context and workspace take from the
+# free memory (the utilisation share covers it on a GPU of its own).
+SHARED_RESERVE = 1 << 30
 
 
 @dataclass(frozen=True)
 class Budget:
-    gb: float
+    limit: int  # bytes the plan may use on its devices
     why: str
     devices: int = 1
+    per_device: tuple[int, ...] = ()  # each GPU's share of `limit` (CUDA), in order
+    host: int = 0  # system RAM a backend that spills may use for the target's rest
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    target_gb: float
-    draft_gb: float
-    kv_target_gb: float
-    kv_draft_gb: float
-    compute_gb: float
+    target_bytes: int
+    draft_bytes: int
+    kv_target_bytes: int
+    kv_draft_bytes: int
+    compute_bytes: int
     context: int
     cache_type: str
     budget: Budget
+    layers: int = 0  # the target's layers
+    host_bytes: int = 0  # of the target, placed in system RAM (spilled)
+    gpu_layers: int | None = None  # target layers on the devices when spilled by layers
+    cpu_moe_layers: int = 0  # layers whose MoE experts stay in system RAM
 
     @property
-    def total_gb(self) -> float:
-        return (self.target_gb + self.draft_gb + self.kv_target_gb + self.kv_draft_gb
-                + self.compute_gb)
+    def total_bytes(self) -> int:
+        return (self.target_bytes + self.draft_bytes + self.kv_target_bytes
+                + self.kv_draft_bytes + self.compute_bytes)
+
+    @property
+    def device_bytes(self) -> int:
+        return self.total_bytes - self.host_bytes
 
     @property
     def fits(self) -> bool:
-        return self.total_gb <= self.budget.gb
+        return self.device_bytes <= self.budget.limit and self.host_bytes <= max(
+            self.budget.host, 0)
+
+    @property
+    def split(self) -> tuple[float, ...]:
+        """Each device's share of the target's layers: proportional to its budget."""
+        per = self.budget.per_device
+        total = sum(per)
+        return tuple(round(p / total, 3) for p in per) if len(per) > 1 and total else ()
+
+    @property
+    def speed(self) -> float:
+        """Decode speed relative to the whole target on the devices (1.0: not spilled)."""
+        if not self.host_bytes:
+            return 1.0
+        read = self.target_bytes + self.kv_target_bytes
+        on_host = self.host_bytes if self.gpu_layers is not None else self._experts_read()
+        return read / (read - on_host + on_host * GPU_OVER_RAM)
+
+    def _experts_read(self) -> int:
+        """An MoE reads a few of its experts per token: about 1/8 of what was spilled."""
+        return self.host_bytes // 8
 
     def breakdown(self) -> str:
-        return (f"target {self.target_gb:.1f} + draft {self.draft_gb:.1f} + KV "
-                f"{self.kv_target_gb + self.kv_draft_gb:.1f} ({self.context} tokens, "
-                f"{self.cache_type}) + compute {self.compute_gb:.1f}")
+        kv = self.kv_target_bytes + self.kv_draft_bytes
+        text = (f"target {gib(self.target_bytes)} + draft {gib(self.draft_bytes)} + KV "
+                f"{gib(kv)} ({self.context} tokens, {self.cache_type}) + compute "
+                f"{gib(self.compute_bytes)}")
+        if self.host_bytes:
+            text += f"; {gib(self.host_bytes)} of the target in system RAM"
+        return text
 
-    def to_json(self) -> dict[str, float | int | str]:
-        return {"target_gb": round(self.target_gb, 2), "draft_gb": round(self.draft_gb, 2),
-                "kv_target_gb": round(self.kv_target_gb, 2),
-                "kv_draft_gb": round(self.kv_draft_gb, 2),
-                "compute_gb": round(self.compute_gb, 2), "total_gb": round(self.total_gb, 2),
-                "budget_gb": round(self.budget.gb, 2), "budget": self.budget.why,
-                "context": self.context, "cache_type": self.cache_type}
+    def placement(self) -> str:
+        """What runs where, and what it costs, in words."""
+        if self.gpu_layers is not None:
+            return (f"{self.gpu_layers} of {self.layers} target layers on the GPU, the rest "
+                    f"({gib(self.host_bytes)}) in system RAM: expect about {self.speed:.0%} of "
+                    "full-GPU speed; the draft stays on the GPU")
+        if self.cpu_moe_layers:
+            return (f"MoE experts of {self.cpu_moe_layers} of {self.layers} layers in system "
+                    f"RAM ({gib(self.host_bytes)}), attention and the rest on the GPU: expect "
+                    f"about {self.speed:.0%} of full-GPU speed; the draft stays on the GPU")
+        return ""
+
+    def to_json(self) -> dict[str, float | int | str | bool | list[float] | None]:
+        return {"target_gib": in_gib(self.target_bytes), "draft_gib": in_gib(self.draft_bytes),
+                "kv_target_gib": in_gib(self.kv_target_bytes),
+                "kv_draft_gib": in_gib(self.kv_draft_bytes),
+                "compute_gib": in_gib(self.compute_bytes), "total_gib": in_gib(self.total_bytes),
+                "device_gib": in_gib(self.device_bytes), "host_gib": in_gib(self.host_bytes),
+                "budget_gib": in_gib(self.budget.limit), "budget": self.budget.why,
+                "total_bytes": self.total_bytes, "device_bytes": self.device_bytes,
+                "budget_bytes": self.budget.limit, "fits": self.fits,
+                "context": self.context, "cache_type": self.cache_type,
+                "gpu_layers": self.gpu_layers, "cpu_moe_layers": self.cpu_moe_layers,
+                "split": list(self.split)}
 
 
 def budget_for(hw: Hardware, mem: Memory, devices: int = 0) -> Budget:
-    """What the plan may use on this machine; `devices` GPUs (0 = all) on CUDA."""
+    """What the plan may use on this machine; `devices` GPUs (0 = all visible) on CUDA."""
+    host = hw.cpu.ram_bytes - from_gib(mem.ram_reserve_gb)
     if hw.kind == "cuda":
         used = hw.gpus[: devices or len(hw.gpus)]
-        vram = sum(g.memory_gb for g in used)
-        gb, why = vram * mem.gpu_utilization, (
-            f"{len(used)}x {used[0].name}: {vram:.0f} GB VRAM x {mem.gpu_utilization} "
-            "utilisation")
+        per = tuple(max(min(round(g.memory_bytes * mem.gpu_utilization),
+                            g.free_bytes - (SHARED_RESERVE if g.used_bytes else 0)), 0)
+                    for g in used)
+        taken = sum(g.used_bytes for g in used)
+        limit, why = sum(per), (
+            f"{len(used)}x {used[0].name}: {gib(sum(g.memory_bytes for g in used))} x "
+            f"{mem.gpu_utilization} utilisation" + (
+                f", less {gib(taken)} in use by other processes and "
+                f"{gib(SHARED_RESERVE)} for the server's CUDA context" if taken else ""))
+        if hw.visibility:
+            why += f"; {hw.visibility}"
     elif hw.apple is not None:
-        gb = hw.apple.metal_working_set_gb
-        why = f"Metal working-set limit {gb:.0f} GB of {hw.apple.unified_memory_gb:.0f} GB unified"
+        limit = hw.apple.metal_working_set_bytes
+        why = (f"Metal working-set limit {gib(limit)} of "
+               f"{gib(hw.apple.unified_memory_bytes)} unified")
+        per, host = (), 0  # the same memory: nothing to spill into
     else:
-        gb = hw.cpu.ram_gb - mem.ram_reserve_gb
-        why = f"{hw.cpu.ram_gb:.1f} GB RAM - {mem.ram_reserve_gb:.1f} GB reserve"
-    if mem.budget_gb is not None and mem.budget_gb < gb:
-        gb, why = mem.budget_gb, f"profile memory.budget_gb = {mem.budget_gb}"
-    return Budget(gb=gb, why=why, devices=len(hw.gpus[: devices or len(hw.gpus)]) or 1)
+        limit = host
+        why = f"{gib(hw.cpu.ram_bytes)} RAM - {gib(from_gib(mem.ram_reserve_gb))} reserve"
+        per, host = (), 0
+    if mem.budget_gb is not None and from_gib(mem.budget_gb) < limit:
+        cap = from_gib(mem.budget_gb)
+        per = tuple(p * cap // limit for p in per)
+        limit, why = cap, f"profile memory.budget_gb = {mem.budget_gb} GiB"
+    return Budget(limit=limit, why=why, devices=len(hw.gpus[: devices or len(hw.gpus)]) or 1,
+                  per_device=per, host=max(host, 0))
 
 
-def _kv_gb(model: ModelInfo | None, context: int, cache_type: str) -> float:
+def _kv(model: ModelInfo | None, context: int, cache_type: str) -> int:
     """KV for `context` tokens in all: llama.cpp shares -c across its slots, and vLLM needs room
     for one sequence of --max-model-len (it pages the rest into what is left)."""
     if model is None:
-        return 0.0
-    per_token = model.layers * model.kv_heads * model.head_dim * 2 * CACHE_BYTES[cache_type]
-    return per_token * context / GB
+        return 0
+    elements = model.layers * model.kv_heads * model.head_dim * 2 * context
+    return elements * CACHE_BYTES_16THS[cache_type] // 16
 
 
-def _compute_gb(model: ModelInfo | None) -> float:
+def _compute(model: ModelInfo | None) -> int:
     if model is None:
-        return 0.0
-    return COMPUTE_BASE_GB + model.vocab_size * LOGITS_BATCH * 4 / GB
+        return 0
+    return COMPUTE_BASE + model.vocab_size * LOGITS_BATCH * 4
 
 
 def estimate(target: ModelInfo, draft: ModelInfo | None, context: int, cache_type: str,
              budget: Budget) -> MemoryPlan:
     return MemoryPlan(
-        target_gb=target.weights_gb, draft_gb=draft.weights_gb if draft else 0.0,
-        kv_target_gb=_kv_gb(target, context, cache_type),
-        kv_draft_gb=_kv_gb(draft, context, cache_type),
-        compute_gb=_compute_gb(target) + _compute_gb(draft) * 0.5,
-        context=context, cache_type=cache_type, budget=budget,
+        target_bytes=target.size_bytes, draft_bytes=draft.size_bytes if draft else 0,
+        kv_target_bytes=_kv(target, context, cache_type),
+        kv_draft_bytes=_kv(draft, context, cache_type),
+        compute_bytes=_compute(target) + _compute(draft) // 2,
+        context=context, cache_type=cache_type, budget=budget, layers=target.layers,
     )
 
 
+def spilled(whole: MemoryPlan, target: ModelInfo, how: str) -> MemoryPlan | None:
+    """`whole` with as little of the target in system RAM as makes the rest fit the devices
+    ("experts": the MoE experts of the first N layers; "layers": the last layers whole), or
+    None when even that does not fit."""
+    layers = max(target.layers, 1)
+    over = whole.total_bytes - whole.budget.limit
+    if over <= 0:
+        return whole
+    if how == "experts":
+        per_layer = int(target.size_bytes * target.expert_share) // layers
+        if per_layer <= 0:
+            return None
+        n = -(-over // per_layer)  # ceiling
+        if n > layers:
+            return None
+        plan = replace(whole, host_bytes=n * per_layer, cpu_moe_layers=n)
+    else:
+        per_layer = (whole.target_bytes + whole.kv_target_bytes) // layers
+        n = -(-over // max(per_layer, 1))
+        if n > layers:
+            return None
+        plan = replace(whole, host_bytes=n * per_layer, gpu_layers=layers - n)
+    return plan if plan.fits else None
+
+
 def plan(target: ModelInfo, draft: ModelInfo | None, context: int, mem: Memory, budget: Budget,
-         cache_types: tuple[str, ...]) -> tuple[MemoryPlan, list[str]]:
-    """Fit the pair: first as asked, then with a smaller cache type, then shorter contexts."""
+         cache_types: tuple[str, ...],
+         spill: tuple[str, ...] = ()) -> tuple[MemoryPlan, list[str]]:
+    """Fit the pair: first as asked, then with a smaller cache type, then shorter contexts; then
+    with part of the target in system RAM, the ways the backend can (`spill`)."""
     types = cache_types if mem.cache_type == "auto" else (mem.cache_type,)
     first = tried = estimate(target, draft, context, types[0], budget)
-    # 8-bit cache at a shorter context before a 4-bit cache: q4_0 costs quality.
-    for group in (types[:2], types[2:]):
-        ctx = context
-        while group and ctx >= min(mem.min_context, context):
-            for ct in group:
-                tried = estimate(target, draft, ctx, ct, budget)
-                if tried.fits:
-                    return tried, _notes(first, tried)
-            ctx //= 2
+    ways = [None, *(w for w in spill if budget.host > 0 and (
+        w != "experts" or target.expert_share > 0))]
+    for way in ways:
+        # 8-bit cache at a shorter context before a 4-bit cache: q4_0 costs quality.
+        for group in (types[:2], types[2:]):
+            ctx = context
+            while group and ctx >= min(mem.min_context, context):
+                for ct in group:
+                    tried = estimate(target, draft, ctx, ct, budget)
+                    chosen = tried if way is None else spilled(tried, target, way)
+                    if chosen is not None and chosen.fits:
+                        return chosen, _notes(first, chosen)
+                ctx //= 2
+    need, have = gib_pair(tried.total_bytes, budget.limit)
+    spill_note = (f"; even with part of the target in {gib(budget.host)} of system RAM it does "
+                  "not fit" if len(ways) > 1 else "")
     raise DoesNotFitError(
-        f"needs {tried.total_gb:.1f} GB ({tried.breakdown()}) but the budget is "
-        f"{budget.gb:.1f} GB ({budget.why}); use a smaller quantisation or model, a shorter "
-        "context, or a machine with more memory")
+        f"needs {need} ({tried.breakdown()}) but the budget is {have} ({budget.why})"
+        f"{spill_note}; use a smaller quantisation or model, a shorter context, or a machine "
+        "with more memory")
 
 
 def _notes(first: MemoryPlan, chosen: MemoryPlan) -> list[str]:
-    notes = [f"Memory: {chosen.total_gb:.1f} GB of {chosen.budget.gb:.1f} GB "
-             f"({chosen.budget.why}): {chosen.breakdown()}."]
+    used, have = gib_pair(chosen.device_bytes, chosen.budget.limit)
+    notes = [f"Memory: {used} of {have} ({chosen.budget.why}): {chosen.breakdown()}."]
+    if chosen.split:
+        notes.append(f"Layers split across {len(chosen.split)} GPUs by free memory "
+                     f"({', '.join(f'{s:.0%}' for s in chosen.split)}); the draft whole on the "
+                     "one with the most room.")
+    if chosen.placement():
+        notes.append(f"Placement: {chosen.placement()}.")
     if chosen.cache_type != first.cache_type:
         notes.append(f"KV cache quantised to {chosen.cache_type} to fit (would need "
-                     f"{first.total_gb:.1f} GB at {first.cache_type}).")
+                     f"{gib(first.total_bytes)} at {first.cache_type}).")
     if chosen.context != first.context:
         notes.append(f"Context lowered from {first.context} to {chosen.context} tokens to fit.")
     return notes

@@ -12,6 +12,7 @@ from specctl.adapters.base import Installed, Launch, Options
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.memory import MemoryPlan
+from specctl.orchestrator.sizes import in_gib
 
 Method = Literal["draft", "ngram", "eagle", "eagle3", "mtp", "medusa", "none"]
 
@@ -77,7 +78,7 @@ def model_json(info: ModelInfo | None) -> dict[str, Any] | None:
     if info is None:
         return None
     return {"ref": info.ref, "name": info.name, "path": str(info.path) if info.path else None,
-            "quant": info.quant, "size_gb": round(info.weights_gb, 2),
+            "quant": info.quant, "size_gib": in_gib(info.size_bytes),
             "architecture": info.architecture, "layers": info.layers,
             "kv_heads": info.kv_heads, "head_dim": info.head_dim, "vocab_size": info.vocab_size}
 

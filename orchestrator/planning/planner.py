@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specctl.adapters.base import Adapter, Installed, Options, is_loopback
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import (
+    DoesNotFitError,
     IncompatibleDraftError,
     ProfileError,
     SpecctlError,
     StateError,
 )
 from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.models.info import ModelInfo
+from specctl.orchestrator.models.catalog import original_repo
+from specctl.orchestrator.models.info import GGUF_QUANTS, ModelInfo
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import costmodel, memory
 from specctl.orchestrator.planning.backends import choose
@@ -49,12 +51,12 @@ class Pick:
     why: str
 
 
-# (target, backend, its speculation methods, GB left after the target or None) -> Pick
-DraftPicker = Callable[[ModelInfo, Adapter, frozenset[str], float | None], Pick]
+# (target, backend, its speculation methods, bytes left after the target or None) -> Pick
+DraftPicker = Callable[[ModelInfo, Adapter, frozenset[str], int | None], Pick]
 
 
 def no_auto_draft(target: ModelInfo, backend: Adapter, methods: frozenset[str],
-                  room_gb: float | None) -> Pick:
+                  room: int | None) -> Pick:
     raise ProfileError("draft = \"auto\" needs a draft picker; name a draft model instead")
 
 
@@ -89,29 +91,35 @@ def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: M
            f"rule, {how})."
 
 
-def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None) -> tuple[int, str]:
+def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None,
+            speed: float = 1.0) -> tuple[int, str]:
+    """k from the cost model. `speed`: the target's decode speed relative to all of it on the
+    devices (below 1 when part of it is in system RAM, the draft staying on a GPU)."""
     if method != "draft" or draft is None:
         k = DEFAULT_K.get(method, 4)
         if method in ("medusa", "mtp") and target.spec_heads:
             k = min(k, target.spec_heads)  # no more tokens than the target has heads
         return k, f"k={k}: the usual best for {method}; `specctl tune` measures it here"
-    c = draft.size_bytes / max(target.size_bytes, 1)  # decode is memory-bound: cost ~ bytes read
+    # decode is memory-bound: cost ~ bytes read, and a target partly in RAM reads slower
+    c = draft.size_bytes * speed / max(target.size_bytes, 1)
     pick = costmodel.best(costmodel.curve(ASSUMED_ALPHA, c, MAX_AUTO_K))
     slower = "" if pick.speedup > 1 else (", slower than without a draft: a smaller draft or "
                                           "draft = \"none\" would do better")
+    how = ("weights ratio" if speed >= 1 else
+           f"weights ratio x {speed:.2f}, the target's speed with part of it in system RAM")
     return pick.k, (f"k={pick.k} from the cost model with assumed acceptance {ASSUMED_ALPHA} and "
-                    f"draft/target cost {c:.2f} (weights ratio): predicted {pick.speedup:.2f}x"
+                    f"draft/target cost {c:.2f} ({how}): predicted {pick.speedup:.2f}x"
                     f"{slower}; `specctl tune` measures both here")
 
 
 def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Adapter,
            installed: Installed, options: Options, resolver: Resolver, pick_draft: DraftPicker,
-           room_gb: float, reasons: list[str]) -> tuple[Method, ModelInfo | None]:
+           room: int, reasons: list[str]) -> tuple[Method, ModelInfo | None]:
     if method not in ("draft", "eagle", "eagle3"):
         return method, None
     draft_ref: str | None = options.draft or profile.draft
     if draft_ref == "auto" and method == "draft":
-        pick = pick_draft(target, backend, installed.methods, room_gb)
+        pick = pick_draft(target, backend, installed.methods, room)
         reasons.append(pick.why)
         draft_ref, method = pick.ref, pick.method
     if draft_ref is None:
@@ -124,6 +132,35 @@ def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Adapter
     return method, draft
 
 
+def is_gguf(info: ModelInfo) -> bool:
+    """A GGUF file, on disk, on the Hub, or named by a GGUF repo and quantisation."""
+    if info.path is not None:
+        return info.path.suffix.lower() == ".gguf"
+    if info.remote is not None:
+        return info.remote.gguf
+    name = info.ref.removeprefix("hf:").split(":")[0]
+    return name.upper().endswith("GGUF") or (info.quant or "") in GGUF_QUANTS
+
+
+def _servable(target: ModelInfo, backend: Adapter, resolver: Resolver,
+              reasons: list[str]) -> ModelInfo:
+    """A GGUF target for a backend that cannot load GGUF: its original repo when the Hub's model
+    card names it (base_model), else a refusal naming the repo to use."""
+    if "gguf" in backend.formats or not is_gguf(target):
+        return target
+    base = target.remote.base_model if target.remote else None
+    if base is not None:
+        original = resolver.resolve(f"hf:{base}", backend.default_quant)
+        reasons.append(f"Target: {target.ref} is a GGUF, which {backend.name} cannot load; "
+                       f"planned on hf:{base}, the original its model card names (base_model).")
+        return original
+    named = original_repo(target.name) or original_repo(target.ref)
+    instead = f"hf:{named}" if named else "the Hugging Face repo it was converted from"
+    raise ProfileError(f"{target.ref} is a GGUF file, which {backend.name} cannot load; use "
+                       f"{instead} as the target (or [{backend.name}] target = ...), or a "
+                       "backend that serves GGUF")
+
+
 def _budget(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
             installed: Installed, target: ModelInfo, draft: ModelInfo | None,
             reasons: list[str]) -> tuple[memory.Budget, Options]:
@@ -131,13 +168,48 @@ def _budget(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
     workers), after the backend's own rules for the plan; the options as filled in."""
     budget = memory.budget_for(hw, profile.memory, backend.devices(options))
     more = backend.resources(options, installed, hw, budget)
-    if more.extra_gb:
-        budget = memory.Budget(gb=budget.gb + more.extra_gb, why=more.why,
-                               devices=budget.devices)
+    if more.extra_bytes:
+        budget = replace(budget, limit=budget.limit + more.extra_bytes, why=more.why)
     reasons += more.notes
     options = more.options or options
     reasons += backend.check(options, hw, target, draft)
     return budget, options
+
+
+def _room(budget: memory.Budget, backend: Adapter, target: ModelInfo) -> int:
+    """Bytes a draft may take on the devices: what the target leaves, or, where the backend can
+    move target layers to system RAM, up to the whole device budget (the draft displaces them)."""
+    left = budget.limit - target.size_bytes
+    if backend.spills and budget.host > 0:
+        return min(budget.limit, budget.limit + budget.host - target.size_bytes)
+    return left
+
+
+def _fit(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
+         installed: Installed, target: ModelInfo, draft: ModelInfo | None,
+         reasons: list[str]) -> tuple[memory.MemoryPlan, Options]:
+    """The memory plan, on the devices the options name; when it does not fit, on the wider
+    layouts the backend infers (e.g. vLLM's tensor parallelism), before a refusal."""
+    tries = [(options, ""), *backend.wider(options, hw, target)]
+    refusal: SpecctlError | None = None
+    for opts, why in tries:
+        said: list[str] = [why] if why else []
+        try:
+            budget, opts = _budget(profile, hw, backend, opts, installed, target, draft, said)
+        except SpecctlError as exc:
+            raise type(exc)(f"{profile.name}: {exc}") from None
+        try:
+            mem, notes = memory.plan(target, draft, profile.server.context, profile.memory,
+                                     budget, backend.cache_types, backend.spills)
+        except DoesNotFitError as exc:
+            refusal = refusal or exc  # the first refusal: the profile's own layout
+            continue
+        reasons += said + notes
+        return mem, opts
+    assert refusal is not None
+    tried = "" if len(tries) == 1 else (
+        f" (nor on {', '.join(str(backend.devices(o)) for o, _ in tries[1:])} GPUs)")
+    raise DoesNotFitError(f"{profile.name} on {hw.name}: {refusal}{tried}") from None
 
 
 def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
@@ -161,27 +233,19 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
     target = resolver.resolve(options.target or profile.target, backend.default_quant)
     if target.note:
         reasons.append(target.note + ".")
+    target = _servable(target, backend, resolver, reasons)
     method = _method(profile)
     if method not in choice.installed.methods:
         reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
                        f"'{method}' speculation, so it serves without; {backend.no_spec_hint}.")
         method = "none"
-    room = memory.budget_for(hw, profile.memory, backend.devices(options)).gb - target.weights_gb
+    room = _room(memory.budget_for(hw, profile.memory, backend.devices(options)), backend,
+                 target)
     method, draft = _draft(profile, method, target, backend, choice.installed, options, resolver,
                            pick_draft, room, reasons)
-    try:
-        budget, options = _budget(profile, hw, backend, options, choice.installed, target, draft,
-                                  reasons)
-    except SpecctlError as exc:
-        raise type(exc)(f"{profile.name}: {exc}") from None
-    try:
-        mem, notes = memory.plan(target, draft, srv.context, profile.memory, budget,
-                                 backend.cache_types)
-    except SpecctlError as exc:
-        raise type(exc)(f"{profile.name} on {hw.name}: {exc}") from None
-    reasons += notes
+    mem, options = _fit(profile, hw, backend, options, choice.installed, target, draft, reasons)
     if profile.k == "auto":
-        k, why = _auto_k(method, target, draft)
+        k, why = _auto_k(method, target, draft, mem.speed)
         k_source = "cost model"
     else:
         k, why, k_source = profile.k, f"k={profile.k} from the profile", "profile"

@@ -14,6 +14,7 @@ from specctl.orchestrator.models import testbed
 from specctl.orchestrator.models.info import ModelInfo, parse_ref
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.sizes import gib
 
 Say = Callable[[str], None]
 
@@ -57,7 +58,7 @@ def remote_models(plan: Plan, resolver: Resolver, allow: bool, say: Say) -> Plan
     missing = [m for m in (plan.target, plan.draft) if m is not None and m.path is None
                and m.remote is not None]
     if missing and not allow:
-        what = ", ".join(f"{m.ref} ({m.weights_gb:.1f} GB)" for m in missing)
+        what = ", ".join(f"{m.ref} ({gib(m.size_bytes)})" for m in missing)
         how = resolver.how_to_get(resolver.ref(missing[0].ref))
         raise ModelError(f"{what} not on disk and downloads are off (--no-download or "
                          f"SPECCTL_NO_DOWNLOAD); {how}")
