@@ -226,6 +226,8 @@ class Adapter:
     knobs: ClassVar[frozenset[str]] = frozenset()  # tunable extras, e.g. "p_min"
     has_workers: ClassVar[bool] = False  # can lend this machine to a server elsewhere
     authenticates: ClassVar[bool] = True  # checks an API key (without one: loopback only)
+    # its spec_stats counts drafted tokens: a speculative server that reports none did not draft
+    draft_counters: ClassVar[bool] = False
 
     @property
     def runs_on(self) -> frozenset[str]:
