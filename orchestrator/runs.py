@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -253,6 +254,7 @@ class Row:
     spec: str
     stats: SpecStats | None
     note: str = ""
+    certificate: dict[str, Any] | None = None  # certificates.Found.to_json(), when speculating
 
 
 def status(app: App) -> list[Row]:
@@ -276,7 +278,20 @@ def status(app: App) -> list[Row]:
             except SpecctlError as exc:
                 note = str(exc)
         label = run.status if up or run.status == "failed" else "dead (run `specctl down`)"
+        cert, problem = _certificate(app, run)
         rows.append(Row(profile, label, run.url,
                         time.time() - run.started_at, run.restarts, run.spec, stats,
-                        note or (run.error or "")))
+                        note or (run.error or "") or problem, cert))
     return rows
+
+
+def _certificate(app: App, run: state.RunState) -> tuple[dict[str, Any] | None, str]:
+    """The served configuration's losslessness certificate (measure/certificates.py): its state
+    and the engine build it is for; None when the run does not speculate."""
+    if run.plan.get("method", "none") == "none" or not run.plan.get("k"):
+        return None, ""
+    try:
+        found = app.certificate_of_run(run.plan)
+    except (SpecctlError, OSError) as exc:
+        return None, f"certificate: {exc}"
+    return (found.to_json() if found else None), ""
