@@ -29,6 +29,9 @@ OUTPUT_CHANGED = "output changed"
 BROKEN_ENGINE = "broken engine"
 DID_NOT_DRAFT = "the engine did not draft"
 PROBLEMS = (OUTPUT_CHANGED, BROKEN_ENGINE, DID_NOT_DRAFT)
+SHORT = {OUTPUT_CHANGED: "replies differ from the target's alone",
+         BROKEN_ENGINE: "the floor, every draft rejected, fails its own check",
+         DID_NOT_DRAFT: "no drafted tokens reported"}
 SPEEDUP_KEYS = ("speedup", "speedup_low", "speedup_high", "speedup_min", "speedup_max", "noisy")
 NUMERICS = (f"numerics flip at most 1 greedy token in {round(1 / FLIP_RATE)} (anywhere in a "
             f"reply); more or earlier divergence than that (p <= {LEVEL:g}) is a changed output")
@@ -146,7 +149,7 @@ def _verdict(result: Mapping[str, Any], usable: Sequence[str],
                 BROKEN_ENGINE: f"broken engine: {why}; {', '.join(bad)} must not be used",
                 DID_NOT_DRAFT: f"the engine did not draft ({', '.join(bad)}): {why}; its speed "
                                "is not a speculation speedup"}[outcome]
-        also = [k for k in kinds[1:]]
+        also = [f"{k} ({SHORT[k]})" for k in kinds[1:]]
         tail = f"; also: {', '.join(also)}" if also else ""
         if usable:
             tail += f". Of the rest: {bench.verdict(_only(result, usable), result['categories'])}"
