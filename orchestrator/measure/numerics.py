@@ -11,7 +11,7 @@ including the first difference, or the whole reply when identical) tokens to fli
 number of divergences under the model is at most Poisson(FLIP_RATE x exposure). A p-value at or
 below LEVEL (1%) is more, or earlier, divergence than numerics can explain. Example: 3 of 3
 replies diverging at tokens 1, 3 and 6 expose 13 tokens, p = 3e-4; 4 of 8 replies of 96 tokens
-diverging at tokens 30-90 expose ~600 tokens, p = 0.85.
+diverging at tokens 30, 50, 70 and 90 expose 628 tokens, p = 0.87.
 """
 
 from __future__ import annotations
