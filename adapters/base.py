@@ -266,6 +266,8 @@ class Adapter:
     # (SPECCTL_* variables) and the engine's own variables (see `environment`)
     settings: ClassVar[tuple[type[BaseModel], ...]] = ()
     engine_env: ClassVar[tuple[EnvVar, ...]] = ()
+    # its spec_stats counts drafted tokens: a speculative server that reports none did not draft
+    draft_counters: ClassVar[bool] = False
 
     @property
     def runs_on(self) -> frozenset[str]:

@@ -108,6 +108,7 @@ class LlamaCpp(Adapter):
     vocab_rule: ClassVar[str] = "near"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
     preference: ClassVar[Mapping[str, int]] = {"cuda": 1, "metal": 0, "cpu": 0}
+    draft_counters: ClassVar[bool] = True
     install_hint: ClassVar[str] = "`specctl backend install llama.cpp`"
     no_spec_hint: ClassVar[str] = "update llama.cpp (`specctl backend install llama.cpp " \
                                   "--rebuild`)"

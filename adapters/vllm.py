@@ -131,6 +131,7 @@ class Vllm(Adapter):
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "fp8")
     preference: ClassVar[Mapping[str, int]] = {"cuda": 0}
     formats: ClassVar[frozenset[str]] = frozenset({"hf"})
+    draft_counters: ClassVar[bool] = True
     install_hint: ClassVar[str] = "`pip install 'specctl[vllm]'` (or set SPECCTL_VLLM_PYTHON)"
     no_spec_hint: ClassVar[str] = "use a vLLM version with this method, or another method"
     options: ClassVar[type[Options]] = VllmOptions

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specctl.adapters import registry
 from specctl.adapters.base import Adapter, Installed, Launch
@@ -20,7 +21,7 @@ from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.errors import ModelError, SpecctlError
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.measure import tuned, winners
+from specctl.orchestrator.measure import certificates, tuned, winners
 from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.resolve import Resolver, hf_cache_dir
@@ -104,6 +105,10 @@ class App:
             return None
         return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary,
                              tuple((a, b, k) for a, b, k in found.k_by_batch))
+
+    def certificate_of_run(self, plan: Mapping[str, Any]) -> certificates.Found | None:
+        """The losslessness certificate state of a run's recorded plan (`status`)."""
+        return certificates.for_run(self.dirs.state, plan)
 
     def draft_candidates(self, target: ModelInfo, backend: Adapter,
                          extra: tuple[Path, ...] = (), methods: frozenset[str] = frozenset(),

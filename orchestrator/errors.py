@@ -43,6 +43,13 @@ class ServerError(SpecctlError):
     """Launching or supervising a server failed (port in use, crash loop, unhealthy)."""
 
 
+class NotUsableError(SpecctlError):
+    """A measured setting must not be used: its output changed, its engine is broken, or it did
+    not draft (bench's verdict says which, with the evidence)."""
+
+    exit_code = 3
+
+
 class StateError(SpecctlError):
     """State or tuning files could not be read or written."""
 

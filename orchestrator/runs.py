@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -258,6 +259,7 @@ class Row:
     stats: SpecStats | None
     note: str = ""
     placement: str = ""  # what the engine chose (layers, context, buffers), from its log
+    certificate: dict[str, Any] | None = None  # certificates.Found.to_json(), when speculating
 
 
 def status(app: App) -> list[Row]:
@@ -282,9 +284,10 @@ def status(app: App) -> list[Row]:
                 note = str(exc)
         label = run.status if up or run.status == "failed" else "dead (run `specctl down`)"
         chose = backend.placement(_log_head(run.log)) if up and backend is not None else ""
+        cert, problem = _certificate(app, run)
         rows.append(Row(profile, label, run.url,
                         time.time() - run.started_at, run.restarts, run.spec, stats,
-                        note or (run.error or ""), chose))
+                        note or (run.error or "") or problem, chose, cert))
     return rows
 
 
@@ -303,3 +306,15 @@ def _log_head(path: str) -> str:
             return log.read(LOG_READ).decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def _certificate(app: App, run: state.RunState) -> tuple[dict[str, Any] | None, str]:
+    """The served configuration's losslessness certificate (measure/certificates.py): its state
+    and the engine build it is for; None when the run does not speculate."""
+    if run.plan.get("method", "none") == "none" or not run.plan.get("k"):
+        return None, ""
+    try:
+        found = app.certificate_of_run(run.plan)
+    except (SpecctlError, OSError) as exc:
+        return None, f"certificate: {exc}"
+    return (found.to_json() if found else None), ""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from specctl.orchestrator.cli.base import PROFILE, cli, console
-from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.errors import NotUsableError, SpecctlError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -118,7 +118,7 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.measure import bench as bench_mod
-    from specctl.orchestrator.measure import lossless, reports
+    from specctl.orchestrator.measure import lossless, reports, verdicts
 
     if plot:
         reports.check_plotting()  # before minutes of measuring, not after
@@ -141,6 +141,9 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
                                      repeats, max_tokens, app.dirs.logs, step, concurrency)
         checked = lossless.run(plan, quality_against, resolved.backend, resolved.installed,
                                work.by_category(), how, app.dirs.logs, step) if quality else None
+        floor_checked = lossless.run_pair(
+            plan.baseline(), rejecting, "floor", resolved.backend, resolved.installed,
+            work.by_category(), how, app.dirs.logs, step) if quality and rejecting else None
     settings = {"workload": work.describe(), "prompts": len(work.prompts),
                 "repeats": repeats, "max_tokens": max_tokens, "concurrency": concurrency}
     result = bench_mod.report(plan, resolved.installed, configs, measured, settings,
@@ -149,7 +152,14 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
         result["quality"] = {"against": quality_against, "temperature": how.temperature,
                              "top_p": how.top_p, "samples_per_prompt": how.samples,
                              "tokens": how.tokens,
-                             "categories": {c: r.to_json() for c, r in checked.items()}}
+                             "categories": {c: r.to_json() for c, r in checked.items()},
+                             "config": verdicts.tested_label(plan)}
+    if floor_checked is not None:
+        result["floor_quality"] = {"categories": {c: r.to_json()
+                                                  for c, r in floor_checked.items()}}
+    verdicts.judge(result, resolved.backend.draft_counters)
+    if checked is not None and quality_against == "speculative":
+        result["certificate"] = _certify(app, resolved, result)
     saved = reports.save(app.dirs.bench, resolved.plan.profile, result)
     if json_out:
         json_out.write_text(json.dumps(result, indent=2) + "\n")
@@ -158,6 +168,26 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
         reports.plot_bench(result, plot)
         console.print(f"plot: {plot}")
     console.print(f"raw samples: {saved}", highlight=False)
+    if result.get("certificate"):
+        console.print(f"certificate: {result['certificate']}", highlight=False, markup=False)
+    if result["outcome"] in verdicts.PROBLEMS:
+        bad = ", ".join(dict.fromkeys(f["config"] for f in result["findings"]))
+        raise NotUsableError(f"{result['outcome']}: do not use {bad} (the verdict above says "
+                             f"why; the report is {saved})")
+
+
+def _certify(app: App, resolved: Resolved, result: dict[str, Any]) -> str:
+    """Write the losslessness certificate of this `bench --quality` run; a line that says what
+    it is and where."""
+    from specctl.orchestrator.measure import certificates
+
+    cache = certificates.sha_cache(app.dirs.state)
+    plan, installed = resolved.plan, resolved.installed
+    engine = certificates.engine_of(plan.backend, installed.version, installed.path, cache)
+    cert = certificates.from_report(plan.profile, engine, certificates.setting_of(plan, cache),
+                                    result)
+    path = certificates.save(certificates.folder(app.dirs.state), cert)
+    return f"{'passing' if cert.passed else 'FAILING'}, for {engine.describe()}; saved to {path}"
 
 
 def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workload,

@@ -51,7 +51,7 @@ def status_json(row: Row) -> dict[str, Any]:
             "drafted": stats.drafted if stats else None,
             "accepted": stats.accepted if stats else None,
             "acceptance_rate": stats.acceptance_rate if stats else None, "note": row.note,
-            "placement": row.placement or None}
+            "placement": row.placement or None, "certificate": row.certificate}
 
 
 def show_status(console: Console, rows: list[Row]) -> None:
@@ -72,6 +72,9 @@ def show_status(console: Console, rows: list[Row]) -> None:
                           markup=False)
         if r.note:
             console.print(f"{r.profile}: {r.note}", highlight=False)
+        if r.certificate:
+            console.print(f"{r.profile}: certificate: {r.certificate['line']}", highlight=False,
+                          markup=False)
 
 
 @contextmanager
@@ -99,31 +102,53 @@ def _span(low: float | None, high: float | None) -> str:
     return f"{_x(low)}-{_x(high)}" if low is not None and high is not None else "-"
 
 
+def _show_checks(console: Console, result: dict[str, Any]) -> None:
+    """Greedy identity against the numerics model, and the floor's own check."""
+    if result.get("numerics"):
+        console.print(f"greedy identity against the baseline ({result['numerics']}):",
+                      highlight=False, markup=False)
+    for label, rows in result["configs"].items():
+        if result.get("numerics") or any(rows[c].get("floor") is not None
+                                         for c in result["categories"]):
+            for cat in result["categories"]:
+                console.print(f"  {label}, {cat}: {rows[cat]['identity']}",
+                              highlight=False, markup=False)
+    floor = result.get("floor_check")
+    if floor:
+        state = "passes" if floor["passed"] else "FAILS: the engine is broken"
+        console.print(f"floor (every draft rejected) against the baseline: {state}",
+                      highlight=False, markup=False)
+        for cat, found in floor["greedy"].items():
+            console.print(f"  greedy, {cat}: {found['message']}", highlight=False, markup=False)
+        for cat, found in (result.get("floor_quality") or {}).get("categories", {}).items():
+            console.print(f"  sampled, {cat}: {found['message']}", highlight=False, markup=False)
+
+
 def show_bench(console: Console, result: dict[str, Any]) -> None:
     for label, rows in result["configs"].items():
         cells = []
+        usable = rows["overall"].get("usable", True)
         for cat in [*result["categories"], "overall"]:
             r = rows[cat]
+            ratio = (r.get("ratio_not_a_speedup") or {}).get("speedup")
             cells.append([
                 cat, f"{r['baseline_tps']:.1f}" if r["baseline_tps"] else "-",
                 f"{r['tps']:.1f}" if r["tps"] else "-",
-                _x(r.get("speedup")) + ("*" if r.get("noisy") else ""),
+                _x(r.get("speedup")) + ("*" if r.get("noisy") else "") if usable else
+                f"({_x(ratio)})",
                 _span(r.get("speedup_low"), r.get("speedup_high")),
                 _span(r.get("speedup_min"), r.get("speedup_max")), _pct(r["acceptance"]),
                 f"{r['accepted_per_step']:.2f}" if r["accepted_per_step"] else "-",
                 _pct(r["identical"]), str(r["n"])])
         tables.show(console, BENCH_COLUMNS, cells,
                     title=f"{result['profile']} on {result['backend']}: {label} vs baseline "
-                          f"({result['hardware']})")
+                          f"({result['hardware']})" + ("" if usable else
+                                                       ": NOT USABLE, (x) is no speedup"))
     console.print("speedup: decode throughput against the baseline's on the same prompts (the "
                   "workload's mix overall), 95% bootstrap interval; range: per-prompt ratios; "
                   "* = noisy (wide interval or few samples); same = greedy output identical to "
                   "the baseline's")
-    for label, rows in result["configs"].items():
-        if any(rows[c].get("floor") is not None for c in result["categories"]):
-            for cat in result["categories"]:
-                console.print(f"greedy identity, {label}, {cat}: {rows[cat]['identity']}",
-                              highlight=False, markup=False)
+    _show_checks(console, result)
     for label, found in (result.get("concurrency") or {}).items():
         cells = [[str(r["level"]), f"{r['baseline_tps']:.1f}", f"{r['tps']:.1f}",
                   _x(r["speedup"]), _span(r["speedup_low"], r["speedup_high"]),

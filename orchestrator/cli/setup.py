@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+from rich.markup import escape
 
 from specctl.orchestrator.cli.base import HARDWARE, PROFILE, cli, console
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.sizes import gib
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.app import App, Resolved
+    from specctl.orchestrator.measure import certificates
 
 
 @cli.group(invoke_without_command=True)
@@ -119,12 +125,28 @@ def plan(profile_ref: str, hardware: Path | None, as_json: bool) -> None:
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.planning.plan import plan_json
 
-    resolved = App.from_env().resolve(profile_ref, hardware)
+    app = App.from_env()
+    resolved = app.resolve(profile_ref, hardware)
     launch = resolved.launch()
+    found = _certificate(app, resolved) if hardware is None else None
     if as_json:
-        click.echo(json.dumps(plan_json(resolved.plan, resolved.installed, launch), indent=2))
+        data = plan_json(resolved.plan, resolved.installed, launch)
+        data["certificate"] = found.to_json() if found else None
+        click.echo(json.dumps(data, indent=2))
     else:
         render.show_plan(console, resolved.plan, resolved.installed, launch)
+        if found is not None:
+            console.print(f"\n[bold]certificate[/bold] {escape(found.line())}", highlight=False)
+
+
+def _certificate(app: App, resolved: Resolved) -> certificates.Found | None:
+    """Whether the planned speculation passed `bench --quality` on this engine build (None when
+    it does not speculate or the engine is not installed here)."""
+    from specctl.orchestrator.measure import certificates
+
+    if not resolved.plan.speculative or resolved.installed.assumed:
+        return None
+    return certificates.for_plan(app.dirs.state, resolved.plan, resolved.installed)
 
 
 @cli.group()

@@ -70,6 +70,7 @@ class Sample:
     level: int = 1  # concurrent streams
     round: int = 0  # at level > 1: the round (of `level` requests) this one was part of
     round_wall_s: float = 0.0  # that round's wall time
+    text: str = ""  # the reply (level 1): where it leaves the baseline's (measure/verdicts.py)
 
     @property
     def key(self) -> tuple[int, int, int, str, int]:
@@ -128,7 +129,7 @@ def _sample(cfg: Config, got: engine.Asked, cat: str, i: int, r: int) -> Sample:
     return Sample(config=cfg.label, method=cfg.plan.method, k=cfg.plan.k, category=cat,
                   prompt=i, repeat=r, tokens=reply.tokens, decode_tps=reply.decode_tps,
                   wall_s=round(reply.wall_s, 4), timed_by=reply.timed_by, drafted=spec.drafted,
-                  accepted=spec.accepted, drafts=spec.drafts, text_sha=got.sha)
+                  accepted=spec.accepted, drafts=spec.drafts, text_sha=got.sha, text=reply.text)
 
 
 def _rounds(running: Sequence[tuple[Config, engine.Served]], by_cat: Mapping[str, list[str]],

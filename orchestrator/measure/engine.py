@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.adapters.base import Adapter, Endpoint, Installed, SpecStats
+from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client, servers
 
@@ -70,8 +71,15 @@ class Served:
         self._seen = self.counters()
 
     def counters(self) -> SpecStats:
-        """The draft counters so far; not read (all zero) when the plan does not speculate."""
-        return self.backend.spec_stats(self.endpoint) if self.plan.speculative else SpecStats()
+        """The draft counters so far; not read (all zero) when the plan does not speculate. A
+        metrics page that cannot be read counts nothing: a server that drafts shows its counters
+        (measure/verdicts.py flags one that did not)."""
+        if not self.plan.speculative:
+            return SpecStats()
+        try:
+            return self.backend.spec_stats(self.endpoint)
+        except BackendError as exc:
+            return SpecStats(source=f"no counters: {exc}")
 
     def ask(self, prompt: str, max_tokens: int) -> Asked:
         reply = client.chat(self.endpoint, prompt, max_tokens, timing=self.backend.decode_timing,

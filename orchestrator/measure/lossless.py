@@ -24,11 +24,12 @@ from pathlib import Path
 
 from specctl.adapters.base import Adapter, Installed
 from specctl.orchestrator.errors import ProfileError, SpecctlError
-from specctl.orchestrator.measure import engine, quality
+from specctl.orchestrator.measure import engine, numerics, quality
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client
 
 AGAINST = ("speculative", "baseline", "draft")
+GREEDY_TOKENS = 32  # tune's gate: greedy reply length compared per prompt
 Say = Callable[[str], None]
 
 
@@ -90,13 +91,21 @@ def run(plan: Plan, against: str, backend: Adapter, installed: Installed,
         prompts: Mapping[str, list[str]], how: Sampling, logs: Path,
         say: Say) -> dict[str, quality.QualityResult]:
     """Serve the baseline and the candidate (with room for `batch` parallel choices), compare."""
-    other = candidate(plan, against).but(parallel=max(plan.parallel, how.batch))
-    base = plan.baseline().but(parallel=max(plan.parallel, how.batch))
+    return run_pair(plan.baseline(), candidate(plan, against), against, backend, installed,
+                    prompts, how, logs, say)
+
+
+def run_pair(base: Plan, other: Plan, label: str, backend: Adapter, installed: Installed,
+             prompts: Mapping[str, list[str]], how: Sampling, logs: Path,
+             say: Say) -> dict[str, quality.QualityResult]:
+    """`base` and `other` served side by side and sampled alike (`label` names the other's
+    log): e.g. the floor (every draft rejected) against the target alone."""
+    other = other.but(parallel=max(other.parallel, how.batch))
+    base = base.but(parallel=max(base.parallel, how.batch))
     with ExitStack() as stack:
-        say("quality: starting the baseline and candidate servers")
+        say(f"quality: starting the baseline and {label} servers")
         a = stack.enter_context(engine.serve(base, backend, installed, logs, "quality-baseline"))
-        b = stack.enter_context(engine.serve(other, backend, installed, logs,
-                                             f"quality-{against}"))
+        b = stack.enter_context(engine.serve(other, backend, installed, logs, f"quality-{label}"))
         return compare(a, b, prompts, how, say)
 
 
@@ -121,18 +130,40 @@ def short(temperature: float, top_p: float) -> Sampling:
 def gate(plan: Plan, backend: Adapter, installed: Installed, prompts: Mapping[str, list[str]],
          how: Sampling, logs: Path, say: Say, against: str = "speculative") -> str:
     """tune's short check before it saves: the chosen setting sampled against the baseline on
-    one prompt per category. Raises (one line) when a category differs; else a line that says
-    what was checked. Short, so it catches gross breakage (a leaking draft), not subtle shifts:
+    one prompt per category, those prompts also answered greedily by both (measure/numerics.py),
+    and the candidate's draft counters read. Raises (one line) when a category's sampled output
+    differs, the greedy replies diverge more or earlier than numerics explain, or a speculative
+    engine that counts drafts drafted nothing; else a line that says what was checked. Short,
+    so it catches gross breakage (a leaking draft, the draft served alone), not subtle shifts:
     `bench --quality` is the full check. `against` as in run (to check the gate itself)."""
     few = {cat: texts[:1] for cat, texts in prompts.items() if texts}
-    found = run(plan, against, backend, installed, few, how, logs, say)
+    other = candidate(plan, against)
+    with ExitStack() as stack:
+        say("quality: starting the baseline and candidate servers")
+        a = stack.enter_context(engine.serve(plan.baseline().but(
+            parallel=max(plan.parallel, how.batch)), backend, installed, logs, "quality-baseline"))
+        b = stack.enter_context(engine.serve(other.but(parallel=max(other.parallel, how.batch)),
+                                             backend, installed, logs, f"quality-{against}"))
+        found = compare(a, b, few, how, say)
+        replies = [(b.ask(p, GREEDY_TOKENS).reply.text, *_text_and_tokens(a.ask(
+            p, GREEDY_TOKENS))) for texts in few.values() for p in texts]
+        drafted = b.counters().drafted
+    checked = numerics.greedy(replies)
     bad = [f"{cat} ({r.message()})" for cat, r in found.items() if r.differs]
+    if not checked.explained:
+        bad.append(f"greedy replies: {checked.message()}")
+    if other.speculative and backend.draft_counters and drafted == 0:
+        bad.append("the engine did not draft: it reported no drafted tokens")
     if bad:
-        raise SpecctlError(f"{plan.describe_spec()} changes the sampled output against the "
-                           f"target alone: {'; '.join(bad)}; not saved. Check the engine build "
+        raise SpecctlError(f"{plan.describe_spec()} fails the check against the target "
+                           f"alone: {'; '.join(bad)}; not saved. Check the engine build "
                            f"(`specctl bench -p {plan.profile} --quality` for the full check), "
                            "or tune with --no-quality to save it anyway")
     tested = ", ".join(f"{cat} p={r.p_value:.2g}" for cat, r in found.items())
     return (f"sampling at temperature {how.temperature:g}, top-p {how.top_p:g}: no difference "
             f"detected ({how.samples} samples x 1 prompt per category: {tested}; a short "
-            "check, `bench --quality` is the full one)")
+            f"check, `bench --quality` is the full one); greedy: {checked.message()}")
+
+
+def _text_and_tokens(got: engine.Asked) -> tuple[str, int]:
+    return got.reply.text, got.reply.tokens

@@ -2,9 +2,10 @@
 
 Each backend is measured as `bench` measures one (its baseline and its own speculation: the
 tuned setting when the profile says k = "auto" and `tune` has run for it), on the same prompts
-and settings, one backend after the other. Its speed is the workload's decode throughput of its
-best configuration, speculative or not; the fastest is saved (measure/winners.py) and `plan`
-prefers it.
+and settings, one backend after the other, and judged as `bench` judges (measure/verdicts.py).
+Its speed is the workload's decode throughput of its best usable configuration, speculative or
+not: a setting whose greedy output changed, or that did not draft, is never picked. The fastest
+is saved (measure/winners.py) and `plan` prefers it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.adapters.base import Adapter, Installed
-from specctl.orchestrator.measure import bench, winners, workload
+from specctl.orchestrator.measure import bench, verdicts, winners, workload
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning.plan import Plan
 
@@ -35,8 +36,9 @@ def speed_of(report: dict[str, Any], samples: Sequence[bench.Sample],
                                     if s.config == config and s.level == 1], weights)
 
     base = tps(bench.BASELINE)
-    best = max(report["configs"], key=tps)
-    if tps(best) <= base:
+    usable = report.get("usable", list(report["configs"]))  # never a setting that changed output
+    best = max(usable, key=tps, default=bench.BASELINE)
+    if best == bench.BASELINE or tps(best) <= base:
         return winners.Speed(backend=backend, setting="no draft", tps=base, speedup=1.0)
     return winners.Speed(backend=backend, setting=best, tps=tps(best),
                          speedup=tps(best) / base if base else 0.0)
@@ -59,6 +61,7 @@ def compare(entries: Sequence[Entry], ks: Sequence[int], work: Workload, repeats
         report = bench.report(entry.plan, entry.installed, configs, samples,
                               {"workload": work.describe(), "repeats": repeats,
                                "max_tokens": max_tokens}, work.weights())
+        verdicts.judge(report, entry.backend.draft_counters)
         reports.append(report)
         speeds.append(speed_of(report, samples, work.weights(), entry.plan.backend))
     return reports, speeds

@@ -88,6 +88,7 @@ def plan_json(plan: Plan, installed: Installed, launch: Launch) -> dict[str, Any
     return {
         "profile": plan.profile, "hardware": plan.hardware.name, "backend": plan.backend,
         "backend_version": installed.version, "dialect": installed.dialect,
+        "engine": installed.path,
         "target": model_json(plan.target), "draft": model_json(plan.draft),
         "method": plan.method, "k": plan.k, "k_source": plan.k_source, "p_min": plan.p_min,
         "context": plan.context, "options": plan.options.model_dump(mode="json"),
