@@ -43,7 +43,8 @@ def up(profile_ref: str, foreground: bool, no_provision: bool, no_download: bool
 
     app = App.from_env()
     if handoff is not None:  # the detached supervisor: run what the parent resolved
-        sys.exit(runs.serve_foreground(app, handoff_mod.take(handoff), console.print))
+        ready = handoff_mod.take(handoff, app.dirs.runs)
+        sys.exit(runs.serve_foreground(app, ready, console.print))
     resolved = _resolve_for_up(app, profile_ref, provide=not no_provision,
                                download=not (no_download or app.settings.no_download))
     ready = runs.ready_of(app, resolved)
