@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from specctl.orchestrator import sanitise
 from specctl.orchestrator.cli.base import PROFILE, cli, console, err_console
 from specctl.orchestrator.errors import BackendError, SpecctlError
 
@@ -122,7 +123,8 @@ def status(as_json: bool) -> None:
 @cli.command()
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
-@click.option("-n", "--lines", default=50, show_default=True, help="Lines to show first.")
+@click.option("-n", "--lines", default=50, show_default=True, type=click.IntRange(min=0),
+              help="Lines to show first (0: none).")
 def logs(name: str, follow: bool, lines: int) -> None:
     """Print a profile's server log."""
     from specctl.orchestrator.config.paths import Dirs
@@ -132,9 +134,10 @@ def logs(name: str, follow: bool, lines: int) -> None:
     path = inside(Dirs.from_env().logs, name, ".log", "profile name")
     if not path.is_file():
         raise SpecctlError(f"no log for {name} in {path.parent}; has it been started?")
-    click.echo(procs.tail(str(path), lines))
+    if lines:  # server output: its control characters escaped
+        click.echo(sanitise.block(procs.tail(str(path), lines)))
     if follow:
-        procs.follow(str(path), click.echo)
+        procs.follow(str(path), lambda text: click.echo(sanitise.line(text)))
 
 
 

@@ -167,7 +167,7 @@ def tail(path: str, lines: int = 15, skip: str = "") -> str:
     except OSError:
         return "(no log)"
     kept = [ln for ln in text.splitlines() if not skip or skip not in ln]
-    return "\n".join(kept[-lines:])
+    return "\n".join(kept[-lines:]) if lines > 0 else ""
 
 
 def follow(path: str, emit: Callable[[str], None], sleep: Callable[[float], None] = time.sleep,
