@@ -25,9 +25,9 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters import prometheus, tgi_container, tgi_launcher
@@ -80,30 +80,60 @@ def recorded() -> dict[str, LauncherOption]:
     return tgi_launcher.load(DIALECT)
 
 
+# What `extra_args` may hold: tuning flags. Everything else the launcher takes either comes from
+# the plan (OWN_FLAGS), runs code (--trust-remote-code: the typed `trust_remote_code` option),
+# reads or writes host paths (caches, tokenizer config, LoRA adapters, the shard socket), sends
+# data away (OTLP, ngrok) or sets the environment (-e): a profile may choose none of those.
+TUNING_FLAGS = frozenset({
+    "--validation-workers", "--quantize", "--dtype", "--max-concurrent-requests",
+    "--max-best-of", "--max-stop-sequences", "--max-top-n-tokens", "--waiting-served-ratio",
+    "--max-batch-total-tokens", "--max-waiting-tokens", "--max-batch-size", "--cuda-graphs",
+    "--disable-custom-kernels", "--rope-scaling", "--rope-factor", "--json-output",
+    "--otlp-service-name", "--cors-allow-origin", "--watermark-gamma", "--watermark-delta",
+    "--disable-grammar-support", "--max-client-batch-size", "--payload-limit",
+    "--enable-prefill-logprobs", "--graceful-termination-timeout"})
+# Keys an earlier [tgi] section had, now chosen only on the user's own machine.
+NOT_IN_PROFILES = {
+    "image": "a profile cannot choose the container image; set SPECCTL_TGI_IMAGE on your own "
+             "machine to run another",
+    "hf_cache": "a profile cannot choose what is mounted: the container gets the Hugging Face "
+                "cache (HF_HOME, else ~/.cache/huggingface); set HF_HOME to move it",
+    "hf_hub_cache": "a profile cannot choose what is mounted: the container gets the hub "
+                    "cache HF_HUB_CACHE names; set HF_HUB_CACHE to move it"}
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
+
+
 class TgiOptions(Options):
-    """The `[tgi]` section of a profile."""
+    """The `[tgi]` section of a profile. It chooses no image, mount or host path: those come
+    from SPECCTL_TGI_IMAGE and the user's Hugging Face cache (see `Mounted`)."""
 
     engine: Literal["auto", "native", "docker", "podman"] = Field(
         "auto", description="how to run TGI: its launcher on this machine, or its container "
         "image; auto: what the probe found (the container when planning for another machine)")
-    image: str = Field(IMAGE, min_length=1, description="the TGI container image")
-    num_shard: int | None = Field(None, ge=1, description="GPUs to shard the target over "
-                                  "(tensor parallel, one machine); default 1")
-    revision: str | None = Field(None, min_length=1, description="branch, tag or commit of the "
-                                 "model repo (e.g. refs/pr/1); for a Medusa repo it picks the "
-                                 "heads, the base model is read at main")
-    hf_cache: str | None = Field(None, description="container: host folder mounted as /data, "
-                                 "the image's HF_HOME (models in its hub/, the login token); "
-                                 "default: HF_HOME, else ~/.cache/huggingface")
-    hf_hub_cache: str | None = Field(None, description="container: a hub cache outside "
-                                     "hf_cache, mounted as /data/hub; default: HF_HUB_CACHE "
-                                     "when it is set elsewhere")
+    num_shard: int | None = Field(None, ge=1, le=64, description="GPUs to shard the target "
+                                  "over (tensor parallel, one machine); default 1")
+    revision: str | None = Field(None, min_length=1, max_length=256, pattern=r"^[^\s-][^\s]*$",
+                                 description="branch, tag or commit of the model repo (e.g. "
+                                 "refs/pr/1); for a Medusa repo it picks the heads, the base "
+                                 "model is read at main")
     shm_size: str = Field("1g", description="container shared memory (NCCL between shards)")
     prometheus_port: int | None = Field(None, ge=1, le=65535, description="native: the "
                                         "launcher's extra metrics listener (default 9000; TGI "
                                         "fails to start when it is taken)")
-    extra_args: tuple[str, ...] = Field((), description="more launcher arguments, checked "
-                                        "against the recorded launcher options")
+    trust_remote_code: bool = Field(False, description="let TGI run code shipped with the "
+                                    "model (--trust-remote-code); only for models you trust")
+    extra_args: tuple[str, ...] = Field((), max_length=64, description="more launcher "
+                                        "arguments: tuning flags only (see TUNING_FLAGS), "
+                                        "checked against the recorded launcher options")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_from_profiles(cls, data: Any) -> Any:
+        if cls is TgiOptions and isinstance(data, Mapping):
+            for key, why in NOT_IN_PROFILES.items():
+                if key in data:
+                    raise ValueError(f"'{key}': {why}")
+        return data
 
     @field_validator("shm_size")
     @classmethod
@@ -115,25 +145,59 @@ class TgiOptions(Options):
     @field_validator("extra_args")
     @classmethod
     def _launcher_args(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for arg in v:
-            flag = arg.split("=", 1)[0]
-            if flag == "--api-key":
-                raise ValueError("the API key never goes in argv: name its variable in "
-                                 "server.api_key_env")
-            if flag in OWN_FLAGS:
-                raise ValueError(f"{flag} is set from the profile; change the profile (or "
-                                 "this section's own keys) instead")
+        if any(len(arg) > 4096 for arg in v):
+            raise ValueError("an argument longer than 4096 characters")
         problems = tgi_launcher.validate(v, recorded())
         if problems:
             raise ValueError(f"text-generation-launcher {DIALECT} would refuse them: "
                              + "; ".join(problems))
+        for arg in v:
+            if not arg.startswith("-"):
+                continue  # a value, checked with its flag below
+            flag = arg.split("=", 1)[0]
+            if flag == "--api-key":
+                raise ValueError("the API key never goes in argv: name its variable in "
+                                 "server.api_key_env")
+            if flag == "--trust-remote-code":
+                raise ValueError("remote code is turned on by `trust_remote_code = true` in "
+                                 "[tgi], nowhere else")
+            if flag in OWN_FLAGS:
+                raise ValueError(f"{flag} is set from the profile; change the profile (or "
+                                 "this section's own keys) instead")
+            if flag not in TUNING_FLAGS:
+                raise ValueError(f"{flag} is not a tuning flag a profile may pass (host "
+                                 "paths, remote code, the environment and outside endpoints "
+                                 "are not for profiles); remove it")
         return v
+
+
+class Mounted(TgiOptions):
+    """The `[tgi]` options of a plan for the container: with the user's Hugging Face cache
+    dirs filled in by `Tgi.resources` (from HF_HOME / HF_HUB_CACHE, never from a profile)."""
+
+    hf_cache: str | None = Field(None, description="host folder mounted as /data, the image's "
+                                 "HF_HOME (models in its hub/, the login token)")
+    hf_hub_cache: str | None = Field(None, description="a hub cache outside hf_cache, mounted "
+                                     "as /data/hub")
+
+
+def check_image(image: str) -> str:
+    """A container image reference (SPECCTL_TGI_IMAGE): one argv word, never a flag."""
+    if not _IMAGE.fullmatch(image):
+        raise ValueError(f"'{image}' is not a container image reference like {IMAGE}")
+    return image
 
 
 class _Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
                                       env_ignore_empty=True)
     tgi_launcher: Path | None = Field(None, description="use this text-generation-launcher")
+    tgi_image: str = Field(IMAGE, description="run this container image, not the recorded one")
+
+    @field_validator("tgi_image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return check_image(v)
 
 
 def parse_version(text: str) -> str | None:
@@ -230,6 +294,8 @@ def launcher_args(plan: Plan, opts: TgiOptions, model: str, host: str, port: int
     spec = speculate(plan)
     if spec is not None:
         args += ["--speculate", spec]
+    if opts.trust_remote_code:
+        args.append("--trust-remote-code")
     if plan.cache_type in KV_DTYPE:
         args += ["--kv-cache-dtype", KV_DTYPE[plan.cache_type]]
     elif plan.cache_type not in ("f16", "bf16"):
@@ -274,12 +340,14 @@ class Tgi(Adapter):
         EnvVar("CONTAINER_HOST", "the podman service the container runs on"),
     )
 
-    def __init__(self, launcher: Path | None = None, timeout: float = 5.0) -> None:
-        self.launcher, self.timeout = launcher, timeout
+    def __init__(self, launcher: Path | None = None, timeout: float = 5.0,
+                 image: str = IMAGE) -> None:
+        self.launcher, self.timeout, self.image = launcher, timeout, check_image(image)
 
     @classmethod
     def create(cls, dirs: Dirs) -> Tgi:
-        return cls(launcher=load_settings(_Settings).tgi_launcher)
+        settings = load_settings(_Settings)
+        return cls(launcher=settings.tgi_launcher, image=settings.tgi_image)
 
     # -- what is installed -------------------------------------------------------------------
     def probe(self) -> Installed | None:
@@ -296,7 +364,7 @@ class Tgi(Adapter):
             path = shutil.which(engine)
             field = "Server" if engine == "docker" else "Client"  # docker: the daemon answers
             if path and self._ask([path, "version", "--format", f"{{{{.{field}.Version}}}}"]):
-                return installed_of(tgi_container.image_tag(IMAGE), path)
+                return installed_of(tgi_container.image_tag(self.image), path)
         return None
 
     def _ask(self, argv: list[str]) -> str | None:
@@ -322,11 +390,10 @@ class Tgi(Adapter):
         """No memory beyond this machine; for the container, the user's Hugging Face cache to
         mount, filled in here so that `launch` stays pure."""
         opts = options if isinstance(options, TgiOptions) else TgiOptions()
-        if engine_of(opts, installed) == "native" or opts.hf_cache is not None:
+        if engine_of(opts, installed) == "native" or isinstance(opts, Mounted):
             return Resources()
         home, hub = tgi_container.default_hf_dirs(os.environ, Path.home())
-        filled = opts.model_copy(update={"hf_cache": home,
-                                         "hf_hub_cache": opts.hf_hub_cache or hub})
+        filled = Mounted(**dict(opts), hf_cache=home, hf_hub_cache=hub)
         also = f", and the hub cache {filled.hf_hub_cache} as /data/hub" \
             if filled.hf_hub_cache else ""
         return Resources(options=filled, notes=(
@@ -376,8 +443,9 @@ class Tgi(Adapter):
             args = launcher_args(plan, opts, model, "0.0.0.0", CONTAINER_PORT, native=False)
             argv = tgi_container.run_argv(
                 engine, program, plan.profile, plan.host, plan.port, opts.shm_size,
-                [(opts.hf_cache, DATA), (opts.hf_hub_cache, DATA / "hub")], mount,
-                bool(plan.api_key_env), opts.image, args)
+                [(getattr(opts, "hf_cache", None), DATA),
+                 (getattr(opts, "hf_hub_cache", None), DATA / "hub")], mount,
+                bool(plan.api_key_env), self.image, args)
         check_args(args, container=engine != "native")
         url = f"http://{_url_host(plan.host)}:{plan.port}"
         env_from = {"API_KEY": plan.api_key_env} if plan.api_key_env else {}

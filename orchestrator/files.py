@@ -37,6 +37,44 @@ class UnreadableError(StateError):
     """A file that is not a regular, bounded, UTF-8 text file."""
 
 
+class NotOursError(StateError):
+    """A file specctl would trust (state, a handoff) that the user running it does not own."""
+
+
+def _euid() -> int | None:
+    return os.geteuid() if hasattr(os, "geteuid") else None
+
+
+def check_owned(path: Path, st: os.stat_result) -> None:
+    """Trust a file only when it and its folder belong to the user running specctl: a state
+    file another user could write would direct our signals and our API keys."""
+    euid = _euid()
+    if euid is None:
+        return
+    try:
+        folder = os.stat(path.parent)
+    except (OSError, ValueError) as exc:
+        raise NotOursError(f"{path.parent}: {getattr(exc, 'strerror', None) or exc}") from None
+    for what, owner in ((path, st.st_uid), (path.parent, folder.st_uid)):
+        if owner != euid:
+            raise NotOursError(f"{what} belongs to uid {owner}, not to you (uid {euid}); "
+                               "specctl trusts only its own files: check SPECCTL_STATE_DIR")
+
+
+def remove_own(path: Path, folder: Path) -> None:
+    """Remove `path` only if it is a regular file (not a link) of this user directly in
+    `folder`; anything else is refused, never removed."""
+    try:
+        st = os.lstat(path)
+        same = os.path.realpath(path.parent) == os.path.realpath(folder)
+    except (OSError, ValueError) as exc:
+        raise StateError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not same or not stat.S_ISREG(st.st_mode):
+        raise StateError(f"{path} is not a file of specctl's in {folder}; left alone")
+    check_owned(path, st)
+    os.unlink(path)
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write via a temp file in the same dir, fsync, rename; mode 0600. Never a half file."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -89,20 +127,27 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
-def read_text(path: Path, limit: int = MAX_BYTES) -> str:
+def read_text(path: Path, limit: int = MAX_BYTES, owned: bool = False) -> str:
     """A regular UTF-8 text file of at most `limit` bytes. FileNotFoundError when missing;
     UnreadableError (one line) for a directory, FIFO, device, huge or binary file: never a hang
-    (the open does not block) and never an unbounded read."""
+    (the open does not block) and never an unbounded read. `owned`: a file specctl wrote,
+    trusted only when it and its folder are the user's (NotOursError) and not a link."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if owned:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise UnreadableError(f"{path!s}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        mode = st.st_mode
         if not stat.S_ISREG(mode):
             raise UnreadableError(f"{path} is {_kind(mode)}, not a file")
+        if owned:
+            check_owned(path, st)
         data = os.read(fd, limit + 1)
         while len(data) <= limit and (more := os.read(fd, limit + 1 - len(data))):
             data += more
@@ -133,9 +178,11 @@ def read_back(path: Path, parse: Callable[[str], T], what: str, then: str) -> T 
     None when there is none; one that fails is set aside and reported in one line (StateError),
     never trusted."""
     try:
-        return parse(read_text(path))
+        return parse(read_text(path, owned=True))
     except FileNotFoundError:
         return None
+    except NotOursError as exc:  # not ours to trust, nor to move
+        raise StateError(f"{what} {exc}") from None
     except (UnreadableError, ValueError, RecursionError) as exc:  # JSON and pydantic errors
         why = str(exc).removeprefix(f"{path}").lstrip(": ") if isinstance(
             exc, UnreadableError) else first_problem(exc)

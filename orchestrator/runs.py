@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -248,6 +249,29 @@ def _down_without_state(profile: str, runs: Path, grace: float) -> bool:
     return bool(sups)
 
 
+def endpoint_of(run: state.RunState) -> Endpoint:
+    """The run's endpoint as `status` reads it. The API key goes only to the server's own
+    address: a loopback one (or the host the server binds), at the server's port; a metrics URL
+    the state names elsewhere is read without it."""
+    env_from = run.plan.get("env_from")
+    key = api_key(env_from, os.environ) if isinstance(env_from, dict) and all(
+        isinstance(v, str) for v in env_from.values()) else None
+    if key is None or not run.metrics_url or not _own_address(run.metrics_url, run):
+        key = None
+    return Endpoint(run.url, run.metrics_url, key)
+
+
+def _own_address(url: str, run: state.RunState) -> bool:
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return False
+    if parts.scheme != "http" or port != run.port or parts.username or parts.password:
+        return False
+    return host == "127.0.0.1" or host == "::1" or (host == run.host and host != "")
+
+
 @dataclass(frozen=True)
 class Row:
     profile: str
@@ -277,9 +301,8 @@ def status(app: App) -> list[Row]:
         stats, note = None, ""
         backend = registry.get(str(run.plan.get("backend", "")))
         if up and run.status == "running" and backend is not None:
-            key = api_key(run.plan.get("env_from", {}), os.environ)
             try:
-                stats = backend.spec_stats(Endpoint(run.url, run.metrics_url, key))
+                stats = backend.spec_stats(endpoint_of(run))
             except SpecctlError as exc:
                 note = str(exc)
         label = run.status if up or run.status == "failed" else "dead (run `specctl down`)"

@@ -517,6 +517,7 @@ class HubState:
         self.log: list[RequestRecord] = []
         self.statuses: list[int] = []
         self.failures: dict[str, list[int]] = {}
+        self.answers: dict[str, Any] = {}  # repo id -> a model-info answer sent verbatim
 
     def record(self, rec: RequestRecord) -> int:
         with self.lock:
@@ -747,6 +748,9 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET" or method == "HEAD":
             if not tail or (len(tail) == 2 and tail[0] == "revision"):
                 self._check_revision(repo, tail[1] if tail else "main")
+                if repo.repo_id in self.hub.state.answers:  # a hostile Hub (answer_with)
+                    self._send_json(method, self.hub.state.answers[repo.repo_id])
+                    return
                 self._send_json(method, model_info_json(repo, query))
                 return
             if len(tail) >= 2 and tail[0] == "tree":
@@ -918,7 +922,8 @@ class FakeHub:
     and `start()` again reuse the same port. `requests` counts requests per URL path (percent-
     decoded, no query), `total_requests` all of them, `log` lists each request; `reset_counts()`
     clears them. `fail_after_bytes("org/repo/file", n)` cuts the next GET body of that file after
-    n bytes (of that response's body) and drops the connection.
+    n bytes (of that response's body) and drops the connection. `answer_with("org/repo", data)`
+    answers that repo's model info with `data` as it is (any JSON: a hostile Hub's answer).
     """
 
     def __init__(self, root: Path | str, *, tokens: Iterable[str] = (),
@@ -938,6 +943,9 @@ class FakeHub:
         if not self.port:
             raise RuntimeError("FakeHub has not been started")
         return f"http://{self.host}:{self.port}"
+
+    def answer_with(self, repo_id: str, data: Any) -> None:
+        self.state.answers[repo_id] = data
 
     @property
     def running(self) -> bool:

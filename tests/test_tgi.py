@@ -24,6 +24,7 @@ from specctl.adapters.base import Endpoint, Installed, Launch
 from specctl.adapters.tgi import (
     DIALECT,
     IMAGE,
+    Mounted,
     Tgi,
     TgiOptions,
     parse_version,
@@ -73,7 +74,7 @@ def tgi_plan(hardware: str = H100, options: TgiOptions | None = None, **changes:
     base: dict[str, Any] = {"target": qwen7b(), "draft": None, "method": "ngram", "k": 4,
                             "port": 8080, "threads": None}
     return plans.plan(backend="tgi", hardware=hardware,
-                      options=options or TgiOptions(hf_cache=HF_HOME), **(base | changes))
+                      options=options or Mounted(hf_cache=HF_HOME), **(base | changes))
 
 
 def launcher_args(launch: Launch, image: str = IMAGE) -> list[str]:
@@ -100,7 +101,7 @@ TARGETS = {"ngram": qwen7b(), "medusa": medusa(), "none": qwen7b()}
 @pytest.mark.parametrize("method", ["ngram", "medusa", "none"])
 @pytest.mark.parametrize(("hardware", "shards"), [(H100, None), (H100X8, 2), (H100X8, 4)])
 def test_every_argv_validates(engine: str, method: str, hardware: str, shards: int | None) -> None:
-    opts = TgiOptions(engine=engine, num_shard=shards, hf_cache=HF_HOME)
+    opts = Mounted.model_validate({"engine": engine, "num_shard": shards, "hf_cache": HF_HOME})
     plan = tgi_plan(hardware, opts, target=TARGETS[method], method=method,
                     k=0 if method == "none" else 3)
     TGI.check(opts, plan.hardware, plan.target, None)  # the backend's own rules pass
@@ -190,7 +191,7 @@ def test_container_mounts_env_ports_and_gpus() -> None:
     assert all("=" not in e for e in envs)
     assert docker.index(IMAGE) > max(i for i, a in enumerate(docker) if a in ("-v", "-e", "-p"))
 
-    podman = TGI.launch(plan.but(options=TgiOptions(engine="podman", hf_cache=HF_HOME)),
+    podman = TGI.launch(plan.but(options=Mounted(engine="podman", hf_cache=HF_HOME)),
                         ASSUMED).argv
     assert podman[0] == "podman"
     assert ("--device", "nvidia.com/gpu=all") in pairs(podman)  # CDI
@@ -210,7 +211,7 @@ def test_a_model_in_a_cache_snapshot_mounts_its_repo_folder() -> None:
 def test_a_relative_model_folder_or_a_split_argument_is_refused() -> None:
     with pytest.raises(BackendError, match="absolute path"):
         TGI.launch(tgi_plan(target=qwen7b(ref="models/x", path=Path("models/x"))), ASSUMED)
-    spaced = TgiOptions(hf_cache=HF_HOME, extra_args=("--otlp-service-name", "my tgi"))
+    spaced = Mounted(hf_cache=HF_HOME, extra_args=("--otlp-service-name", "my tgi"))
     with pytest.raises(BackendError, match="split or globbed"):
         TGI.launch(tgi_plan(options=spaced), ASSUMED)
     # natively there is no shell in between: the same argument is fine
@@ -241,7 +242,7 @@ def test_the_published_port_binds_the_profiles_host(host: str, published: str, u
 @pytest.mark.parametrize("engine", ["native", "docker", "podman"])
 def test_the_api_key_never_enters_argv(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TGI_KEY", "s3cret-value")
-    opts = TgiOptions(engine=engine, hf_cache=HF_HOME)
+    opts = Mounted.model_validate({"engine": engine, "hf_cache": HF_HOME})
     launch = TGI.launch(tgi_plan(options=opts, api_key_env="TGI_KEY"), ASSUMED)
     assert "s3cret-value" not in " ".join(launch.argv)
     assert "--api-key" not in launch.argv
@@ -256,10 +257,15 @@ def test_the_api_key_never_enters_argv(engine: str, monkeypatch: pytest.MonkeyPa
 
 
 def test_extra_args_are_checked_against_the_recorded_options() -> None:
-    opts = TgiOptions(hf_cache=HF_HOME,
-                      extra_args=("--trust-remote-code", "--max-concurrent-requests", "64"))
+    opts = Mounted(hf_cache=HF_HOME, trust_remote_code=True,
+                   extra_args=("--max-concurrent-requests", "64"))
     args = launcher_args(TGI.launch(tgi_plan(options=opts), ASSUMED))
-    assert args[-3:] == ["--trust-remote-code", "--max-concurrent-requests", "64"]
+    assert args[-2:] == ["--max-concurrent-requests", "64"]
+    assert args.count("--trust-remote-code") == 1
+    with pytest.raises(ValidationError, match="trust_remote_code = true"):
+        TgiOptions(extra_args=("--trust-remote-code",))
+    with pytest.raises(ValidationError, match="not a tuning flag"):
+        TgiOptions(extra_args=("--weights-cache-override", "/"))
     with pytest.raises(ValidationError, match="unknown option --speculative-tokens"):
         TgiOptions(extra_args=("--speculative-tokens", "4"))
     with pytest.raises(ValidationError, match="api_key_env"):
@@ -357,7 +363,7 @@ def test_resolve_a_local_medusa_folder_through_the_registry(
     assert (plan.backend, plan.method, plan.k) == ("tgi", "medusa", 2)
     assert (plan.target.kind, plan.target.spec_heads) == ("medusa", 3)
     assert resolved.installed.assumed  # planned for a recorded machine: the newest dialect
-    assert isinstance(plan.options, TgiOptions)
+    assert isinstance(plan.options, Mounted)
     assert plan.options.hf_cache == str(hf_home)  # filled in by the plan, not by launch
     assert any("mounted as /data" in r for r in plan.reasons)
     assert any("3 Medusa heads" in r for r in plan.reasons)
@@ -376,7 +382,7 @@ def test_resolve_a_local_medusa_folder_through_the_registry(
                                      '[tgi]\nengine = "native"\nnum_shard = 1\n')
     resolved = App.from_env().resolve(str(native), HARDWARE / f"{H100X8}.json")
     assert isinstance(resolved.plan.options, TgiOptions)
-    assert resolved.plan.options.hf_cache is None  # nothing to mount natively
+    assert not isinstance(resolved.plan.options, Mounted)  # nothing to mount natively
     argv = resolved.launch().argv
     assert argv[:3] == ("text-generation-launcher", "--model-id", str(folder))
     assert ("--speculate", "3") in pairs(argv)
@@ -456,9 +462,9 @@ def test_resources_fill_the_cache_only_for_a_container(monkeypatch: pytest.Monke
     native = TGI.resources(TgiOptions(engine="native"), ASSUMED, machine(H100), budget)
     assert native.options is None and native.extra_bytes == 0
     found = TGI.resources(TgiOptions(), ASSUMED, machine(H100), budget).options
-    assert isinstance(found, TgiOptions)
+    assert isinstance(found, Mounted)
     assert (found.hf_cache, found.hf_hub_cache) == ("/data1/hf", "/data2/hub")
-    mine = TgiOptions(hf_cache="/mine")
+    mine = Mounted(hf_cache="/mine")
     assert TGI.resources(mine, ASSUMED, machine(H100), budget).options is None
 
 
@@ -552,7 +558,7 @@ def test_probe_a_container_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     found = Tgi().probe()
     assert found is not None
     assert (found.version, found.dialect, found.path) == ("3.3.7", DIALECT, str(podman))
-    argv = TGI.launch(tgi_plan(options=TgiOptions(hf_cache=HF_HOME)), found).argv
+    argv = TGI.launch(tgi_plan(options=Mounted(hf_cache=HF_HOME)), found).argv
     assert argv[0] == str(podman) and ("--device", "nvidia.com/gpu=all") in pairs(argv)
     assert TGI.launch(tgi_plan(), ASSUMED).argv[0] == "docker"  # nothing probed: docker
 

@@ -21,6 +21,7 @@ from specctl.adapters.base import Adapter
 from specctl.orchestrator import runs
 from specctl.orchestrator.cli.base import cli
 from specctl.orchestrator.config import profiles
+from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.planning import backends
 from specctl.orchestrator.runtime import handoff, provision
 from tests.ggufs import write_gguf
@@ -91,12 +92,12 @@ def test_up_loads_the_profile_once_and_probes_once(tmp_path: Path, calls: Calls,
 
 
 def test_the_detached_supervisor_runs_the_handed_over_launch_without_planning(
-        tmp_path: Path, calls: Calls, llamacpp_installed: None) -> None:
+        tmp_path: Path, calls: Calls, llamacpp_installed: None, isolated_dirs: Dirs) -> None:
     profile = small_pair(tmp_path)
     CliRunner().invoke(cli, ["up", "--profile", str(profile), "--foreground", "--no-provision"],
                        catch_exceptions=False)
     (ready,) = calls.served
-    path = handoff.write(tmp_path / "runs", ready)
+    path = handoff.write(isolated_dirs.runs, ready)  # the runs dir: --handoff takes no other
     profile.unlink()  # the child must not need it
     loads, probes = calls.loads, sum(calls.probes.values())
     done = CliRunner().invoke(cli, ["up", "--profile", "pair", "--foreground",

@@ -26,7 +26,10 @@ class _LazyConsole:
         if self._console is None:
             from rich.console import Console
 
+            from specctl.orchestrator.sanitise import strip_control
+
             self._console = Console(stderr=self._stderr, soft_wrap=True)
+            self._console.push_render_hook(strip_control())  # no ESC from outside, ever
         return self._console
 
     def __getattr__(self, name: str) -> Any:

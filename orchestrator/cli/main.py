@@ -13,6 +13,7 @@ from types import FrameType
 
 import click
 
+from specctl.orchestrator import sanitise
 from specctl.orchestrator.cli import measure, serve, setup  # noqa: F401 (registers)
 from specctl.orchestrator.cli.base import cli, err_console
 from specctl.orchestrator.errors import ReadOnlyError, SpecctlError
@@ -27,9 +28,9 @@ def main() -> None:
         signal.signal(sig, _exit_on)
     try:
         cli.main(standalone_mode=False)
-    except SpecctlError as exc:
-        err_console.print(f"specctl: error: {exc}", highlight=False, markup=False,
-                          soft_wrap=True)
+    except SpecctlError as exc:  # its text holds names, paths and answers from outside
+        err_console.print(f"specctl: error: {sanitise.line(exc)}", highlight=False,
+                          markup=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
@@ -38,7 +39,8 @@ def main() -> None:
             err_console.print(f"specctl: error: {ReadOnlyError(exc.filename or '?')}",
                               highlight=False, markup=False, soft_wrap=True)
             sys.exit(1)
-        err_console.print(f"specctl: error: cannot write {exc.filename or ''}: {exc.strerror}; "
+        err_console.print(f"specctl: error: cannot write {sanitise.line(exc.filename or '')}: "
+                          f"{exc.strerror}; "
                           "free some space or point SPECCTL_STATE_DIR elsewhere",
                           highlight=False, markup=False, soft_wrap=True)
         sys.exit(1)

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from specctl.adapters.base import Installed, Launch
+from specctl.orchestrator import sanitise
 from specctl.orchestrator.cli import tables
 from specctl.orchestrator.cli.tables import Column
 from specctl.orchestrator.machine.hardware import Hardware
@@ -36,12 +37,13 @@ def show_plan(console: Console, plan: Plan, installed: Installed, launch: Launch
             ("memory", "{} of {}: {}".format(*gib_pair(m.device_bytes, m.budget.limit),
                                              m.breakdown())),
             ("url", launch.base_url)):
-        console.print(f"[bold]{key:<11}[/bold] {escape(value)}", highlight=False)
+        console.print(f"[bold]{key:<11}[/bold] {escape(sanitise.line(value))}", highlight=False)
     console.print("\n[bold]argv[/bold]")
-    console.print(shlex.join(launch.argv), soft_wrap=True, highlight=False)
+    console.print(sanitise.line(shlex.join(launch.argv)), soft_wrap=True, highlight=False,
+                  markup=False)
     console.print("\n[bold]why[/bold]")
     for reason in plan.reasons:
-        console.print(f"- {reason}", highlight=False)
+        console.print(f"- {sanitise.line(reason)}", highlight=False, markup=False)
 
 
 def status_json(row: Row) -> dict[str, Any]:
@@ -68,13 +70,15 @@ def show_status(console: Console, rows: list[Row]) -> None:
                 cells)
     for r in rows:
         if r.placement:
-            console.print(f"{r.profile}: the engine chose {r.placement}", highlight=False,
+            console.print(f"{r.profile}: the engine chose {sanitise.line(r.placement)}",
+                          highlight=False,
                           markup=False)
         if r.note:
-            console.print(f"{r.profile}: {r.note}", highlight=False)
-        if r.certificate:
-            console.print(f"{r.profile}: certificate: {r.certificate['line']}", highlight=False,
+            console.print(f"{r.profile}: {sanitise.line(r.note)}", highlight=False,
                           markup=False)
+        if r.certificate:
+            console.print(f"{r.profile}: certificate: {sanitise.line(r.certificate['line'])}",
+                          highlight=False, markup=False)
 
 
 @contextmanager
@@ -248,16 +252,20 @@ def show_drafts(console: Console, target: str, ranked: list[Candidate]) -> None:
               f"{c.source}: {c.path or c.model}", c.reason] for c in ranked]
     tables.show(console, [Column("draft"), Column("ok"), Column("score", right=True),
                           Column("where"), Column("reason", text=True)], cells,
-                title=f"drafts for {target}")
+                title=f"drafts for {sanitise.line(target)}")
 
 
 def show_hardware(console: Console, hw: Hardware) -> None:
-    console.print(f"[bold]machine[/bold]  {hw.name} ({hw.os}/{hw.arch}): {hw.describe()}")
-    console.print(f"[bold]cpu[/bold]      {hw.cpu.model}, {hw.cpu.cores} cores, "
-                  f"{gib(hw.cpu.ram_bytes)} RAM, SIMD: {', '.join(hw.cpu.flags) or '-'}")
+    def out(text: str) -> str:  # a recorded machine's names are outside text
+        return escape(sanitise.line(text))
+
+    console.print(f"[bold]machine[/bold]  {out(f'{hw.name} ({hw.os}/{hw.arch}): ')}"
+                  f"{out(hw.describe())}")
+    console.print(f"[bold]cpu[/bold]      {out(hw.cpu.model)}, {hw.cpu.cores} cores, "
+                  f"{gib(hw.cpu.ram_bytes)} RAM, SIMD: {out(', '.join(hw.cpu.flags) or '-')}")
     for g in hw.gpus:
-        console.print(f"[bold]gpu {g.index}[/bold]    {g.name}, {gib(g.memory_bytes)}, "
+        console.print(f"[bold]gpu {g.index}[/bold]    {out(g.name)}, {gib(g.memory_bytes)}, "
                       f"{gib(g.used_bytes)} used by other processes, {gib(g.free_bytes)} free",
                       highlight=False)
     if hw.visibility:
-        console.print(f"[bold]visible[/bold]  {escape(hw.visibility)}", highlight=False)
+        console.print(f"[bold]visible[/bold]  {out(hw.visibility)}", highlight=False)

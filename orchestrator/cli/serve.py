@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from specctl.orchestrator import sanitise
 from specctl.orchestrator.cli.base import PROFILE, cli, console, err_console
 from specctl.orchestrator.errors import BackendError, SpecctlError
 
@@ -45,7 +46,8 @@ def up(profile_ref: str, foreground: bool, no_provision: bool, no_download: bool
     envfile.apply(os.environ)  # a launchd service's secrets (systemd reads its file itself)
     app = App.from_env()
     if handoff is not None:  # the detached supervisor: run what the parent resolved
-        sys.exit(runs.serve_foreground(app, handoff_mod.take(handoff), console.print))
+        ready = handoff_mod.take(handoff, app.dirs.runs)
+        sys.exit(runs.serve_foreground(app, ready, console.print))
     resolved = _resolve_for_up(app, profile_ref, provide=not no_provision,
                                download=not (no_download or app.settings.no_download))
     ready = runs.ready_of(app, resolved)
@@ -125,7 +127,8 @@ def status(as_json: bool) -> None:
 @cli.command()
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
-@click.option("-n", "--lines", default=50, show_default=True, help="Lines to show first.")
+@click.option("-n", "--lines", default=50, show_default=True, type=click.IntRange(min=0),
+              help="Lines to show first (0: none).")
 def logs(name: str, follow: bool, lines: int) -> None:
     """Print a profile's server log (under systemd: the unit's journal, via journalctl)."""
     from specctl.orchestrator.config.paths import Dirs
@@ -140,9 +143,10 @@ def logs(name: str, follow: bool, lines: int) -> None:
         sys.exit(subprocess.run(journal, check=False).returncode)
     if not path.is_file():
         raise SpecctlError(f"no log for {name} in {path.parent}; has it been started?")
-    click.echo(procs.tail(str(path), lines))
+    if lines:  # server output: its control characters escaped
+        click.echo(sanitise.block(procs.tail(str(path), lines)))
     if follow:
-        procs.follow(str(path), click.echo)
+        procs.follow(str(path), lambda text: click.echo(sanitise.line(text)))
 
 
 

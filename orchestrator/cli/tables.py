@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specctl.orchestrator import sanitise
+
 _BORDER = 3  # a rich column's padding and its share of the borders
 _MIN_TEXT = 24  # a free-text column is never folded narrower than this
 
@@ -54,7 +56,9 @@ def _groups(columns: Sequence[Column], widths: list[int],
 
 def show(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[str]],
          title: str = "") -> None:
-    """Print rows (plain strings, no markup) under columns."""
+    """Print rows (plain strings, no markup) under columns; every cell as one sanitised line
+    (model names, paths and reasons come from outside)."""
+    rows = [[sanitise.line(cell) for cell in row] for row in rows]
     cols = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
     widths = [_natural(c, cells) for c, cells in zip(columns, cols, strict=True)]
     if not console.is_terminal:

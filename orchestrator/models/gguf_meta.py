@@ -4,8 +4,11 @@
 and importing `gguf` (with numpy) costs a quarter second per command; planning only needs
 scalars and, for draft compatibility, the token texts. This reader follows the GGUF spec; its
 constants are the spec's (tests check them against the `gguf` package). A header is untrusted
-input: lengths are bounded, so a corrupt or hostile file is a one-line ModelError, never a
-MemoryError or a hang.
+input: lengths are bounded one by one and in total (header bytes, array items, kept token
+bytes), so a corrupt or hostile file (a sparse 100 GB file of empty strings, 16 MB tokens) is a
+one-line ModelError naming the file, never a MemoryError or a hang. The values planning reads
+are typed here too (`count`, `text`): a block count that is text, a NaN head count or a count of
+2^63 is an error naming the key and the file.
 """
 
 from __future__ import annotations
@@ -21,8 +24,14 @@ from typing import Any
 from specctl.orchestrator.errors import ModelError
 
 GGUF_MAGIC = 0x46554747  # "GGUF", little-endian
-MAX_STRING = 64 << 20  # a chat template is tens of KB; a key or token far less
-MAX_ITEMS = 1 << 26  # array items (a vocabulary has ~10^5)
+MAX_STRING = 16 << 20  # a chat template is tens of KB; a key or token far less
+MAX_ITEMS = 1 << 22  # items of one array (a vocabulary has ~10^5, the largest 262k)
+MAX_TOTAL_ITEMS = 1 << 23  # items of all arrays together (tokens, merges, scores, types)
+MAX_HEADER = 256 << 20  # metadata bytes (a 262k vocabulary with its merges: ~20 MB)
+MAX_TOKEN = 64 << 10  # one token text that is kept (real ones are at most a few KB)
+MAX_KEPT = 64 << 20  # all kept token texts together
+MAX_COUNT = 1 << 24  # layers, heads, dimensions: far above any model's
+MAX_TEXT = 4096  # a name, architecture or tokenizer name as planning keeps it
 MAX_KEYS = 1 << 16  # metadata keys (a model has ~50)
 TOKENS_KEY = "tokenizer.ggml.tokens"
 
@@ -80,11 +89,24 @@ class _Cursor:
     """Reads the header from a buffer (the file mapped, or bytes from the Hub)."""
 
     def __init__(self, buf: bytes | mmap.mmap) -> None:
-        self.buf, self.pos, self.size = buf, 0, len(buf)
+        self.buf, self.pos, self.size = buf, 0, min(len(buf), MAX_HEADER)
+        self.items = 0  # array items so far, against MAX_TOTAL_ITEMS
+        self.eof_is_budget = len(buf) > MAX_HEADER  # past MAX_HEADER: too big, not cut
+
+    def count_items(self, n: int) -> None:
+        self.items += n
+        if self.items > MAX_TOTAL_ITEMS:
+            raise _Corrupt(f"more than {MAX_TOTAL_ITEMS} array items in all")
+
+    def end(self) -> EOFError | _Corrupt:
+        """What running past the buffer means: a cut header, or one beyond MAX_HEADER."""
+        if self.eof_is_budget:
+            return _Corrupt(f"metadata larger than {MAX_HEADER >> 20} MB")
+        return EOFError()
 
     def take(self, fmt: struct.Struct) -> Any:
         if self.pos + fmt.size > self.size:
-            raise EOFError
+            raise self.end()
         value = fmt.unpack_from(self.buf, self.pos)[0]
         self.pos += fmt.size
         return value
@@ -99,7 +121,7 @@ class _Cursor:
         n = self.length(MAX_STRING, "a string length")
         end = self.pos + n
         if end > self.size:
-            raise EOFError
+            raise self.end()
         text = bytes(self.buf[self.pos:end]).decode("utf-8", errors="replace")
         self.pos = end
         return text
@@ -116,28 +138,30 @@ class _Cursor:
         buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
         for _ in range(n):
             if pos + 8 > size:
-                raise EOFError
+                raise self.end()
             (length,) = unpack(buf, pos)
             if length > MAX_STRING:
                 raise _Corrupt(f"a string length of {length} exceeds {MAX_STRING}")
             pos += 8 + length
         if pos > size:
-            raise EOFError
+            raise self.end()
         self.pos = pos
 
     def strings(self, n: int) -> list[str]:
         """n strings (a vocabulary's tokens), decoded."""
         buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
-        out = []
+        out, kept = [], 0
         for _ in range(n):
             if pos + 8 > size:
-                raise EOFError
+                raise self.end()
             (length,) = unpack(buf, pos)
-            if length > MAX_STRING:
-                raise _Corrupt(f"a string length of {length} exceeds {MAX_STRING}")
+            kept += length
+            if length > MAX_TOKEN or kept > MAX_KEPT:
+                raise _Corrupt(f"a token of {length} bytes (at most {MAX_TOKEN >> 10} KB each, "
+                               f"{MAX_KEPT >> 20} MB in all)")
             end = pos + 8 + length
             if end > size:
-                raise EOFError
+                raise self.end()
             out.append(bytes(buf[pos + 8:end]).decode("utf-8", errors="replace"))
             pos = end
         self.pos = pos
@@ -152,6 +176,7 @@ class _Cursor:
         if item == ValueType.ARRAY:
             raise _Corrupt("nested arrays")
         n = self.length(MAX_ITEMS, "an array length")
+        self.count_items(n)
         if keep_array:
             return self.strings(n) if item == ValueType.STRING else [
                 self.value(item, False) for _ in range(n)]
@@ -160,7 +185,7 @@ class _Cursor:
         else:
             self.pos += n * _SCALARS[item].size
             if self.pos > self.size:
-                raise EOFError
+                raise self.end()
         return ArrayInfo(item, n)
 
 
@@ -232,10 +257,41 @@ def token_bytes(path: Path, first: int, last: int) -> bytes | None:
                 cur.skip_strings(min(first, n))
                 start = cur.pos
                 cur.skip_strings(max(0, min(last, n) - first))
+                if cur.pos - start > MAX_KEPT:
+                    return None  # the caller reads the tokens, and says what is wrong
                 return bytes(mm[start:cur.pos])
     except (OSError, ValueError, EOFError):
         return None  # unreadable here: the caller reads the tokens and says why
     return None
+
+
+def count(meta: dict[str, Any], key: str, path: Path, default: int = 0) -> int:
+    """A count planning reads (layers, heads, a dimension, a token id): an integer 0..2^24, or
+    per-layer integers (their largest); anything else names the key and the file."""
+    value = meta.get(key, default)
+    if isinstance(value, ArrayInfo):
+        return default  # per-layer values that were not kept: the default stands
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(type(v) is int and 0 <= v <= MAX_COUNT for v in items):
+        shown = type(value).__name__ if isinstance(value, (list, str)) else repr(value)
+        raise ModelError(f"{path}: {key} is {shown[:40]}, not a count from 0 to {MAX_COUNT}; "
+                         "the file is damaged or not a model")
+    return int(max(items))
+
+
+def text(meta: dict[str, Any], key: str, path: Path, default: str) -> str:
+    """A name planning reads (architecture, tokenizer, model name): text, cut to MAX_TEXT."""
+    value = meta.get(key, default)
+    if not isinstance(value, str):
+        raise ModelError(f"{path}: {key} is {type(value).__name__}, not text; the file is "
+                         "damaged or not a model")
+    return value[:MAX_TEXT]
+
+
+def token_id(meta: dict[str, Any], key: str) -> int | None:
+    """A token id (BOS, EOS), when it is one (an integer below 2^32)."""
+    value = meta.get(key)
+    return value if type(value) is int and 0 <= value < 1 << 32 else None
 
 
 def read_tokens(path: Path) -> list[str]:

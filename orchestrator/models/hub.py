@@ -14,17 +14,20 @@ from __future__ import annotations
 import errno
 import json
 import re
+import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specctl.orchestrator.errors import ModelError, ReadOnlyError
-from specctl.orchestrator.files import write_atomic
+from specctl.orchestrator.files import UnreadableError, read_text, write_atomic
 from specctl.orchestrator.models import gguf_meta
+
+T = TypeVar("T")
 
 REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
@@ -34,6 +37,40 @@ FIRST_READ = 4 << 20  # most GGUF metadata (a 150k-token vocabulary) fits in a f
 MAX_HEADER = 128 << 20
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 SEARCH_TTL = 24 * 3600
+CALL_TIMEOUT = 15.0  # seconds one metadata call to the Hub may take, retries included
+READ_RATE = 4 << 20  # bytes a second a ranged read may assume on top of CALL_TIMEOUT
+MAX_CACHED = 16 << 20  # a cached repo listing or search answer (a few KB; huge repos ~1 MB)
+
+
+def within(seconds: float, call: Callable[[], T]) -> T:
+    """`call()`, or TimeoutError after `seconds`: every Hub call has a deadline, whatever the
+    client does inside (its own retries, a request sent with no timeout). A call that runs
+    late is left to finish in a daemon thread; its answer is dropped."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller, whatever it is
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="specctl-hub-call", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TimeoutError(f"no answer within {seconds:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def _cache_text(path: Path, limit: int = MAX_CACHED) -> str | None:
+    """A file of specctl's Hub cache, read bounded (a FIFO, a link to /dev/zero or a huge file
+    is no answer, never a hang); None when there is none or it cannot be read."""
+    try:
+        return read_text(path, limit=limit)
+    except (OSError, UnreadableError):
+        return None
 
 
 class RepoFile(BaseModel):
@@ -104,28 +141,31 @@ class Hub:
     def __init__(self, root: Path, endpoint: str | None = None, offline: bool = False) -> None:
         self.root, self.endpoint, self.offline = root, endpoint, offline
         self.requests = 0  # made by this object (tests and `plan` timing read it)
+        self.unreachable: str | None = None  # why the Hub did not answer, once it did not
 
     # -- the cache ---------------------------------------------------------------------------
     def _dir(self, name: str) -> Path:
         return self.root / check_name(name).replace("/", "--")
 
     def _cached_ref(self, name: str) -> str | None:
+        text = _cache_text(self._dir(name) / "refs.json", limit=4096)
         try:
-            data = json.loads((self._dir(name) / "refs.json").read_text())
-            rev = data.get("main") if isinstance(data, dict) else None
-        except (OSError, ValueError):
+            data = json.loads(text) if text is not None else None
+        except (ValueError, RecursionError):
             return None
+        rev = data.get("main") if isinstance(data, dict) else None
         return rev if isinstance(rev, str) and re.fullmatch(r"[0-9a-f]{40}", rev) else None
 
     def _cached_repo(self, name: str, revision: str) -> Repo | None:
         """The cached record, validated; one that fails is set aside and asked again."""
         path = self._dir(name) / revision / "repo.json"
-        try:
-            return Repo.model_validate_json(path.read_bytes())
-        except OSError:
+        text = _cache_text(path)
+        if text is None:
             return None
-        except ValidationError:
-            path.replace(path.with_suffix(".json.corrupt"))
+        try:
+            return Repo.model_validate_json(text)
+        except ValueError:  # pydantic's ValidationError, or JSON nested too deep
+            _set_aside(path)
             return None
 
     def cached(self, name: str) -> Repo | None:
@@ -175,6 +215,34 @@ class Hub:
                                  ) from None
             raise
 
+    @contextmanager
+    def _guarded(self, name: str, what: str) -> Iterator[None]:
+        """Inside `_asking`: once the Hub did not answer, later calls fail at once (a Hub that
+        never answers costs one deadline, not one per candidate); an answer of the wrong shape
+        (model info that is a list, siblings that are text) is one line."""
+        if self.unreachable:
+            raise ModelError(f"{name}: cannot reach the Hugging Face Hub for {what} (no answer "
+                             f"earlier: {self.unreachable}); check the network or HF_ENDPOINT, "
+                             "or set HF_HUB_OFFLINE=1 to use what is cached")
+        try:
+            yield
+        except OSError as exc:  # TimeoutError, connection refused
+            self.unreachable = type(exc).__name__
+            raise
+        except (TypeError, KeyError, AttributeError, IndexError) as exc:
+            raise ModelError(f"{name}: the Hub's answer for {what} is not what the Hub sends "
+                             f"({type(exc).__name__}); check HF_ENDPOINT") from None
+        except Exception as exc:
+            if type(exc).__module__.startswith(("httpx", "httpcore")):
+                self.unreachable = type(exc).__name__
+            raise
+
+    def _ask(self, name: str, what: str, call: Callable[[], T],
+             seconds: float = CALL_TIMEOUT) -> T:
+        """One call to the Hub: its errors mapped to one line, within `seconds`."""
+        with self._asking(name, what), self._guarded(name, what):
+            return within(seconds, call)
+
     def repo(self, name: str, refresh: bool = False) -> Repo:
         """The repo at `main`: from the cache, else from the Hub (and then cached)."""
         found = None if refresh else self.cached(name)
@@ -182,18 +250,10 @@ class Hub:
             return found
         from huggingface_hub import HfApi
 
-        with self._asking(name, "the repo's file list"):
-            info = HfApi(endpoint=self.endpoint).model_info(name, files_metadata=True)
-        try:
-            repo = Repo(name=name, revision=str(info.sha), params=(
-                info.safetensors.total if info.safetensors else None), gated=bool(info.gated),
-                base_model=_base_model(info.card_data),
-                files=tuple(RepoFile(path=s.rfilename, size=int(s.size or 0),
-                                     sha256=s.lfs.sha256 if s.lfs else None)
-                            for s in info.siblings or []))
-        except ValidationError as exc:
-            raise ModelError(f"{name}: the Hub's answer is not a model repo listing "
-                             f"({exc.errors()[0]['msg']})") from None
+        info = self._ask(name, "the repo's file list", lambda: HfApi(
+            endpoint=self.endpoint).model_info(name, files_metadata=True,
+                                               timeout=CALL_TIMEOUT))
+        repo = listing(name, info)
         folder = self._dir(name)
         write_atomic(folder / repo.revision / "repo.json", repo.model_dump_json() + "\n")
         write_atomic(folder / "refs.json", json.dumps({"main": repo.revision,
@@ -204,10 +264,13 @@ class Hub:
         from huggingface_hub import HfFileSystem
 
         fs = HfFileSystem(endpoint=self.endpoint, skip_instance_cache=True)
-        with self._asking(repo.name, path):
-            data = fs.cat_file(f"{repo.name}/{path}", start=start, end=end,
-                               revision=repo.revision)
-        return bytes(data)
+        data = self._ask(repo.name, path, lambda: fs.cat_file(
+            f"{repo.name}/{path}", start=start, end=end, revision=repo.revision),
+            CALL_TIMEOUT + (end - start) / READ_RATE)
+        if not isinstance(data, bytes) or len(data) > end - start:
+            raise ModelError(f"{repo.name}/{path}: the Hub sent {len(data)} bytes for a "
+                             f"range of {end - start}")
+        return data
 
     def gguf_header(self, repo: Repo, file: RepoFile) -> Path:
         """A local file holding `file`'s GGUF metadata (the bytes up to its end), read with
@@ -266,20 +329,20 @@ class Hub:
         search); an answer is reused for a day, and for ever offline."""
         key = re.sub(r"[^A-Za-z0-9._-]", "_", f"{author}--{text}")[:150]
         path = self.root / "search" / f"{key}.json"
+        answer = _cache_text(path)
         try:
-            cached = _Search.model_validate_json(path.read_bytes())
-            if self.offline or time.time() - cached.at < SEARCH_TTL:
+            cached = _Search.model_validate_json(answer) if answer is not None else None
+            if cached is not None and (self.offline or time.time() - cached.at < SEARCH_TTL):
                 return list(cached.repos)
-        except OSError:
-            pass
-        except ValidationError:
-            path.replace(path.with_suffix(".json.corrupt"))
+        except ValueError:
+            _set_aside(path)
         from huggingface_hub import HfApi
 
-        with self._asking(f"{author or '*'}/*", f"models matching '{text}'"):
-            repos = [m.id for m in HfApi(endpoint=self.endpoint).list_models(
-                author=author or None, search=text, limit=limit)]
-        found = _Search(at=time.time(), repos=tuple(r for r in repos if REPO.fullmatch(r)))
+        repos = self._ask(f"{author or '*'}/*", f"models matching '{text}'", lambda: [
+            m.id for m in HfApi(endpoint=self.endpoint).list_models(
+                author=author or None, search=text, limit=limit)])
+        found = _Search(at=time.time(), repos=tuple(
+            r for r in repos if isinstance(r, str) and REPO.fullmatch(r)))
         write_atomic(path, found.model_dump_json() + "\n")
         return list(found.repos)
 
@@ -291,6 +354,33 @@ def _base_model(card: Any) -> str | None:
     if isinstance(value, list):
         value = value[0] if value else None
     return value if isinstance(value, str) and REPO.fullmatch(value) else None
+def _set_aside(path: Path) -> None:
+    with suppress(OSError):
+        path.replace(path.with_suffix(".json.corrupt"))
+
+
+def listing(name: str, info: Any) -> Repo:
+    """The Hub's model info (huggingface_hub's ModelInfo) as a Repo, every field checked: an
+    answer of the wrong shape (siblings that are text, sizes that are not numbers) is one line."""
+    siblings = getattr(info, "siblings", None) or []
+    if not isinstance(siblings, list):
+        raise ModelError(f"{name}: the Hub's answer is not a model repo listing (siblings: "
+                         f"{type(siblings).__name__}, not a list); check HF_ENDPOINT")
+    safetensors = getattr(info, "safetensors", None)
+    data = {"name": name, "revision": getattr(info, "sha", None),
+            "params": getattr(safetensors, "total", None) if safetensors else None,
+            "gated": getattr(info, "gated", False) not in (False, None),
+            "base_model": _base_model(getattr(info, "card_data", None)),
+            "files": tuple({"path": getattr(s, "rfilename", s), "size": getattr(s, "size", 0)
+                            or 0, "sha256": getattr(getattr(s, "lfs", None), "sha256", None)}
+                           for s in siblings)}
+    try:
+        return Repo.model_validate(data, strict=True)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ModelError(f"{name}: the Hub's answer is not a model repo listing ({where}: "
+                         f"{err['msg']}); check HF_ENDPOINT") from None
 
 
 def verify(path: Path, file: RepoFile) -> None:

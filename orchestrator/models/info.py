@@ -11,7 +11,14 @@ from typing import Any, Literal
 
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models import catalog, hf_meta, testbed
-from specctl.orchestrator.models.gguf_meta import ArrayInfo, file_type_name, read_metadata
+from specctl.orchestrator.models.gguf_meta import (
+    ArrayInfo,
+    count,
+    file_type_name,
+    read_metadata,
+    text,
+    token_id,
+)
 from specctl.orchestrator.models.hub import RepoFile
 from specctl.orchestrator.sizes import gib
 
@@ -111,31 +118,29 @@ class ModelInfo:
 
 def from_gguf(path: Path, ref: str) -> ModelInfo:
     meta = read_metadata(path)
-    arch = str(meta.get("general.architecture", "unknown"))
+    arch = text(meta, "general.architecture", path, "unknown")
 
     def num(key: str, default: int = 0) -> int:
-        value = meta.get(f"{arch}.{key}", default)
-        return int(max(value) if isinstance(value, list) else
-                   default if isinstance(value, ArrayInfo) else value)
+        return count(meta, f"{arch}.{key}", path, default)
 
     heads = num("attention.head_count")
     head_dim = num("attention.key_length") or (num("embedding_length") // max(heads, 1))
     tokens = meta.get("tokenizer.ggml.tokens")
-    tok_model = str(meta.get("tokenizer.ggml.model", "none"))
-    name = str(meta.get("general.name") or path.stem)
+    tok_model = text(meta, "tokenizer.ggml.model", path, "none")
+    name = text(meta, "general.name", path, "") or path.stem
     known = catalog.lookup(name) or catalog.lookup(path.stem)
     return ModelInfo(
         ref=ref, name=name, path=path, architecture=arch, layers=num("block_count"), heads=heads,
         kv_heads=num("attention.head_count_kv", heads), head_dim=head_dim,
         vocab_size=tokens.length if isinstance(tokens, ArrayInfo) else 0,
         vocab_type=VOCAB_TYPES.get(tok_model, tok_model),
-        tokenizer=f"gguf:{tok_model}/{meta.get('tokenizer.ggml.pre', '-')}",
+        tokenizer=f"gguf:{tok_model}/{text(meta, 'tokenizer.ggml.pre', path, '-')}",
         params_b=known.params_b if known else None,
         quant=file_type_name(meta), size_bytes=path.stat().st_size,
         family=known.family if known else arch, kind=known.kind if known else "model",
         expert_share=known.expert_share if known else 0.0,
-        bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
-        eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
+        bos_id=token_id(meta, "tokenizer.ggml.bos_token_id"),
+        eos_id=token_id(meta, "tokenizer.ggml.eos_token_id"),
         add_bos=_opt_bool(meta.get("tokenizer.ggml.add_bos_token")),
         add_eos=_opt_bool(meta.get("tokenizer.ggml.add_eos_token")), source="file",
     )

@@ -157,9 +157,17 @@ class Resolver:
         return info.path
 
 
-def from_hub(hub: Hub, ref: ModelRef, quant: str) -> ModelInfo:
+MAX_BASES = 4  # heads on a base model on a base model...: a chain that long is a loop
+
+
+def from_hub(hub: Hub, ref: ModelRef, quant: str, via: tuple[str, ...] = ()) -> ModelInfo:
     """A Hub model's metadata without its weights: the GGUF header of the chosen quantisation,
-    or the config and tokenizer of a model folder; the sizes are the Hub's."""
+    or the config and tokenizer of a model folder; the sizes are the Hub's. `via`: the repos
+    of heads whose base model this is (configs naming each other, a->b->a, are an error)."""
+    if ref.name in via or len(via) >= MAX_BASES:
+        chain = " -> ".join((*via, ref.name))
+        raise ModelError(f"{via[0]}: its base models name each other or go on too long "
+                         f"({chain}); target a model with its own weights")
     repo = hub.repo(ref.name)
     if repo.ggufs():
         files = pick_quant(repo, ref.quant or (quant if quant in GGUF_QUANTS else None))
@@ -177,8 +185,9 @@ def from_hub(hub: Hub, ref: ModelRef, quant: str) -> ModelInfo:
         base = replace(base, name=repo.name.split("/")[1])
     cfg = hf_meta.read_config(folder)
     parent = cfg.get("base_model_name_or_path")
-    if not base.layers and isinstance(parent, str) and parent != ref.name:
-        return _heads_on(hub, from_hub(hub, ModelRef("hf", parent), quant), base, repo)
+    if not base.layers and isinstance(parent, str):
+        parent_ref = parse_ref(f"hf:{parent}")
+        return _heads_on(hub, from_hub(hub, parent_ref, quant, (*via, ref.name)), base, repo)
     weights = repo.weights()
     if not weights:
         raise ModelError(f"{repo.name} has neither GGUF nor safetensors weights")

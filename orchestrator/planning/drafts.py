@@ -10,6 +10,9 @@ and n-gram prompt lookup. Candidates must fit the memory left after the target.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -90,16 +93,49 @@ class Candidate:
                 "score": round(self.score, 3), "method": self.method}
 
 
+MAX_DEPTH = 12  # folders below a models dir (the HF cache's snapshots are 4 deep)
+MAX_ENTRIES = 200_000  # entries looked at per models dir
+
+
+def _walk(folder: Path) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
+    """Each folder under `folder` (links to folders not followed) with its entries: at most
+    MAX_DEPTH deep and MAX_ENTRIES in all, an unreadable folder skipped; a models dir 1500
+    levels deep or a huge one is walked so far, never into a RecursionError or a hang."""
+    pending, seen = [(folder, 0)], 0
+    while pending and seen < MAX_ENTRIES:
+        here, depth = pending.pop()
+        try:
+            with os.scandir(here) as it:
+                entries = sorted(itertools.islice(it, MAX_ENTRIES - seen), key=lambda e: e.name)
+        except (OSError, ValueError):
+            continue
+        seen += len(entries)
+        yield here, entries
+        if depth < MAX_DEPTH:
+            for entry in reversed(entries):
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append((Path(entry.path), depth + 1))
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
 def scan_folders(folders: Iterable[tuple[Path, str]]) -> Iterator[Found]:
     """GGUF files, and model folders (config.json beside safetensors weights)."""
     for folder, source in folders:
-        if folder.is_dir():
-            for path in sorted(folder.rglob("*.gguf")):
-                if "mmproj" not in path.name.lower() and path.is_file():
-                    yield Found(str(path), path, source)
-            for config in sorted(folder.rglob("config.json")):
-                if any(config.parent.glob("*.safetensors")):
-                    yield Found(str(config.parent), config.parent, source)
+        for here, entries in _walk(folder):
+            names = {e.name for e in entries}
+            for entry in entries:
+                if entry.name.endswith(".gguf") and "mmproj" not in entry.name.lower() and \
+                        _is_file(entry):
+                    yield Found(entry.path, Path(entry.path), source)
+            if "config.json" in names and any(n.endswith(".safetensors") for n in names):
+                yield Found(str(here), here, source)
 
 
 def scan_local(folders: list[tuple[Path, str]], hf_hub: Path,
@@ -268,11 +304,11 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool
     out: list[Candidate] = []
     seen: set[str] = set()
     candidates = sorted(candidates, key=lambda f: (f.path is None, f.source == "catalog"))
-    target_file = target.path.resolve() if target.path else None
+    target_file = _real(target.path) if target.path else None
     for found in candidates:
-        if found.path is not None and found.path.resolve() == target_file:
+        if found.path is not None and _real(found.path) == target_file:
             continue
-        kind = "hf" if found.path is not None and found.path.is_dir() else "gguf"
+        kind = "hf" if found.path is not None and _is_dir(found.path) else "gguf"
         if found.path is not None and kind not in formats:
             what = "a model folder" if kind == "hf" else "a GGUF file"
             out.append(Candidate(found.ref, found.path.name, found.path, found.source, False,
@@ -291,21 +327,35 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool
                 if info is None:
                     continue
                 draft = info
-        except SpecctlError as exc:
+            name = canonical(draft)
+            if found.path is None and (name in seen or name == canonical(target)):
+                continue  # a catalog entry for a model already on disk, or the target itself
+            seen.add(name)
+            judged = judge(target, draft, found, rule, heads)  # reads the vocabularies
+        except SpecctlError as exc:  # a model file or Hub answer that cannot be read
             out.append(Candidate(found.ref, found.ref, found.path, found.source, False,
                                  f"unreadable: {exc}", 0.0))
             continue
-        name = canonical(draft)
-        if found.path is None and (name in seen or name == canonical(target)):
-            continue  # a catalog entry for a model already found on disk, or the target itself
-        seen.add(name)
-        judged = judge(target, draft, found, rule, heads)
         if judged.compatible and room is not None and draft.size_bytes > room:
             judged = Candidate(judged.model, judged.name, judged.path, judged.source, False,
                                f"{gib(draft.size_bytes)} does not fit the {gib(max(room, 0))} "
                                "left after the target", 0.0, judged.method)
         out.append(judged)
     return sorted(out, key=lambda c: (c.compatible, c.score, c.path is not None), reverse=True)
+
+
+def _real(path: Path) -> str:
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return str(path)
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def canonical(info: ModelInfo) -> str:

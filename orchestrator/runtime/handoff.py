@@ -5,6 +5,7 @@ read like any other input from disk, and removed once read."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,9 @@ from specctl.adapters.base import HttpCall, Launch
 from specctl.orchestrator.errors import StateError
 from specctl.orchestrator.files import (
     NAME_PATTERN,
-    UnreadableError,
     inside,
     read_text,
+    remove_own,
     write_atomic,
 )
 
@@ -75,6 +76,9 @@ class Ready(_Strict):
                       setup=tuple(HttpCall(c.method, c.url, dict(c.body)) for c in ln.setup))
 
 
+_HANDOFF = re.compile(NAME_PATTERN.strip("^$") + r"\.handoff-[0-9]{1,10}\.json")
+
+
 def path_for(runs: Path, name: str, writer: int) -> Path:
     """One file per `up` (its pid): two `up`s of one profile at once must not take each
     other's launch; the second then meets the first's lock and says so."""
@@ -87,20 +91,27 @@ def write(runs: Path, ready: Ready) -> Path:
     return path
 
 
-def take(path: Path) -> Ready:
-    """Read and remove the handoff file; a clear one-line error when it is not one."""
+def take(path: Path, runs: Path) -> Ready:
+    """Read, validate and then remove the handoff file `up` wrote in `runs`. Anything else
+    (another folder, a link, a FIFO, another user's file, one that fails validation) is a
+    one-line error and is left where it is: `--handoff` never deletes what it was not given by
+    `up`."""
+    again = "run `specctl up` again"
+    if not _HANDOFF.fullmatch(path.name) or \
+            os.path.realpath(path.parent) != os.path.realpath(runs):
+        raise StateError(f"--handoff takes the launch file `up` wrote in {runs}, not {path}; "
+                         f"{again}")
     try:
-        text = read_text(path)
-    except (OSError, UnreadableError) as exc:
+        text = read_text(path, owned=True)
+    except (OSError, StateError) as exc:
         raise StateError(f"cannot read the launch handed over by `up` ({path}: "
-                         f"{getattr(exc, 'strerror', None) or exc}); run `specctl up` "
-                         "again") from None
-    finally:
-        path.unlink(missing_ok=True)
+                         f"{getattr(exc, 'strerror', None) or exc}); {again}") from None
     try:
-        return Ready.model_validate_json(text)
-    except (ValueError, ValidationError) as exc:
-        first = str(exc).splitlines()[0]
+        ready = Ready.model_validate_json(text)
+    except (ValueError, ValidationError, RecursionError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise StateError(f"the launch handed over by `up` ({path.name}) is not valid ({first}); "
-                         "run `specctl up` again") from None
+                         f"{again}") from None
+    remove_own(path, runs)
+    return ready
 

@@ -67,18 +67,25 @@ def identity(pid: int) -> tuple[float, list[str]] | None:
 
 def ours(pid: int | None, started: float | None,
          cmdline: Sequence[str] = ()) -> psutil.Process | None:
-    """The live process `pid` if it is still the one recorded: the same create time, and the
-    same command line when one was recorded. None otherwise (gone, a zombie, or another
-    process that now has the pid). psutil's own signals re-check the pid and create time."""
-    if not pid or started is None:
+    """The live process `pid` if it is still the one recorded: the same create time, the same
+    (non-empty) command line, run by this user. None otherwise (gone, a zombie, or another
+    process that now has the pid): a pid, create time and empty command line can be read from
+    /proc by anyone, so they prove nothing. psutil's own signals re-check pid and create time."""
+    if not pid or started is None or not cmdline:
         return None
     try:
         proc = psutil.Process(pid)
-        same = abs(proc.create_time() - started) <= TOLERANCE_S and (
-            not cmdline or proc.cmdline() == list(cmdline))
+        same = abs(proc.create_time() - started) <= TOLERANCE_S and \
+            proc.cmdline() == list(cmdline) and _same_user(proc)
         return proc if same and proc.status() != psutil.STATUS_ZOMBIE else None
     except psutil.Error:
         return None
+
+
+def _same_user(proc: psutil.Process) -> bool:
+    if not hasattr(os, "geteuid"):
+        return True
+    return os.geteuid() in (proc.uids().real, proc.uids().effective)
 
 
 def stop_recorded_group(pgid: int | None, leader: psutil.Process | None,
@@ -191,7 +198,7 @@ def tail(path: str, lines: int = 15, skip: str = "") -> str:
     except OSError:
         return "(no log)"
     kept = [ln for ln in text.splitlines() if not skip or skip not in ln]
-    return "\n".join(kept[-lines:])
+    return "\n".join(kept[-lines:]) if lines > 0 else ""
 
 
 def follow(path: str, emit: Callable[[str], None], sleep: Callable[[float], None] = time.sleep,
