@@ -160,10 +160,14 @@ def show_tuned(console: Console, result: Tuned) -> None:
     cells = []
     for m in result.measured:
         pred = predicted.get(m.k) if m.method == "draft" and m.p_min is None else None
-        cells.append([m.label, _x(pred), _x(m.speedup), *(_x(m.categories.get(c)) for c in cats),
-                      f"{m.tps:.1f}", _pct(m.acceptance), f"{m.seconds:.0f}"])
+        span = f"{m.low:.2f}-{m.high:.2f}" if m.low is not None and m.high is not None else "-"
+        above = m.bound is not None and m.flag.startswith("above the physical bound")
+        cells.append([m.label + (" (!)" if above else ""), _x(pred), _x(m.speedup), span,
+                      *(_x(m.categories.get(c)) for c in cats), _x(m.bound),
+                      f"{m.tps:.1f}", _pct(m.acceptance)])
     tables.show(console, [Column("config"), *(Column(h, right=True) for h in (
-        "predicted", "measured", *cats, "tok/s", "acceptance", "seconds"))], cells,
+        "predicted", "measured", "95% interval", *cats, "bound", "tok/s", "acceptance"))],
+        cells,
         title=f"{result.profile}: alpha {result.alpha}, c {result.cost}, v {result.verify}, "
               f"baseline {result.baseline_tps:.1f} tok/s")
     if result.workload:
@@ -172,6 +176,13 @@ def show_tuned(console: Console, result: Tuned) -> None:
                       "the baseline's", highlight=False, markup=False)
     for line in result.skipped:
         console.print(escape(line), highlight=False)
+    for m in result.measured:
+        if m.flag:
+            console.print(f"{m.label}: {m.flag}", highlight=False, markup=False)
+    if result.noise:
+        console.print(f"while measuring: {result.noise}"
+                      + ("; one server at a time" if result.sequential else ""),
+                      highlight=False, markup=False)
     for line in result.schedule_notes:
         console.print(f"k by batch size: {line}", highlight=False, markup=False)
     if result.k_by_batch:
