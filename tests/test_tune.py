@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 from specctl.orchestrator.cli import render
-from specctl.orchestrator.measure.fit import copy_share, fit_alpha
+from specctl.orchestrator.measure.fit import fit_alpha
 from specctl.orchestrator.measure.tune import tune
 from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag
 from specctl.orchestrator.planning import costmodel
@@ -75,12 +75,6 @@ def test_fit_alpha_inverts_the_expected_accepted_length() -> None:
         for k in (1, 3, 8):
             mean = costmodel.tokens_per_step(alpha, k) - 1
             assert fit_alpha(mean, k) == pytest.approx(alpha, abs=2e-3)
-
-
-def test_copy_share_counts_repeated_word_ngrams() -> None:
-    assert copy_share("", "one two three four") == 0
-    assert copy_share("", "a b c a b c a") == pytest.approx(2 / 5)
-    assert copy_share("the cat sat on the mat", "the cat sat down") == pytest.approx(1 / 2)
 
 
 def test_p_min_is_not_run_where_drafts_are_already_accepted(plan: Plan) -> None:

@@ -97,6 +97,15 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
 @click.option("--top-p", type=_Finite(0.01, 1), help="--quality: top-p (default: the profile's).")
 @click.option("--floor/--no-floor", default=None,
               help="Measure the greedy numerics floor (default: with --quality).")
+@click.option("--precision", type=_Finite(0.005, 0.5), metavar="FRACTION",
+              help="Keep measuring (more passes than --repeats) until every configuration's "
+                   "95%% interval is within this, e.g. 0.05 for +-5%%, or --budget is spent.")
+@click.option("--budget", default="10m", show_default=True, metavar="DURATION",
+              help="With --precision: the most time to spend (e.g. 90s, 10m).")
+@click.option("--sequential", is_flag=True,
+              help="One server at a time, in alternating blocks (what happens by itself when "
+                   "the servers do not fit in memory together); the report gives the "
+                   "baseline's drift between blocks.")
 @click.option("--backends", "versus", metavar="A,B,...",
               help="Measure the profile on each of these installed backends (each with its "
                    "own speculation), save the fastest for this machine: `plan` then prefers "
@@ -105,7 +114,8 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
           mix: str | None, levels: str | None, max_tokens: int, json_out: Path | None,
           plot: Path | None, quality: bool,
           quality_against: str, samples: int, temperature: float | None, top_p: float | None,
-          floor: bool | None, versus: str | None) -> None:
+          floor: bool | None, precision: float | None, budget: str, sequential: bool,
+          versus: str | None) -> None:
     """Measure the speedup over the no-draft baseline on this machine, same prompts and build.
 
     Baseline and speculative servers run side by side and get the same requests interleaved,
@@ -125,8 +135,11 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     work = _workload(suite, prompts_arg, mix)
     concurrency = sorted(set(_ints(levels) or [1]) | {1})
     app = App.from_env()
+    how_long: dict[str, Any] = {"sequential": sequential, "precision": precision,
+                                "budget": _seconds(budget)}
     if versus:
-        _versus(app, profile_ref, versus, _ints(ks), work, repeats, max_tokens, json_out)
+        _versus(app, profile_ref, versus, _ints(ks), work, repeats, max_tokens, json_out,
+                how_long)
         return
     resolved = app.resolve(profile_ref)
     plan = resolved.plan
@@ -136,15 +149,17 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     sampling = resolved.profile.sampling
     how = lossless.Sampling(temperature or sampling.temperature, top_p or sampling.top_p,
                             samples=samples)
+    notes: dict[str, Any] = {}
     with render.progress_bar(console, "bench") as step:
         measured = bench_mod.measure(configs, resolved.backend, resolved.installed, work,
-                                     repeats, max_tokens, app.dirs.logs, step, concurrency)
+                                     repeats, max_tokens, app.dirs.logs, step, concurrency,
+                                     notes=notes, **how_long)
         checked = lossless.run(plan, quality_against, resolved.backend, resolved.installed,
                                work.by_category(), how, app.dirs.logs, step) if quality else None
     settings = {"workload": work.describe(), "prompts": len(work.prompts),
                 "repeats": repeats, "max_tokens": max_tokens, "concurrency": concurrency}
     result = bench_mod.report(plan, resolved.installed, configs, measured, settings,
-                              work.weights())
+                              work.weights(), notes)
     if checked is not None:
         result["quality"] = {"against": quality_against, "temperature": how.temperature,
                              "top_p": how.top_p, "samples_per_prompt": how.samples,
@@ -161,7 +176,8 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
 
 
 def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workload,
-            repeats: int, max_tokens: int, json_out: Path | None) -> None:
+            repeats: int, max_tokens: int, json_out: Path | None,
+            how_long: dict[str, Any]) -> None:
     """bench --backends: each backend measured in turn; the fastest saved for this machine."""
     from specctl.adapters import registry
     from specctl.orchestrator.cli import render
@@ -181,7 +197,7 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
         entries.append(versus.Entry(got.plan, got.backend, got.installed))
     with render.progress_bar(console, "bench") as step:
         found, speeds = versus.compare(entries, ks, work, repeats, max_tokens, app.dirs.logs,
-                                       step)
+                                       step, **how_long)
     for result in found:
         render.show_bench(console, result)
     hw = entries[0].plan.hardware

@@ -93,6 +93,35 @@ def _span(low: float | None, high: float | None) -> str:
     return f"{_x(low)}-{_x(high)}" if low is not None and high is not None else "-"
 
 
+def _show_conditions(console: Console, result: dict[str, Any]) -> None:
+    """How the bench was measured, and each configuration's physical bound: what was
+    discarded or is flagged against it."""
+    said = result.get("conditions") or {}
+    for label, rows in result["configs"].items():
+        overall = rows.get("overall", {})
+        if overall.get("bound") is None:
+            continue
+        line = (f"{label}: physical bound {overall['bound']:.2f}x (k+1)/(k*c+1)"
+                + (f" for c = {said['cost']:.3f} measured here" if said.get("cost") else ""))
+        gone = sum(r.get("discarded", 0) for c, r in rows.items() if c != "overall")
+        if gone:
+            line += f"; {gone} pair(s) above it discarded as noise"
+        console.print(line, highlight=False, markup=False)
+        for cat, r in rows.items():
+            if r.get("implausible"):
+                console.print(f"(!) {label}, {cat}: {r['implausible']}", highlight=False,
+                              markup=False)
+    if not said:
+        return
+    how = ("one server at a time (alternating blocks), " if said.get("sequential") else
+           "servers side by side, ")
+    stop = {"precision": f"the precision ±{(said.get('precision') or 0):.0%} was reached",
+            "budget": f"the budget ran out before ±{(said.get('precision') or 0):.0%}",
+            "repeats": "the passes asked were done"}.get(str(said.get("stopped")), "")
+    console.print(f"measured with {how}the baseline drifted {said.get('drift', 0):.0%} between "
+                  f"blocks; {said.get('noise', '')}; {stop}", highlight=False, markup=False)
+
+
 def show_bench(console: Console, result: dict[str, Any]) -> None:
     for label, rows in result["configs"].items():
         cells = []
@@ -101,7 +130,8 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
             cells.append([
                 cat, f"{r['baseline_tps']:.1f}" if r["baseline_tps"] else "-",
                 f"{r['tps']:.1f}" if r["tps"] else "-",
-                _x(r.get("speedup")) + ("*" if r.get("noisy") else ""),
+                _x(r.get("speedup")) + ("*" if r.get("noisy") else "")
+                + (" (!)" if r.get("implausible") else ""),
                 _span(r.get("speedup_low"), r.get("speedup_high")),
                 _span(r.get("speedup_min"), r.get("speedup_max")), _pct(r["acceptance"]),
                 f"{r['accepted_per_step']:.2f}" if r["accepted_per_step"] else "-",
@@ -113,6 +143,7 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
                   "workload's mix overall), 95% bootstrap interval; range: per-prompt ratios; "
                   "* = noisy (wide interval or few samples); same = greedy output identical to "
                   "the baseline's")
+    _show_conditions(console, result)
     for label, rows in result["configs"].items():
         if any(rows[c].get("floor") is not None for c in result["categories"]):
             for cat in result["categories"]:

@@ -129,7 +129,8 @@ def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
     At temperature 0 a prompt's steps are exact (steps()); what noise moves is a step's time.
     Each side's step time is a low quantile of its requests' step times (all prompts pooled
     where steps draft alike, by category where not: _uniform), and each prompt takes its steps
-    at that time. The bootstrap resamples each pool's requests."""
+    at that time. A longer context slows both sides' steps alike, so pooling prompts of unlike
+    contexts moves both times and their ratio stays. The bootstrap resamples each pool."""
     if only is not None:
         pairs = {i: ps for i, ps in pairs.items() if cats[i] == only}
         weights = {only: 1.0}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -40,6 +40,8 @@ class Timed:
     text: str = ""
     busy: float = 0.0  # cores other processes used while it ran
     block: int = 0  # which round (paired) or block (sequential) it was part of
+    wall_s: float = 0.0  # the request's wall time
+    timed_by: str = ""  # who measured the decode time (client.Reply.timed_by)
 
     @property
     def per_token(self) -> float:
@@ -108,7 +110,7 @@ def rounds(lab: Lab, configs: Sequence[Config], prompts: Sequence[int], max_toke
 
 
 def _tag(t: Timed, block: int) -> Timed:
-    return Timed(t.label, t.prompt, t.tokens, t.seconds, t.spec, t.text, t.busy, block)
+    return replace(t, block=block)
 
 
 class CpuWatch:
@@ -120,8 +122,9 @@ class CpuWatch:
         self._last = self._read()
 
     def _read(self) -> tuple[float, float, float]:
-        t = psutil.cpu_times()
-        busy = sum(t) - t.idle - getattr(t, "iowait", 0.0)
+        fields = psutil.cpu_times()._asdict()
+        total = sum(v for k, v in fields.items() if k not in ("guest", "guest_nice"))  # in user
+        busy = total - fields["idle"] - fields.get("iowait", 0.0)
         ours = 0.0
         for proc in [self._me, *self._me.children(recursive=True)]:
             try:
@@ -176,7 +179,11 @@ class ServerLab:
         reply = got.reply
         seconds = reply.tokens / reply.decode_tps if reply.decode_tps > 0 else reply.wall_s
         return Timed(label, prompt, reply.tokens, seconds, got.spec, reply.text,
-                     self._watch.others())
+                     self._watch.others(), wall_s=reply.wall_s, timed_by=reply.timed_by)
+
+    def served(self, label: str) -> engine.Served:
+        """The server of a kept configuration (for concurrent rounds)."""
+        return self._up[label][1]
 
     def fits(self, plans: Sequence[Plan]) -> bool:
         return fits_together(self.backend, plans)

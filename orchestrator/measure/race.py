@@ -3,12 +3,13 @@ blocks (paired: every server up, each prompt asked of each in turn; sequential: 
 time, A B B A ...), until the leader's interval is as narrow as asked or the time is spent.
 
 Decisions rest on intervals (95%, measure/intervals.py), never on one sample:
-- a challenger is dropped once its interval's top cannot beat the leader by the margin;
+- a challenger is dropped once its interval's top cannot beat the leader by the margin (from
+  its first block on: a block is every prompt of the workload);
 - it takes the lead only when its point beats the leader's by the margin and its interval's
   bottom is above the leader's point;
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
 - a pair above the physical bound is discarded as noise (and counted).
-At least MIN_BLOCKS blocks are measured before anything is dropped or settled.
+The leader is measured at least MIN_BLOCKS blocks before anything is settled.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class Race:
         """One block of every active entry and the baseline."""
         configs = [self.baseline, *(e.config for e in active)]
         prompts = range(len(self.lab.workload.prompts))
+        if not self.sequential and not self.lab.fits([p for _, p in configs]):
+            self.sequential = True
+            self.lab.say(f"{len(configs)} servers do not fit in memory together: one at a time")
         self.samples += rounds(self.lab, configs, prompts, self.max_tokens, self.block,
                                self.sequential)
         self.block += 1
@@ -85,6 +89,8 @@ class Race:
         pairs = self.pairs(e)
         out = {}
         for cat in self.lab.workload.categories:
+            if self.weights.get(cat, 0.0) <= 0:
+                continue  # not in the traffic tuned for
             got = intervals.speedup(pairs, self.cats, self.weights, only=cat)
             if got is not None:
                 out[cat] = got
@@ -97,8 +103,6 @@ class Race:
         while active:
             self.measure(active)
             lead = self.leader([lead, *entries])
-            if min(e.blocks for e in active) < MIN_BLOCKS:
-                continue  # the budget too is looked at only from MIN_BLOCKS on
             for e in active:
                 if e is not lead and self.hopeless(e, lead):
                     e.dropped = (f"cannot win: its {intervals.CONFIDENCE:.0%} interval reaches "
@@ -106,6 +110,9 @@ class Race:
                                  f"{_point(lead) * (1 + self.margin):.2f}x")
                     self.lab.say(f"{e.label}: {e.dropped}")
             active = [e for e in active if not e.dropped]
+            if min([lead.blocks, *(e.blocks for e in active if e.blocks)]) < MIN_BLOCKS:
+                active = [lead, *(e for e in active if e is not lead)]
+                continue  # the budget too is looked at only from MIN_BLOCKS on
             if lead.interval is not None and lead.interval.high < 1 + self.margin:
                 self.stopped = "decided"  # even its top cannot beat the baseline by the margin
                 break

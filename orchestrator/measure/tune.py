@@ -1,9 +1,9 @@
 """`specctl tune`: choose k (and p-min, or n-gram, or off) from the cost model on inputs noise
 cannot move much, then confirm the choice end to end in paired trials.
 
-1. Acceptance, exactly: one block of the probe (k=8) with the baseline on the workload's
-   prompts. At temperature 0 each prompt's draft counters give its acceptance by position, the
-   same every run: no repeat needed.
+1. Acceptance, exactly: the probe (k=8) once on each of the workload's prompts. At temperature
+   0 each prompt's draft counters give its acceptance by position, the same every run: no
+   repeat needed.
 2. Costs, robustly: many short requests (SHORT_TOKENS) to the baseline, the draft alone and the
    probe, interleaved; outside load only lengthens a request, so each cost is a low quantile of
    its timings: c (the draft's step over the target's) and v(k) (a verification step of k
@@ -30,12 +30,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure import engine, intervals
+from specctl.orchestrator.measure.costs import Costs
 from specctl.orchestrator.measure.fit import Estimates, fit_alpha
 from specctl.orchestrator.measure.intervals import LOW_Q, Interval, quantile
-from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
+from specctl.orchestrator.measure.lab import Config, Lab, Timed
 from specctl.orchestrator.measure.race import Entry, Race
 from specctl.orchestrator.measure.trials import Bench, Measurer, measured, speedup
 from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag
@@ -49,8 +51,6 @@ SHORT_K = 2
 GUARD = 0.98  # a category is slowed when its interval's top is under this
 PRECISION = 0.05  # the headline's interval half-width to reach
 BUDGET = 240.0  # seconds of tune, by default
-SHORT_TOKENS = 16  # the short requests that time the costs
-COST_BLOCKS = 2  # short requests per prompt and configuration
 MAX_VERIFY_POINTS = 3
 
 
@@ -58,40 +58,6 @@ def _label(plan: Plan) -> str:
     if plan.method == "ngram":
         return f"ngram k={plan.k}"
     return f"draft k={plan.k}" + (f" p-min {plan.p_min}" if plan.p_min is not None else "")
-
-
-class Costs:
-    """The short timings and what they give: c and v(k)."""
-
-    def __init__(self, lab: Lab, baseline: Config, sequential: bool) -> None:
-        self.lab, self.baseline, self.sequential = lab, baseline, sequential
-        self.samples: list[Timed] = []
-        self.verify: dict[int, float] = {}
-        self.cost = 0.0
-
-    def time(self, configs: Sequence[Config]) -> None:
-        prompts = range(len(self.lab.workload.prompts))
-        for block in range(COST_BLOCKS):
-            self.samples += rounds(self.lab, [self.baseline, *configs], prompts, SHORT_TOKENS,
-                                   block, self.sequential)
-
-    def per_token(self, label: str) -> float:
-        return quantile([t.per_token for t in self.samples if t.label == label], LOW_Q)
-
-    def step(self, label: str) -> float:
-        """A speculative step's time (decode time over verification steps)."""
-        return quantile([intervals.step_time(t) for t in self.samples if t.label == label],
-                        LOW_Q)
-
-    def fit(self, draft: str, probe: Config) -> None:
-        target = self.per_token(self.baseline[0])
-        self.cost = self.per_token(draft) / target
-        self.add(probe, target)
-
-    def add(self, config: Config, target: float | None = None) -> None:
-        target = target or self.per_token(self.baseline[0])
-        k = config[1].k
-        self.verify[k] = max(0.5, self.step(config[0]) / target - k * self.cost)
 
 
 def _acceptance(samples: Sequence[Timed], label: str, k: int) -> dict[int, tuple[float, ...]]:
@@ -149,14 +115,15 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
                 + ("--sequential" if sequential else "two servers do not fit in memory"))
     race = Race(lab, base, max_tokens, seq, margin, precision, started + budget)
     probe = Entry(probe_cfg[0], probe_cfg, math.inf)
-    race.measure([probe])  # 1. exact acceptance per prompt (and the first paired block)
-    accept = _acceptance(race.samples, probe.label, probe_k)
-    tokens = {t.prompt: t.tokens for t in race.samples if t.label == base[0]}
+    lab.keep([probe_cfg])  # 1. exact acceptance per prompt: one request each, full length
+    first = [replace(lab.ask(probe.label, i, max_tokens), block=-1)  # pairs with nothing
+             for i in range(len(lab.workload.prompts))]
+    accept = _acceptance(first, probe.label, probe_k)
+    tokens = {t.prompt: t.tokens for t in first}  # lossless: the baseline's are the same
     costs = Costs(lab, base, seq)  # 2. costs from short timings
     costs.time([alone, probe_cfg])
     costs.fit(alone[0], probe_cfg)
-    total = sum((t.spec for t in race.samples if t.label == probe.label), start=type(
-        race.samples[0].spec)())
+    total = sum((t.spec for t in first), start=type(first[0].spec)())
     est = Estimates(alpha=fit_alpha(total.mean_accepted_length or 0.0, probe_k),
                     cost=round(costs.cost, 4), verify=dict(costs.verify), accept_at=accept,
                     time_share=_shares(lab, tokens))
@@ -184,8 +151,11 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     kept: Entry | None = lead
     if slowed and lead.interval is not None and lead.interval.point > 1 + margin:
         kept = _guard(plan, lab, race, lead, slowed, entries, budget, margin, est.cost)  # 5.
-    everyone = [probe, *[e for e in entries if e is not probe]]
-    rows = [_row(race, e) for e in everyone if e.interval is not None]
+    rows = [_row(race, e) for e in entries if e.interval is not None]
+    if probe not in entries:  # the probe as the short requests measured it
+        shadow = replace(race, samples=[*first, *costs.samples])
+        shadow.judge(probe)
+        rows.insert(0, _row(shadow, probe, " (short requests)"))
     return _result(plan, lab, race, lead, kept, slowed, est, curve, rows, skipped, margin,
                    precision, budget, seq, time.monotonic() - wall)
 
@@ -242,7 +212,7 @@ def _guard(plan: Plan, lab: Lab, race: Race, lead: Entry, slowed: dict[str, Inte
     return max(fair, key=lambda e: e.interval.point if e.interval else 0.0) if fair else None
 
 
-def _row(race: Race, e: Entry) -> Measured:
+def _row(race: Race, e: Entry, note: str = "") -> Measured:
     plan = e.config[1]
     iv = e.interval or Interval(0.0, 0.0, 0.0)
     mine = [t for t in race.samples if t.label == e.label]
@@ -253,8 +223,8 @@ def _row(race: Race, e: Entry) -> Measured:
     if e.discarded:
         flag = (flag + "; " if flag else "") + (f"{e.discarded} pair(s) above the bound "
                                                 "discarded as noise")
-    label = e.label + (f" ({e.blocks} block{'s' if e.blocks > 1 else ''})"
-                       if e.dropped or e.blocks < 2 else "")
+    label = e.label + (note or (f" ({e.blocks} block{'s' if e.blocks > 1 else ''})"
+                                if e.dropped or e.blocks < 2 else ""))
     limit = round(e.bound, 4) if math.isfinite(e.bound) else None
     return Measured(
         label=label, method=plan.method, k=plan.k, p_min=plan.p_min,
