@@ -360,6 +360,12 @@ class Adapter:
         `k_by_batch`); tune then measures the schedule."""
         return False
 
+    def shares_weights(self, plan: Plan) -> bool:
+        """Whether two servers of this backend map the same model file's weights once (mmap'd
+        pages shared): then bench and tune count them once when checking that a baseline and a
+        speculative server fit side by side. Not on GPUs, where each process loads its own."""
+        return False
+
     def rejecting(self, plan: Plan, installed: Installed) -> Plan | None:
         """The speculative `plan` with every draft rejected: verification still runs in
         batches, but only the target's own tokens are kept. Its greedy output against the

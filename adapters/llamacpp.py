@@ -217,6 +217,11 @@ class LlamaCpp(Adapter):
                    f"memory ({', '.join(f'{s:.0%}' for s in split)}); the draft stays "
                    f"{'on this machine' if opts.draft_local else 'with them'}.",))
 
+    def shares_weights(self, plan: Plan) -> bool:
+        """llama-server mmaps the GGUF: on the CPU and on Metal (unified memory) two servers of
+        the same file share its pages; on CUDA each copies the weights to its GPU."""
+        return plan.hardware.kind in ("cpu", "metal")
+
     def launch(self, plan: Plan, installed: Installed) -> Launch:
         if plan.method not in installed.methods:
             raise BackendError(f"llama-server {installed.version} cannot do '{plan.method}' "

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from specctl.orchestrator.measure import bench
 from tests.cli import specctl
 
 pytestmark = pytest.mark.server
@@ -29,28 +29,19 @@ def test_short_bench_reports_raw_samples_that_recompute_the_speedups(tmp_path: P
     samples = report["samples"]
     assert len(samples) == 2 * 2 * 2 * 2  # categories x prompts x repeats x (baseline + spec)
     spec = [s for s in samples if s["config"] == "draft k=3"]
-    base = {(s["category"], s["prompt"], s["repeat"]): s for s in samples
-            if s["config"] == "baseline"}
     assert sum(s["drafted"] for s in spec) > 0 and sum(s["accepted"] for s in spec) > 0
     assert row["overall"]["acceptance"] > 0.5
-    def seconds(rows: list[dict[str, Any]]) -> float:
-        return float(sum(r["tokens"] / r["decode_tps"] for r in rows)) / len(rows)
-
-    def tokens(rows: list[dict[str, Any]]) -> float:
-        return float(sum(r["tokens"] for r in rows)) / len(rows)
-
-    paired = {c: ([s for s in spec if s["category"] == c],
-                  [base[(s["category"], s["prompt"], s["repeat"])] for s in spec
-                   if s["category"] == c]) for c in ("code", "summarize")}
-    per_cat = {c: (tokens(a) / seconds(a)) / (tokens(b) / seconds(b))
-               for c, (a, b) in paired.items()}
-    assert row["code"]["speedup"] == pytest.approx(per_cat["code"])
-    # overall: the two categories weighed alike, tokens over time
-    num = sum(0.5 * tokens(a) for a, _ in paired.values())
-    spec_t = sum(0.5 * seconds(a) for a, _ in paired.values())
-    base_t = sum(0.5 * seconds(b) for _, b in paired.values())
-    base_n = sum(0.5 * tokens(b) for _, b in paired.values())
-    assert row["overall"]["speedup"] == pytest.approx((num / spec_t) / (base_n / base_t))
+    # the figures recompute from the raw samples saved (read back as fresh input)
+    raw = [bench.Sample(**s) for s in samples]
+    for cat in ("code", "summarize", None):
+        again = bench._group(raw, "draft k=3", cat, report["mix"],
+                             report["conditions"]["cost"])
+        mine = row[cat or "overall"]
+        assert again["speedup"] == pytest.approx(mine["speedup"])
+        assert (again["speedup_low"], again["speedup_high"]) == pytest.approx(
+            (mine["speedup_low"], mine["speedup_high"]))
+        assert mine["speedup_high"] <= mine["bound"] or "implausible" in mine
+    assert report["conditions"]["sequential"] is False and report["conditions"]["cost"] > 0.5
     assert all(s["drafted"] == 0 for s in samples if s["config"] == "baseline")
     saved = list((Path(done.stdout.split("raw samples:")[1].strip())).parent.glob("*.json"))
     assert saved, "the report is also saved under the state dir"

@@ -20,14 +20,19 @@ def test_tune_measures_real_servers_saves_the_result_and_plan_follows_it(tmp_pat
     profile.write_text('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
                        'k = "auto"\n[server]\ncontext = 2048\n')
     done = specctl("tune", "--profile", str(profile), "--max-k", "3", "--max-tokens", "24",
-                   "--json")
+                   "--precision", "0.25", "--budget", "3m", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout[:done.stdout.rindex("}") + 1])
     assert 0.5 < result["cost"] < 2.0  # the draft is the target: c is about 1
     assert result["alpha"] > 0.8  # greedy self-drafting accepts (nearly) everything
     assert [p["k"] for p in result["predicted"]] == [1, 2, 3]
     probe = result["measured"][0]
-    assert probe["label"] == "draft k=3" and probe["acceptance"] > 0.8
+    assert probe["label"].startswith("draft k=3") and probe["acceptance"] > 0.8
+    assert result["settled"] and result["stopped"] in ("precision", "decided")
+    if result["method"] != "none":  # the headline carries its interval
+        assert result["low"] <= result["speedup"] <= result["high"]
+    assert all(m["bound"] is None or m["speedup"] <= m["bound"] or m["flag"]
+               for m in result["measured"])
     labels = [m["label"] for m in result["measured"]]
     assert any(label.startswith("ngram k=") for label in labels)
     # p-min is measured, or not run where the cost model shows it cannot win (and says so)

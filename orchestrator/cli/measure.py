@@ -97,6 +97,15 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
 @click.option("--top-p", type=_Finite(0.01, 1), help="--quality: top-p (default: the profile's).")
 @click.option("--floor/--no-floor", default=None,
               help="Measure the greedy numerics floor (default: with --quality).")
+@click.option("--precision", type=_Finite(0.005, 0.5), metavar="FRACTION",
+              help="Keep measuring (more passes than --repeats) until every configuration's "
+                   "95%% interval is within this, e.g. 0.05 for +-5%%, or --budget is spent.")
+@click.option("--budget", default="10m", show_default=True, metavar="DURATION",
+              help="With --precision: the most time to spend (e.g. 90s, 10m).")
+@click.option("--sequential", is_flag=True,
+              help="One server at a time, in alternating blocks (what happens by itself when "
+                   "the servers do not fit in memory together); the report gives the "
+                   "baseline's drift between blocks.")
 @click.option("--backends", "versus", metavar="A,B,...",
               help="Measure the profile on each of these installed backends (each with its "
                    "own speculation), save the fastest for this machine: `plan` then prefers "
@@ -105,7 +114,8 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
           mix: str | None, levels: str | None, max_tokens: int, json_out: Path | None,
           plot: Path | None, quality: bool,
           quality_against: str, samples: int, temperature: float | None, top_p: float | None,
-          floor: bool | None, versus: str | None) -> None:
+          floor: bool | None, precision: float | None, budget: str, sequential: bool,
+          versus: str | None) -> None:
     """Measure the speedup over the no-draft baseline on this machine, same prompts and build.
 
     Baseline and speculative servers run side by side and get the same requests interleaved,
@@ -125,8 +135,11 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     work = _workload(suite, prompts_arg, mix)
     concurrency = sorted(set(_ints(levels) or [1]) | {1})
     app = App.from_env()
+    how_long: dict[str, Any] = {"sequential": sequential, "precision": precision,
+                                "budget": _seconds(budget)}
     if versus:
-        _versus(app, profile_ref, versus, _ints(ks), work, repeats, max_tokens, json_out)
+        _versus(app, profile_ref, versus, _ints(ks), work, repeats, max_tokens, json_out,
+                how_long)
         return
     resolved = app.resolve(profile_ref)
     plan = resolved.plan
@@ -136,9 +149,11 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     sampling = resolved.profile.sampling
     how = lossless.Sampling(temperature or sampling.temperature, top_p or sampling.top_p,
                             samples=samples)
+    notes: dict[str, Any] = {}
     with render.progress_bar(console, "bench") as step:
         measured = bench_mod.measure(configs, resolved.backend, resolved.installed, work,
-                                     repeats, max_tokens, app.dirs.logs, step, concurrency)
+                                     repeats, max_tokens, app.dirs.logs, step, concurrency,
+                                     notes=notes, **how_long)
         checked = lossless.run(plan, quality_against, resolved.backend, resolved.installed,
                                work.by_category(), how, app.dirs.logs, step) if quality else None
         floor_checked = lossless.run_pair(
@@ -147,7 +162,7 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     settings = {"workload": work.describe(), "prompts": len(work.prompts),
                 "repeats": repeats, "max_tokens": max_tokens, "concurrency": concurrency}
     result = bench_mod.report(plan, resolved.installed, configs, measured, settings,
-                              work.weights())
+                              work.weights(), notes)
     if checked is not None:
         result["quality"] = {"against": quality_against, "temperature": how.temperature,
                              "top_p": how.top_p, "samples_per_prompt": how.samples,
@@ -191,7 +206,8 @@ def _certify(app: App, resolved: Resolved, result: dict[str, Any]) -> str:
 
 
 def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workload,
-            repeats: int, max_tokens: int, json_out: Path | None) -> None:
+            repeats: int, max_tokens: int, json_out: Path | None,
+            how_long: dict[str, Any]) -> None:
     """bench --backends: each backend measured in turn; the fastest saved for this machine."""
     from specctl.adapters import registry
     from specctl.orchestrator.cli import render
@@ -211,7 +227,7 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
         entries.append(versus.Entry(got.plan, got.backend, got.installed))
     with render.progress_bar(console, "bench") as step:
         found, speeds = versus.compare(entries, ks, work, repeats, max_tokens, app.dirs.logs,
-                                       step)
+                                       step, **how_long)
     for result in found:
         render.show_bench(console, result)
     hw = entries[0].plan.hardware
@@ -254,20 +270,29 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
               help="Before saving, sample the chosen setting against the target alone at the "
                    "profile's temperature (16 short completions, one prompt per category) and "
                    "refuse to save one whose output differs.")
+@click.option("--precision", default=0.05, show_default=True, type=_Finite(0.005, 0.5),
+              help="Measure until the speedup's 95% interval is within this (0.05: +-5%).")
+@click.option("--budget", default="4m", show_default=True, metavar="DURATION",
+              help="...or until this much time is spent (e.g. 90s, 4m, 15m).")
+@click.option("--sequential", is_flag=True,
+              help="One server at a time, in alternating blocks (what happens by itself when "
+                   "the baseline and a speculative server do not fit in memory together).")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: float | None,
          max_k: int, exhaustive: bool, show: bool, prompts_arg: str, mix: str | None,
-         concurrency: int | None, max_tokens: int, quality: bool, as_json: bool) -> None:
+         concurrency: int | None, max_tokens: int, quality: bool, precision: float,
+         budget: str, sequential: bool, as_json: bool) -> None:
     """Choose k (and p-min, n-gram or off) for your traffic on this machine; `plan` and `up`
     then use it.
 
     On the workload (--prompts, --mix) at the profile's concurrency: measures the target alone,
     the draft alone and one speculative run (k = 8 or max-k), fits the Leviathan cost model per
     prompt (acceptance by position, c, v(k)), ranks k by the workload's throughput, measures the
-    model's best k or its runner-up, tries n-gram and a p-min, and keeps the best measured that
-    slows no category down by more than noise - or "off" when nothing beats the baseline by 5%.
-    On backends that switch k by batch size (vLLM) it also measures that schedule. A run that
-    can no longer win stops early; the table marks it "(n/N prompts)". Before saving, a short
+    model's best k, then confirms it in paired trials against the baseline (with n-gram and a
+    p-min as challengers) until the 95% interval is within --precision or --budget is spent; a
+    category counts as slowed, and "off" is chosen, only when an interval says so. A result that
+    did not reach the precision is not saved. On backends that switch k by batch size (vLLM) it
+    also measures that schedule. Before saving, a short
     sampling check (--no-quality skips it) refuses a setting whose output at temperature > 0
     differs from the target's alone; `bench --quality` is the full check."""
     from dataclasses import replace
@@ -321,7 +346,8 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
             results, base_tps, seconds = tune_mod.sweep(resolved.plan, runner,
                                                         range(1, max_k + 1))
         else:
-            result = tune_mod.tune(resolved.plan, runner, max_k)
+            result = _tuned(resolved, work, app.dirs.logs, step, max_k, max_tokens, precision,
+                            _seconds(budget), sequential)
             if per_batch and level > 1 and result.method == "draft":
                 levels = sorted({1, level, *(2 ** n for n in range(9) if 2 ** n < level)})
                 ks = sorted({max(1, result.k // 2), result.k})
@@ -337,6 +363,7 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
         return
     result.key = key
     result.workload, result.concurrency = work.describe(), level
+    _refuse_unsettled(result, as_json)
     path = tuned_mod.save(app.dirs.tuned, result)
     click.echo(json.dumps(result.to_json(), indent=2)) if as_json else \
         render.show_tuned(console, result)
@@ -358,6 +385,47 @@ def _gate(resolved: Resolved, result: tuned_mod.Result, work: Workload, logs: Pa
     how = lossless.short(sampling.temperature or 0.8, sampling.top_p)
     return lossless.gate(chosen, resolved.backend, resolved.installed, work.by_category(), how,
                          logs, step)
+
+
+def _tuned(resolved: Resolved, work: Workload, logs: Path, step: Callable[[str], None],
+           max_k: int, max_tokens: int, precision: float, budget: float,
+           sequential: bool) -> tuned_mod.Result:
+    """tune on real servers (measure/lab.py), every one stopped at the end."""
+    from specctl.orchestrator.measure import lab
+    from specctl.orchestrator.measure import tune as tune_mod
+
+    room = lab.ServerLab(resolved.backend, resolved.installed, work, logs, step)
+    try:
+        return tune_mod.tune(resolved.plan, room, max_k, max_tokens=max_tokens,
+                             precision=precision, budget=budget, sequential=sequential)
+    finally:
+        room.close()
+
+
+def _refuse_unsettled(result: tuned_mod.Result, as_json: bool) -> None:
+    """A result whose interval did not reach the precision is shown, not saved: one line says
+    why and what to do."""
+    from specctl.orchestrator.cli import render
+
+    if result.settled:
+        return
+    click.echo(json.dumps(result.to_json(), indent=2)) if as_json else \
+        render.show_tuned(console, result)
+    raise SpecctlError(f"not saved: precision {result.summary.split('; precision ', 1)[-1]}")
+
+
+def _seconds(text: str) -> float:
+    """'90s', '4m', '1h' or a number of seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    body, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
+    try:
+        value = float(body) * unit
+    except ValueError:
+        value = -1.0
+    if not 10 <= value <= 24 * 3600:
+        raise click.BadParameter(f"--budget takes a duration from 10s to 24h (e.g. 90s, 4m, "
+                                 f"15m), not {text!r}")
+    return value
 
 
 def _safe_load(app: App, key: str) -> tuned_mod.Result | None:

@@ -128,6 +128,35 @@ def _show_checks(console: Console, result: dict[str, Any]) -> None:
             console.print(f"  sampled, {cat}: {found['message']}", highlight=False, markup=False)
 
 
+def _show_conditions(console: Console, result: dict[str, Any]) -> None:
+    """How the bench was measured, and each configuration's physical bound: what was
+    discarded or is flagged against it."""
+    said = result.get("conditions") or {}
+    for label, rows in result["configs"].items():
+        overall = rows.get("overall", {})
+        if overall.get("bound") is None:
+            continue
+        line = (f"{label}: physical bound {overall['bound']:.2f}x (k+1)/(k*c+1)"
+                + (f" for c = {said['cost']:.3f} measured here" if said.get("cost") else ""))
+        gone = sum(r.get("discarded", 0) for c, r in rows.items() if c != "overall")
+        if gone:
+            line += f"; {gone} pair(s) above it discarded as noise"
+        console.print(line, highlight=False, markup=False)
+        for cat, r in rows.items():
+            if r.get("implausible"):
+                console.print(f"(!) {label}, {cat}: {r['implausible']}", highlight=False,
+                              markup=False)
+    if not said:
+        return
+    how = ("one server at a time (alternating blocks), " if said.get("sequential") else
+           "servers side by side, ")
+    stop = {"precision": f"the precision ±{(said.get('precision') or 0):.0%} was reached",
+            "budget": f"the budget ran out before ±{(said.get('precision') or 0):.0%}",
+            "repeats": "the passes asked were done"}.get(str(said.get("stopped")), "")
+    console.print(f"measured with {how}the baseline drifted {said.get('drift', 0):.0%} between "
+                  f"blocks; {said.get('noise', '')}; {stop}", highlight=False, markup=False)
+
+
 def show_bench(console: Console, result: dict[str, Any]) -> None:
     for label, rows in result["configs"].items():
         cells = []
@@ -138,8 +167,8 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
             cells.append([
                 cat, f"{r['baseline_tps']:.1f}" if r["baseline_tps"] else "-",
                 f"{r['tps']:.1f}" if r["tps"] else "-",
-                _x(r.get("speedup")) + ("*" if r.get("noisy") else "") if usable else
-                f"({_x(ratio)})",
+                (_x(r.get("speedup")) + ("*" if r.get("noisy") else "")
+                 + (" (!)" if r.get("implausible") else "")) if usable else f"({_x(ratio)})",
                 _span(r.get("speedup_low"), r.get("speedup_high")),
                 _span(r.get("speedup_min"), r.get("speedup_max")), _pct(r["acceptance"]),
                 f"{r['accepted_per_step']:.2f}" if r["accepted_per_step"] else "-",
@@ -152,6 +181,7 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
                   "workload's mix overall), 95% bootstrap interval; range: per-prompt ratios; "
                   "* = noisy (wide interval or few samples); same = greedy output identical to "
                   "the baseline's")
+    _show_conditions(console, result)
     _show_checks(console, result)
     for label, found in (result.get("concurrency") or {}).items():
         cells = [[str(r["level"]), f"{r['baseline_tps']:.1f}", f"{r['tps']:.1f}",
@@ -195,10 +225,14 @@ def show_tuned(console: Console, result: Tuned) -> None:
     cells = []
     for m in result.measured:
         pred = predicted.get(m.k) if m.method == "draft" and m.p_min is None else None
-        cells.append([m.label, _x(pred), _x(m.speedup), *(_x(m.categories.get(c)) for c in cats),
-                      f"{m.tps:.1f}", _pct(m.acceptance), f"{m.seconds:.0f}"])
+        span = f"{m.low:.2f}-{m.high:.2f}" if m.low is not None and m.high is not None else "-"
+        above = m.bound is not None and m.flag.startswith("above the physical bound")
+        cells.append([m.label + (" (!)" if above else ""), _x(pred), _x(m.speedup), span,
+                      *(_x(m.categories.get(c)) for c in cats), _x(m.bound),
+                      f"{m.tps:.1f}", _pct(m.acceptance)])
     tables.show(console, [Column("config"), *(Column(h, right=True) for h in (
-        "predicted", "measured", *cats, "tok/s", "acceptance", "seconds"))], cells,
+        "predicted", "measured", "95% interval", *cats, "bound", "tok/s", "acceptance"))],
+        cells,
         title=f"{result.profile}: alpha {result.alpha}, c {result.cost}, v {result.verify}, "
               f"baseline {result.baseline_tps:.1f} tok/s")
     if result.workload:
@@ -207,6 +241,13 @@ def show_tuned(console: Console, result: Tuned) -> None:
                       "the baseline's", highlight=False, markup=False)
     for line in result.skipped:
         console.print(escape(line), highlight=False)
+    for m in result.measured:
+        if m.flag:
+            console.print(f"{m.label}: {m.flag}", highlight=False, markup=False)
+    if result.noise:
+        console.print(f"while measuring: {result.noise}"
+                      + ("; one server at a time" if result.sequential else ""),
+                      highlight=False, markup=False)
     for line in result.schedule_notes:
         console.print(f"k by batch size: {line}", highlight=False, markup=False)
     if result.k_by_batch:

@@ -18,7 +18,6 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -26,7 +25,10 @@ from typing import Any
 
 from specctl.adapters.base import Adapter, Installed, SpecStats
 from specctl.orchestrator.errors import ProfileError
-from specctl.orchestrator.measure import engine, lossless, stats
+from specctl.orchestrator.measure import engine, intervals, lab, lossless, stats
+from specctl.orchestrator.measure.costs import Costs
+from specctl.orchestrator.measure.lab import Timed
+from specctl.orchestrator.measure.tuned import bound_flag
 from specctl.orchestrator.measure.workload import Request, Workload
 from specctl.orchestrator.planning.plan import Plan
 
@@ -98,38 +100,99 @@ def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None) -> lis
 
 def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
             workload: Workload, repeats: int, max_tokens: int, logs: Path,
-            progress: Progress = lambda _m: None, levels: Sequence[int] = (1,)) -> list[Sample]:
-    """Every prompt on every server, interleaved, `repeats` times; then, per level above 1,
-    rounds of that many concurrent requests (enough slots are planned for the largest)."""
-    samples: list[Sample] = []
+            progress: Progress = lambda _m: None, levels: Sequence[int] = (1,),
+            sequential: bool = False, precision: float | None = None, budget: float = 600.0,
+            notes: dict[str, Any] | None = None, room: lab.Lab | None = None) -> list[Sample]:
+    """Every prompt on every server, interleaved (lab.rounds: all servers up, or one at a time
+    in alternating blocks when they do not fit in memory together, or `sequential`), `repeats`
+    passes; with a `precision`, more passes until every configuration's overall 95% interval
+    is within it or `budget` seconds are spent. Then, per level above 1, rounds of that many
+    concurrent requests (servers side by side; enough slots are planned for the largest).
+    `notes` receives how it was measured: c (for the physical bound), sequential, the
+    baseline's drift, other processes' CPU, and what stopped it. `room`: where (default: real
+    servers; the tests pass a simulated engine)."""
     slots = max(levels)
-    with ExitStack() as stack:
-        running: list[tuple[Config, engine.Served]] = []
-        for cfg in configs:
-            progress(f"starting {cfg.label} server")
-            plan = cfg.plan.but(parallel=max(cfg.plan.parallel, slots))
-            running.append((cfg, stack.enter_context(engine.serve(
-                plan, backend, installed, logs, f"bench-{cfg.label}"))))
-        by_cat = workload.by_category()
-        if 1 in levels:
-            work = [(r, cat, i, p) for r in range(repeats) for cat, ps in by_cat.items()
-                    for i, p in enumerate(ps)]
-            for step, (r, cat, i, prompt) in enumerate(work):
-                progress(f"[{step + 1}/{len(work)}] {cat} #{i} repeat {r + 1}")
-                shift = (r + i) % len(running)
-                for cfg, srv in running[shift:] + running[:shift]:
-                    samples.append(_sample(cfg, srv.ask(prompt, max_tokens), cat, i, r))
-        for level in (n for n in levels if n > 1):
-            samples += _rounds(running, by_cat, level, repeats, max_tokens, progress)
+    room = room or lab.ServerLab(backend, installed, workload, logs, progress, prefix="bench")
+    cfgs = [(cfg.label, cfg.plan.but(parallel=max(cfg.plan.parallel, slots))) for cfg in configs]
+    seq = sequential or not room.fits([p for _, p in cfgs])
+    if seq and slots > 1:
+        raise ProfileError("--concurrency needs the servers side by side; drop --sequential "
+                           "(or --concurrency where they do not fit together)")
+    start, timed, stopped, cost = room.clock(), list[Timed](), "repeats", None
+    try:
+        cost = _cost(room, cfgs, seq)
+        passes = 0
+        while 1 in levels:
+            progress(f"pass {passes + 1}" + (" (one server at a time)" if seq else ""))
+            timed += lab.rounds(room, cfgs, range(len(workload.prompts)), max_tokens, passes,
+                                seq)
+            passes += 1
+            if passes < repeats:
+                continue
+            if precision is None:
+                break
+            if _widest(timed, configs, workload, cost) <= precision:
+                stopped = "precision"
+                break
+            if room.clock() - start >= budget:
+                stopped = "budget"
+                break
+        samples = [_from_timed(t, configs, workload) for t in timed]
+        if slots > 1 and isinstance(room, lab.ServerLab):
+            room.keep(cfgs)
+            running = [(cfg, room.served(cfg.label)) for cfg in configs]
+            by_cat = workload.by_category()
+            for level in (n for n in levels if n > 1):
+                samples += _rounds(running, by_cat, level, repeats, max_tokens, progress)
+    finally:
+        room.close()
+    if notes is not None:
+        noise = intervals.noise(timed)
+        notes |= {"cost": cost, "sequential": seq, "stopped": stopped,
+                  "drift": round(intervals.drift(timed, BASELINE), 4),
+                  "other_cores": round(noise.cores, 3), "noise": noise.text(),
+                  "precision": precision}
     return samples
 
 
-def _sample(cfg: Config, got: engine.Asked, cat: str, i: int, r: int) -> Sample:
-    reply, spec = got.reply, got.spec
+def _cost(room: lab.Lab, cfgs: Sequence[lab.Config], seq: bool) -> float | None:
+    """c (the draft's step over the target's) for the physical bound, from short requests to
+    the baseline and the draft alone; None when no configuration drafts with a model."""
+    drafting = next((p for _, p in cfgs if p.method == "draft" and p.draft is not None), None)
+    base = next((c for c in cfgs if c[0] == BASELINE), None)
+    if drafting is None or drafting.draft is None or base is None:
+        return None
+    alone = ("draft alone", base[1].but(target=drafting.draft))
+    costs = Costs(room, base, seq)
+    costs.time([alone])
+    return round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
+
+
+def _from_timed(t: Timed, configs: Sequence[Config], workload: Workload) -> Sample:
+    cfg = next(c for c in configs if c.label == t.label)
+    cat = workload.prompts[t.prompt].category
+    i = [n for n, p in enumerate(workload.prompts) if p.category == cat].index(t.prompt)
     return Sample(config=cfg.label, method=cfg.plan.method, k=cfg.plan.k, category=cat,
-                  prompt=i, repeat=r, tokens=reply.tokens, decode_tps=reply.decode_tps,
-                  wall_s=round(reply.wall_s, 4), timed_by=reply.timed_by, drafted=spec.drafted,
-                  accepted=spec.accepted, drafts=spec.drafts, text_sha=got.sha, text=reply.text)
+                  prompt=i, repeat=t.block, tokens=t.tokens,
+                  decode_tps=t.tokens / t.seconds if t.seconds > 0 else 0.0,
+                  wall_s=round(t.wall_s, 4), timed_by=t.timed_by, drafted=t.spec.drafted,
+                  accepted=t.spec.accepted, drafts=t.spec.drafts,
+                  text_sha=engine.text_sha(t.text), text=t.text)
+
+
+def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workload,
+            cost: float | None) -> float:
+    """The widest relative half-width of the configurations' overall intervals."""
+    cats = {i: p.category for i, p in enumerate(workload.prompts)}
+    widths = []
+    for cfg in configs:
+        if cfg.label in (BASELINE, FLOOR):
+            continue
+        limit = _limit(cfg.plan.method, cfg.plan.k, cost) or float("inf")
+        pairs, _ = intervals.plausible(intervals.pair(timed, cfg.label, BASELINE), limit)
+        got = intervals.speedup(pairs, cats, workload.weights())
+        widths.append(got.half_width if got else float("inf"))
+    return max(widths, default=0.0)
 
 
 def _rounds(running: Sequence[tuple[Config, engine.Served]], by_cat: Mapping[str, list[str]],
@@ -171,8 +234,46 @@ def _identity(samples: Sequence[Sample], config: str, category: str | None
     return (same / len(pairs) if pairs else None), len(pairs)
 
 
+def _limit(method: str, k: int, cost: float | None) -> float | None:
+    """The physical bound, where it can be known (n-gram's needs no c)."""
+    if cost is None and method != "ngram":
+        return None
+    return intervals.bound(method, k, cost or 0.0)
+
+
+def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float],
+             cost: float | None) -> dict[str, Any]:
+    """The speedup of the paired samples and its 95% interval (measure/intervals.py: exact
+    steps, step times a low quantile), held to the physical bound: pairs above it are
+    discarded and counted, a figure above it is flagged (never reported bare)."""
+    first = pairs[0][0]
+    limit = _limit(first.method, first.k, cost)
+    ids: dict[tuple[str, int], int] = {}
+    timed: intervals.Pairs = {}
+    for s, b in pairs:
+        if s.decode_tps <= 0 or b.decode_tps <= 0:
+            continue
+        pid = ids.setdefault((s.category, s.prompt), len(ids))
+        timed.setdefault(pid, []).append((
+            Timed(s.config, pid, s.tokens, s.tokens / s.decode_tps,
+                  SpecStats(s.drafted, s.accepted, s.drafts), block=s.repeat),
+            Timed(BASELINE, pid, b.tokens, b.tokens / b.decode_tps, SpecStats(),
+                  block=b.repeat)))
+    kept, dropped = intervals.plausible(timed, limit) if limit else (timed, 0)
+    got = intervals.speedup(kept, {pid: c for (c, _), pid in ids.items()}, weights)
+    if got is None:
+        return {"bound": limit, "discarded": dropped}
+    ratios = [b.per_token / s.per_token for ps in kept.values() for s, b in ps]
+    out = {"speedup": got.point, "speedup_low": got.low, "speedup_high": got.high,
+           "speedup_min": min(ratios), "speedup_max": max(ratios),
+           "noisy": got.n < 3 or (got.high - got.low) > stats.NOISY_SPREAD * got.point,
+           "bound": limit, "discarded": dropped}
+    flag = bound_flag(limit, {"speedup": got.point, "interval top": got.high})
+    return out | ({"implausible": flag} if flag else {})
+
+
 def _group(samples: Sequence[Sample], config: str, category: str | None,
-           weights: Mapping[str, float]) -> dict[str, Any]:
+           weights: Mapping[str, float], cost: float | None = None) -> dict[str, Any]:
     pairs = _pairs(samples, config, category)
     mine = {category: 1.0} if category else weights
     out: dict[str, Any] = {
@@ -180,14 +281,8 @@ def _group(samples: Sequence[Sample], config: str, category: str | None,
         "baseline_tps": statistics.median([b.decode_tps for _, b in pairs]) if pairs else None,
         "tps": statistics.median([s.decode_tps for s, _ in pairs]) if pairs else None,
     }
-    ratios = stats.paired_ratios([s.decode_tps for s, _ in pairs],
-                                 [b.decode_tps for _, b in pairs])
-    if ratios:
-        summary = stats.summarize_throughput(
-            [(s.request(), b.request()) for s, b in pairs], mine)
-        out |= {"speedup": summary.median, "speedup_low": summary.low,
-                "speedup_high": summary.high, "speedup_min": min(ratios),
-                "speedup_max": max(ratios), "noisy": summary.noisy}
+    if pairs:
+        out |= _speedup(pairs, mine, cost)
     total = sum((SpecStats(s.drafted, s.accepted, s.drafts) for s, _ in pairs), SpecStats())
     identical, _ = _identity(samples, config, category)
     out |= {"drafted": total.drafted, "accepted": total.accepted,
@@ -230,11 +325,13 @@ def stops_paying(levels: Sequence[Mapping[str, Any]], single: float | None) -> i
 
 
 def summarize(samples: Sequence[Sample], configs: Sequence[Config],
-              weights: Mapping[str, float] | None = None) -> dict[str, Any]:
+              weights: Mapping[str, float] | None = None,
+              cost: float | None = None) -> dict[str, Any]:
     categories = list(dict.fromkeys(s.category for s in samples if s.level == 1))
     weights = dict(weights or {c: 1 / len(categories) for c in categories})
-    table = {cfg.label: {"overall": _group(samples, cfg.label, None, weights),
-                         **{c: _group(samples, cfg.label, c, weights) for c in categories}}
+    table = {cfg.label: {"overall": _group(samples, cfg.label, None, weights, cost),
+                         **{c: _group(samples, cfg.label, c, weights, cost)
+                            for c in categories}}
              for cfg in configs if cfg.label not in (BASELINE, FLOOR)}
     has_floor = any(cfg.label == FLOOR for cfg in configs)
     for rows in table.values():
@@ -268,11 +365,13 @@ def verdict(table: dict[str, dict[str, dict[str, Any]]], categories: list[str]) 
 
 
 def report(plan: Plan, installed: Installed, configs: Sequence[Config], samples: list[Sample],
-           settings: dict[str, Any], weights: Mapping[str, float] | None = None
-           ) -> dict[str, Any]:
+           settings: dict[str, Any], weights: Mapping[str, float] | None = None,
+           conditions: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {"profile": plan.profile, "hardware": plan.hardware.name,
             "hardware_fingerprint": plan.hardware.fingerprint(), "backend": plan.backend,
             "backend_version": installed.version, "target": plan.target.ref,
             "draft": plan.draft.ref if plan.draft else None,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "settings": settings,
-            **summarize(samples, configs, weights), "samples": [asdict(s) for s in samples]}
+            "conditions": dict(conditions or {}),
+            **summarize(samples, configs, weights, (conditions or {}).get("cost")),
+            "samples": [asdict(s) for s in samples]}

@@ -1,9 +1,8 @@
-"""Trials for `specctl tune`: one configuration measured on the workload's prompts, on its own
-short-lived server, one prompt at a time (at concurrency B: B concurrent copies of it, measured
-as their aggregate tokens/s). The score is the workload's throughput against the baseline's
-(measure/workload.py). A trial that can no longer win gives up early: after each prompt the
-prompts not yet measured are put at their best case (any speed, or a bound) and it stops once
-even that cannot lift its score above what it must beat."""
+"""Runs for `tune --exhaustive` and the k-by-batch-size schedule: one configuration measured on
+the workload's prompts, on its own short-lived server, one prompt at a time (at concurrency B:
+B concurrent copies of it, measured as their aggregate tokens/s). The score is the workload's
+throughput against the baseline's (measure/workload.py). `tune` itself decides on paired
+trials (race.py)."""
 
 from __future__ import annotations
 
@@ -177,30 +176,6 @@ def speedup(run: Run, baseline: Run) -> float:
 def category_speedups(run: Run, baseline: Run) -> dict[str, float]:
     cats = {run.categories[i] for i in run.prompts} if run.categories else set()
     return {c: _score(run, baseline, only=c) for c in sorted(cats)}
-
-
-def best_case(run: Run, baseline: Run, bounds: Mapping[int, float] | None = None) -> float:
-    """The score `run` reaches at most: the prompts it has not measured at their bound (their
-    baseline time over it), or at no time at all without one."""
-    base = baseline.requests()
-    rest = {i: (base[i].seconds / (bounds or {})[i] if i in (bounds or {}) else 0.0)
-            for i in baseline.prompts if i not in run.prompts}
-    return _score(run, baseline, rest)
-
-
-def cannot_beat(baseline: Run, need: float, bounds: Mapping[int, float] | None = None) -> GiveUp:
-    """Gives up once the workload score cannot exceed `need`, even with every prompt not yet
-    measured at its bound (its baseline time over the bound; no bound: no time at all)."""
-    def hopeless(run: Run) -> bool:
-        return best_case(run, baseline, bounds) <= need
-    return hopeless
-
-
-def order(incumbent: Run, rank: Mapping[int, float] | None = None) -> tuple[int, ...]:
-    """Prompts by descending rank (a bound: measuring the highest one first lowers the best case
-    most), ties the quickest first: a loss is settled soonest."""
-    tps = dict(zip(incumbent.prompts, incumbent.tps, strict=True))
-    return tuple(sorted(tps, key=lambda i: (-(rank or {}).get(i, math.inf), -tps[i])))
 
 
 def measured(run: Run, baseline: Run) -> Measured:

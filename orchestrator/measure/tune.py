@@ -1,29 +1,28 @@
-"""`specctl tune`: choose k (and p-min, or n-gram, or off) from the cost model plus short runs.
+"""`specctl tune`: choose k (and p-min, or n-gram, or off) from the cost model on inputs noise
+cannot move much, then confirm the choice end to end in paired trials.
 
-1. Measure the target alone (baseline), the draft alone (its step cost c), and one long
-   speculative run (k=8): each prompt's per-position acceptance gives its E(k) for every k up to
-   8, the step times give the verification cost v(k).
-2. The model predicts each prompt's speedup per k and ranks k by the workload's throughput (the
-   measured statistic). Measure its best k, or its runner-up when the probe already was the best;
-   when the two measured k are far apart, also the k between them (their geometric mean: the
-   model's v(k) comes from one probe and can misplace the peak). Within the margin measurements
-   cannot tell k apart, so another k replaces the incumbent only when better by the margin.
-3. Try the draftless n-gram method (at the probe's k: its drafts cost nothing to make; the
-   prompts whose baseline replies copy least go first) and a p-min at the best k (not run when
-   the cost model's bound shows it cannot win). They must beat the best by the margin to win.
-4. The winner must keep every category of the workload at least at the baseline's speed (by
-   GUARD, the noise): if it slows one down (chat, typically, where drafts are often rejected), a
-   p-min at its k and a shorter k are measured too, and the best run that keeps every category
-   wins instead.
-5. Nothing beats the baseline by the margin: "off".
+1. Acceptance, exactly: the probe (k=8) once on each of the workload's prompts. At temperature
+   0 each prompt's draft counters give its acceptance by position, the same every run: no
+   repeat needed.
+2. Costs, robustly: many short requests (SHORT_TOKENS) to the baseline, the draft alone and the
+   probe, interleaved; outside load only lengthens a request, so each cost is a low quantile of
+   its timings: c (the draft's step over the target's) and v(k) (a verification step of k
+   drafts, in target steps). v is measured again at the model's favourite k when it is not the
+   probe's (v need not be linear), up to three points.
+3. The cost model predicts every k's workload speedup (fit.Estimates); its best is the pick.
+4. Paired trials (race.py): the pick, n-gram and a p-min at the pick's k (not run when the cost
+   model's bound says it cannot win) against the baseline, block after block on the same
+   prompts, until the leader's 95% interval is within the precision or the budget is spent. A
+   challenger leads only when its interval says it beats the pick by the margin; it is dropped
+   when its interval says it cannot.
+5. A category counts as slowed only when its interval's top is under GUARD; then a p-min and a
+   shorter k are tried, and the best that slows none and pays wins.
+6. "off" only when the best's interval says it cannot beat the baseline by the margin.
 
-The score throughout is the workload's throughput against the baseline's (measure/workload.py:
-the categories weighted by the mix), and the cost model ranks k by the same score, each prompt
-weighted by its share of the baseline's time.
-
-A run that cannot win stops early: after each prompt, the prompts not yet measured are put at
-their best case (any speed; for p-min, the cost model's bound) and the run gives up once even
-that cannot lift its median above what it has to beat. Winners are always measured in full.
+Every figure is held to the physical bound (k+1)/(k*c+1) for the c measured here (n-gram: k+1):
+pairs above it are discarded as noise and counted; an estimate above it is flagged and cannot
+win. When the precision is not reached in the budget the result says so in one line (what ran
+beside, what to do) and is not to be saved.
 """
 
 from __future__ import annotations
@@ -34,167 +33,258 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from specctl.orchestrator.errors import ProfileError
-from specctl.orchestrator.measure import engine
-from specctl.orchestrator.measure.fit import Estimates, copy_share, estimate, stop_early_bounds
-from specctl.orchestrator.measure.trials import (
-    Bench,
-    Measurer,
-    Run,
-    best_case,
-    cannot_beat,
-    category_speedups,
-    measured,
-    order,
-    speedup,
-)
-from specctl.orchestrator.measure.tuned import Measured, Result
+from specctl.orchestrator.measure import engine, intervals
+from specctl.orchestrator.measure.costs import Costs
+from specctl.orchestrator.measure.fit import Estimates, fit_alpha
+from specctl.orchestrator.measure.intervals import LOW_Q, Interval, quantile
+from specctl.orchestrator.measure.lab import Config, Lab, Timed
+from specctl.orchestrator.measure.race import Entry, Race
+from specctl.orchestrator.measure.trials import Bench, Measurer, measured, speedup
+from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag
+from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Method, Plan
 
 MARGIN = engine.MARGIN
 PROBE_K = 8
 P_MIN_TRY = 0.5
 SHORT_K = 2
-GUARD = 0.98  # a category may lose at most 2% (noise) to the baseline
+GUARD = 0.98  # a category is slowed when its interval's top is under this
+PRECISION = 0.05  # the headline's interval half-width to reach
+BUDGET = 240.0  # seconds of tune, by default
+MAX_VERIFY_POINTS = 3
 
 
-def between(plan: Plan, bench: Measurer, baseline: Run, runs: list[Run], best: Run,
-            margin: float) -> tuple[Run | None, Run]:
-    """When the two k measured are far apart (the model's pick and the probe), the k between
-    them (their geometric mean): the model's v(k) comes from one probe and can misplace the
-    peak. It must beat the best so far by the margin. Returns its run (None if not run) and the
-    better."""
-    ks = sorted(r.plan.k for r in runs if r.plan.method == "draft" and r.plan.p_min is None)
-    if len(ks) < 2 or ks[-1] - ks[0] <= 2:
-        return None, best
-    mid = round(math.sqrt(ks[0] * ks[-1]))
-    if mid in ks:
-        return None, best
-    need = speedup(best, baseline) * (1 + margin)
-    run = bench.run(plan.but(k=mid, p_min=None), f"draft k={mid}", order(best),
-                    cannot_beat(baseline, need))
-    return run, run if run.complete and speedup(run, baseline) > need else best
+def _label(plan: Plan) -> str:
+    if plan.method == "ngram":
+        return f"ngram k={plan.k}"
+    return f"draft k={plan.k}" + (f" p-min {plan.p_min}" if plan.p_min is not None else "")
 
 
-def keeps_every_category(run: Run, baseline: Run) -> bool:
-    return all(v >= GUARD for v in category_speedups(run, baseline).values())
-
-
-def guarded(plan: Plan, bench: Measurer, baseline: Run, runs: list[Run], winner: Run,
-            margin: float) -> tuple[list[Run], Run | None]:
-    """The winner, or, when it slows a category down, the best run that does not (after
-    measuring a p-min at its k and a shorter k, if not measured yet); None: none does."""
-    if speedup(winner, baseline) <= 1 + margin or keeps_every_category(winner, baseline):
-        return [], winner  # it wins and keeps every category, or it is off anyway
-    slow = {c: v for c, v in category_speedups(winner, baseline).items() if v < GUARD}
-    bench.say(f"{winner.label} slows {', '.join(f'{c} ({v:.2f}x)' for c, v in slow.items())}: "
-              "trying what keeps every category")
-    seen = {(r.plan.method, r.plan.k, r.plan.p_min) for r in runs}
-    extra = []
-    for candidate, label in ((winner.plan.but(p_min=P_MIN_TRY),
-                              f"draft k={winner.plan.k} p-min {P_MIN_TRY}"),
-                             (winner.plan.but(k=SHORT_K, p_min=None), f"draft k={SHORT_K}")):
-        if candidate.method == "draft" and (candidate.method, candidate.k,
-                                            candidate.p_min) not in seen:
-            extra.append(bench.run(candidate, label))
-    fair = [r for r in [*runs, *extra] if r.complete and r.spec.drafted
-            and keeps_every_category(r, baseline) and speedup(r, baseline) > 1 + margin]
-    return extra, max(fair, key=lambda r: speedup(r, baseline)) if fair else None
-
-
-def second_k(plan: Plan, bench: Measurer, baseline: Run, probe: Run, ranked: Sequence[int],
-             margin: float) -> tuple[Run, Run]:
-    """Measure the model's favourite (or its runner-up, when the probe was the favourite).
-    Returns that run and the better of the two."""
-    favourite = ranked[0]
-    other = favourite if favourite != probe.plan.k else ranked[1]
-    at_probe = speedup(probe, baseline)
-    need = at_probe / (1 + margin) if other == favourite else at_probe * (1 + margin)
-    run = bench.run(plan.but(k=other, p_min=None), f"draft k={other}", order(probe),
-                    cannot_beat(baseline, need))
-    return run, run if run.complete and speedup(run, baseline) > need else probe
-
-
-def alternatives(plan: Plan, bench: Measurer, baseline: Run, best: Run, est: Estimates,
-                 ngram_k: int, margin: float) -> tuple[list[Run], Run, list[str]]:
-    """n-gram, and a p-min at best's k; each must beat the best so far by the margin. Returns
-    their runs, the winner, and what was not run because the cost model says it cannot win."""
-    k = best.plan.k
-    copies = {i: -copy_share(bench.prompts[i], text)  # the least copying first: likeliest loss
-              for i, text in zip(baseline.prompts, baseline.texts, strict=True)}
-    bounds = stop_early_bounds(best, baseline, est)
-    runs, skipped, winner = [], [], best
-    for candidate, label, bound, rank in (
-            (plan.but(method="ngram", draft=None, k=ngram_k, p_min=None), f"ngram k={ngram_k}",
-             {}, copies),
-            (best.plan.but(p_min=P_MIN_TRY), f"draft k={k} p-min {P_MIN_TRY}", bounds, bounds)):
-        need = max(speedup(winner, baseline), 1.0) * (1 + margin)
-        hopeless = cannot_beat(baseline, need, bound)
-        unmeasured = replace(baseline, label=label, plan=candidate, prompts=(), tps=(),
-                             specs=(), tokens=(), texts=())
-        if bound and hopeless(unmeasured):
-            skipped.append(f"{label}: not run; by the cost model it reaches at most "
-                           f"{best_case(unmeasured, baseline, bound):.2f}x and needs over "
-                           f"{need:.2f}x")
+def _acceptance(samples: Sequence[Timed], label: str, k: int) -> dict[int, tuple[float, ...]]:
+    """Per prompt: P(at least j+1 drafts accepted), j < k, from the draft counters."""
+    out = {}
+    for t in samples:
+        if t.label != label:
             continue
-        run = bench.run(candidate, label, order(best, rank), hopeless)
-        runs.append(run)
-        # a configuration that drafted nothing is the baseline plus noise: it cannot win
-        if run.complete and run.spec.drafted and speedup(run, baseline) > need:
-            winner = run
-    return runs, winner, skipped
+        s = t.spec
+        if s.drafts and len(s.per_position) >= k:
+            out[t.prompt] = tuple(s.per_position[j] / s.drafts for j in range(k))
+        else:
+            a = fit_alpha(s.mean_accepted_length or 0.0, k)
+            out[t.prompt] = tuple(a ** (j + 1) for j in range(k))
+    return out
 
 
-def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) -> Result:
+def _shares(lab: Lab, tokens: dict[int, int]) -> dict[int, float]:
+    """Each prompt's share of the baseline's decode time in the workload (time per token is the
+    target's own, the same for every prompt)."""
+    cats = [p.category for p in lab.workload.prompts]
+    weights = lab.workload.weights()
+    return {i: weights.get(cats[i], 0.0) / cats.count(cats[i]) * n for i, n in tokens.items()}
+
+
+def _p_min_hopeless(est: Estimates, k: int, pick: float, margin: float) -> tuple[bool, float]:
+    """Whether a p-min at k cannot beat the pick by the margin, by the cost model's bound (it
+    drafts, at best, only what is accepted); and that bound."""
+    verify = costmodel.linear_verify(est.verify)
+    total = num = 0.0
+    for i, acc in est.accept_at.items():
+        e = costmodel.tokens_per_step_measured(acc, est.alpha, k)
+        s = e / (k * est.cost + verify(k)) * costmodel.stop_early_gain(e, k, est.cost, verify)
+        w = est.time_share.get(i, 1.0)
+        total, num = total + w, num + w / s
+    best = total / num if num > 0 else 0.0
+    return best <= pick * (1 + margin), best
+
+
+def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_tokens: int = 64,
+         precision: float = PRECISION, budget: float = BUDGET,
+         sequential: bool = False) -> Result:
     if plan.method != "draft" or plan.draft is None:
         raise ProfileError(f"{plan.profile}: tune needs a draft model in the profile (it also "
                            "tries n-gram and p-min itself)")
-    start = time.monotonic()
-    baseline = bench.run(plan.baseline(), "baseline")
-    draft_alone = bench.run(plan.baseline().but(target=plan.draft), "draft alone", (0,))
+    started, wall = lab.clock(), time.monotonic()
     probe_k = min(PROBE_K, max_k)
-    probe = bench.run(plan.but(k=probe_k, p_min=None), f"draft k={probe_k}")
-    est = estimate(baseline, draft_alone, probe)
-    curve = est.curve(max_k)
-    ranked = [p.k for p in sorted(curve, key=lambda p: p.speedup, reverse=True)]
-    bench.say(f"alpha {est.alpha:.2f}, c {est.cost:.2f}, v({probe_k}) {est.verify[probe_k]:.2f}: "
-              f"the model ranks k = {', '.join(str(k) for k in ranked[:3])}")
-    runs, best = [probe], probe
-    if len(ranked) > 1:
-        second, best = second_k(plan, bench, baseline, probe, ranked, margin)
-        runs.append(second)
-        third, best = between(plan, bench, baseline, runs, best, margin)
-        runs += [third] if third is not None else []
-    screens, winner, skipped = alternatives(plan, bench, baseline, best, est, probe_k, margin)
-    runs += screens
-    extra, kept = guarded(plan, bench, baseline, runs, winner, margin)
-    runs += extra
-    top = measured(kept or winner, baseline)
+    base: Config = ("baseline", plan.baseline())
+    alone: Config = ("draft alone", plan.baseline().but(target=plan.draft))
+    probe_plan = plan.but(k=probe_k, p_min=None)
+    probe_cfg: Config = (_label(probe_plan), probe_plan)
+    seq = sequential or not lab.fits([base[1], probe_plan])
+    if seq:
+        lab.say("one server at a time (sequential blocks): "
+                + ("--sequential" if sequential else "two servers do not fit in memory"))
+    race = Race(lab, base, max_tokens, seq, margin, precision, started + budget)
+    probe = Entry(probe_cfg[0], probe_cfg, math.inf)
+    lab.keep([probe_cfg])  # 1. exact acceptance per prompt: one request each, full length
+    first = [replace(lab.ask(probe.label, i, max_tokens), block=-1)  # pairs with nothing
+             for i in range(len(lab.workload.prompts))]
+    accept = _acceptance(first, probe.label, probe_k)
+    tokens = {t.prompt: t.tokens for t in first}  # lossless: the baseline's are the same
+    costs = Costs(lab, base, seq)  # 2. costs from short timings
+    costs.time([alone, probe_cfg])
+    costs.fit(alone[0], probe_cfg)
+    total = sum((t.spec for t in first), start=type(first[0].spec)())
+    est = Estimates(alpha=fit_alpha(total.mean_accepted_length or 0.0, probe_k),
+                    cost=round(costs.cost, 4), verify=dict(costs.verify), accept_at=accept,
+                    time_share=_shares(lab, tokens))
+    curve = est.curve(max_k)  # 3. predict; v again at the favourite when new
+    while True:
+        pick_k = costmodel.best(curve).k
+        if pick_k in costs.verify or len(costs.verify) >= MAX_VERIFY_POINTS:
+            break
+        cfg = (_label(plan.but(k=pick_k, p_min=None)), plan.but(k=pick_k, p_min=None))
+        costs.time([cfg])
+        costs.add(cfg)
+        est = Estimates(est.alpha, est.cost, dict(costs.verify), accept, est.time_share)
+        curve = est.curve(max_k)
+    predicted = {p.k: p.speedup for p in curve}
+    lab.say(f"alpha {est.alpha:.2f}, c {est.cost:.3f}, v "
+            + ", ".join(f"({k}) {v:.2f}" for k, v in sorted(est.verify.items()))
+            + f": the model predicts k={pick_k} {predicted[pick_k]:.2f}x")
+    for e in (probe,):  # its bound, now that c is known
+        e.bound = intervals.bound("draft", probe_k, est.cost)
+    entries, skipped = _candidates(plan, est, pick_k, probe, probe_k, predicted[pick_k],
+                                   margin)
+    lead = race.run(entries)  # 4. paired trials
+    cats = race.categories(lead)
+    slowed = {c: iv for c, iv in cats.items() if iv.high < GUARD}
+    kept: Entry | None = lead
+    if slowed and lead.interval is not None and lead.interval.point > 1 + margin:
+        kept = _guard(plan, lab, race, lead, slowed, entries, budget, margin, est.cost)  # 5.
+    rows = [_row(race, e) for e in entries if e.interval is not None]
+    if probe not in entries:  # the probe as the short requests measured it
+        shadow = replace(race, samples=[*first, *costs.samples])
+        shadow.judge(probe)
+        rows.insert(0, _row(shadow, probe, " (short requests)"))
+    return _result(plan, lab, race, lead, kept, slowed, est, curve, rows, skipped, margin,
+                   precision, budget, seq, time.monotonic() - wall)
+
+
+def _candidates(plan: Plan, est: Estimates, k: int, probe: Entry, probe_k: int,
+                predicted: float, margin: float) -> tuple[list[Entry], list[str]]:
+    """The pick, n-gram at the probe's k (its drafts cost nothing to make) and a p-min at the
+    pick's k unless the cost model's bound says it cannot win; and what was not run, why."""
+    cost = est.cost
+    pick_plan = plan.but(k=k, p_min=None)
+    pick = probe if k == probe_k else Entry(_label(pick_plan), (_label(pick_plan), pick_plan),
+                                            intervals.bound("draft", k, cost))
+    ngram_plan = plan.but(method="ngram", draft=None, k=probe_k, p_min=None)
+    out = [pick, Entry(_label(ngram_plan), (_label(ngram_plan), ngram_plan),
+                       intervals.bound("ngram", probe_k, cost))]
+    skipped = []
+    hopeless, best = _p_min_hopeless(est, k, predicted, margin)
+    p_plan = plan.but(k=k, p_min=P_MIN_TRY)
+    if hopeless:
+        skipped.append(f"{_label(p_plan)}: not run; by the cost model it reaches at most "
+                       f"{best:.2f}x and needs over {predicted * (1 + margin):.2f}x")
+    else:
+        out.append(Entry(_label(p_plan), (_label(p_plan), p_plan),
+                         intervals.bound("draft", k, cost)))
+    return out, skipped
+
+
+def _guard(plan: Plan, lab: Lab, race: Race, lead: Entry, slowed: dict[str, Interval],
+           entries: list[Entry], budget: float, margin: float, cost: float) -> Entry | None:
+    """The lead slows a category down (by its interval): a p-min at its k and a shorter k are
+    measured too; the best that slows none and pays wins (None: none does)."""
+    lab.say(f"{lead.label} slows " + ", ".join(f"{c} ({iv.text()})" for c, iv in slowed.items())
+            + ": trying what keeps every category")
+    seen = {e.label for e in entries}
+    k = lead.config[1].k
+    extra = []
+    for cand in (lead.config[1].but(p_min=P_MIN_TRY),
+                 plan.but(k=SHORT_K if k > SHORT_K else max(1, k - 1), p_min=None)):
+        if cand.method == "draft" and _label(cand) not in seen:
+            extra.append(Entry(_label(cand), (_label(cand), cand),
+                               intervals.bound("draft", cand.k, cost)))
+            seen.add(_label(cand))
+    race.deadline = max(race.deadline, lab.clock() + budget / 3)
+    if extra:
+        race.run(extra)
+        entries += extra
+    fair = []
+    for e in entries:
+        if e.interval is None or e.drafted == 0 or e.blocks < 2 or e.interval.point > e.bound:
+            continue
+        if e.interval.point > 1 + margin and all(iv.high >= GUARD for iv in
+                                                  race.categories(e).values()):
+            fair.append(e)
+    return max(fair, key=lambda e: e.interval.point if e.interval else 0.0) if fair else None
+
+
+def _row(race: Race, e: Entry, note: str = "") -> Measured:
+    plan = e.config[1]
+    iv = e.interval or Interval(0.0, 0.0, 0.0)
+    mine = [t for t in race.samples if t.label == e.label]
+    spec = sum((t.spec for t in mine), start=type(mine[0].spec)()) if mine else None
+    tps = sorted(t.tokens / t.seconds for t in mine if t.seconds > 0)
+    cats = {c: round(v.point, 4) for c, v in race.categories(e).items()}
+    flag = f"dropped: {e.dropped}" if e.dropped else ""
+    if e.discarded:
+        flag = (flag + "; " if flag else "") + (f"{e.discarded} pair(s) above the bound "
+                                                "discarded as noise")
+    label = e.label + (note or (f" ({e.blocks} block{'s' if e.blocks > 1 else ''})"
+                                if e.dropped or e.blocks < 2 else ""))
+    limit = round(e.bound, 4) if math.isfinite(e.bound) else None
+    return Measured(
+        label=label, method=plan.method, k=plan.k, p_min=plan.p_min,
+        speedup=round(iv.point, 4), low=round(iv.low, 4), high=round(iv.high, 4),
+        tps=round(tps[len(tps) // 2], 3) if tps else 0.0,
+        acceptance=spec.acceptance_rate if spec else None, categories=cats, bound=limit,
+        flag=bound_flag(limit, {"speedup": round(iv.point, 4), "interval top":
+                                round(iv.high, 4), **cats}, flag))
+
+
+def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
+            slowed: dict[str, Interval], est: Estimates, curve: list[costmodel.Point],
+            rows: list[Measured], skipped: list[str], margin: float, precision: float,
+            budget: float, seq: bool, seconds: float) -> Result:
+    top = kept or lead
+    iv = top.interval or Interval(0.0, 0.0, 0.0)
+    cats = race.categories(top)
+    drift = race.drift()
+    noise = intervals.noise(race.samples)
+    seen = f"{noise.text()}; the baseline drifted {drift:.0%} between blocks"
+    settled = race.stopped in ("precision", "decided")
     method: Method
     if kept is None:
         method, k, p_min = "none", 0, None
-        summary = (f"{top.label} measured {top.speedup:.2f}x but slows "
-                   + ", ".join(f"{c} to {v:.2f}x" for c, v in top.categories.items()
-                               if v < GUARD)
+        summary = (f"{lead.label} measured {iv.text()} but slows "
+                   + ", ".join(f"{c} to {v.text()}" for c, v in slowed.items())
                    + "; nothing that keeps every category pays: speculation off")
-    elif top.speedup < 1 + margin:
+    elif iv.high < 1 + margin:
         method, k, p_min = "none", 0, None
-        summary = (f"nothing beat the baseline by {margin:.0%} (best {top.label} "
-                   f"{top.speedup:.2f}x): speculation off")
+        summary = (f"nothing beats the baseline by {margin:.0%} (best {top.label} "
+                   f"{iv.text()}): speculation off")
     else:
-        method, k, p_min = top.method, top.k, top.p_min
-        cats = ", ".join(f"{c} {v:.2f}x" for c, v in top.categories.items())
-        summary = f"{top.label} measured {top.speedup:.2f}x over the baseline ({cats})"
+        tp = top.config[1]
+        method, k, p_min = tp.method, tp.k, tp.p_min
+        summary = (f"{top.label} measured {iv.text()} over the baseline ("
+                   + ", ".join(f"{c} {v.point:.2f}x" for c, v in cats.items()) + ")")
+    if settled:
+        summary += f"; {race.stopped} reached (±{iv.half_width:.0%})"
+    else:
+        summary += (f"; precision ±{precision:.0%} not reached in {budget:.0f} s (±"
+                    f"{iv.half_width:.0%}): {seen}; close what runs beside or pass --budget "
+                    f"{max(2 * budget / 60, 5):.0f}m")
+    if seq:
+        summary += f"; one server at a time, the baseline drifted {drift:.0%} between blocks"
     return Result(profile=plan.profile, method=method, k=k, p_min=p_min,
-                  speedup=top.speedup if method != "none" else 1.0, summary=summary,
-                  categories=top.categories if method != "none" else {},
+                  speedup=round(iv.point, 4) if method != "none" else 1.0,
+                  low=round(iv.low, 4) if method != "none" else None,
+                  high=round(iv.high, 4) if method != "none" else None,
+                  summary=summary[:2000],
+                  categories={c: round(v.point, 4) for c, v in cats.items()}
+                  if method != "none" else {},
                   alpha=est.alpha, cost=est.cost,
-                  verify={str(k_): v for k_, v in est.verify.items()},
-                  baseline_tps=round(baseline.median_tps, 3),
+                  verify={str(k_): round(v, 3) for k_, v in est.verify.items()},
+                  baseline_tps=round(1 / quantile([t.per_token for t in race.samples
+                                                   if t.label == "baseline"], LOW_Q), 3),
                   predicted=[{"k": p.k, "tokens_per_step": round(p.tokens_per_step, 4),
                               "speedup": round(p.speedup, 4)} for p in curve],
-                  measured=[measured(r, baseline) for r in runs], skipped=skipped,
-                  seconds=round(time.monotonic() - start, 1),
-                  created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+                  measured=rows, skipped=skipped, seconds=round(seconds, 1),
+                  created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settled=settled,
+                  stopped=race.stopped, noise=seen[:1000], sequential=seq)
 
 
 def schedule(plan: Plan, bench: Bench, levels: Sequence[int], ks: Sequence[int],

@@ -74,6 +74,32 @@ class Measured(_Model):
     acceptance: Rate | None = None
     seconds: Ratio = 0.0
     categories: dict[str, Ratio] = Field(default_factory=dict, max_length=64)  # speedup each
+    low: Ratio | None = None  # the speedup's 95% interval
+    high: Ratio | None = None
+    bound: Ratio | None = None  # the physical bound (k+1)/(k*c+1) for the c of the same run
+    flag: str = Field("", max_length=500)  # why a figure is not to be trusted (said, not hidden)
+
+    @model_validator(mode="after")
+    def _within_bound(self) -> Measured:
+        """A figure above the physical bound is never carried unflagged."""
+        if self.bound is not None and not self.flag and any(
+                v > self.bound * 1.0001 for v in (self.speedup, self.high or 0.0,
+                                                  *self.categories.values())):
+            raise ValueError(f"{self.label}: a figure above the physical bound "
+                             f"{self.bound:.2f}x is not flagged")
+        return self
+
+
+def bound_flag(bound: float | None, figures: dict[str, float], flag: str = "") -> str:
+    """`flag`, with what of `figures` is above the physical bound said first."""
+    if bound is None:
+        return flag
+    above = {name: v for name, v in figures.items() if v > bound * 1.0001}
+    if not above:
+        return flag
+    what = ", ".join(f"{n} {v:.2f}x" for n, v in above.items())
+    return (f"above the physical bound {bound:.2f}x ({what}): noise, not a speedup"
+            + (f"; {flag}" if flag else ""))[:500]
 
 
 class Result(_Model):
@@ -102,6 +128,12 @@ class Result(_Model):
         default_factory=list, max_length=64)
     schedule_notes: list[str] = Field(default_factory=list, max_length=64)
     quality: str = Field("", max_length=2000)  # tune's sampling check before it saved
+    low: Ratio | None = None  # the headline's 95% interval
+    high: Ratio | None = None
+    settled: bool = True  # the interval reached the precision asked (or decided): else unsaved
+    stopped: str = Field("", max_length=40)  # "precision", "decided" or "budget"
+    noise: str = Field("", max_length=1000)  # what else ran, the baseline's drift
+    sequential: bool = False  # one server at a time (two did not fit, or --sequential)
 
     @model_validator(mode="after")
     def _k_for_method(self) -> Result:

@@ -45,7 +45,8 @@ def speed_of(report: dict[str, Any], samples: Sequence[bench.Sample],
 
 
 def compare(entries: Sequence[Entry], ks: Sequence[int], work: Workload, repeats: int,
-            max_tokens: int, logs: Path, say: Callable[[str], None]
+            max_tokens: int, logs: Path, say: Callable[[str], None],
+            sequential: bool = False, precision: float | None = None, budget: float = 600.0
             ) -> tuple[list[dict[str, Any]], list[winners.Speed]]:
     reports, speeds = [], []
     for entry in entries:
@@ -56,11 +57,13 @@ def compare(entries: Sequence[Entry], ks: Sequence[int], work: Workload, repeats
         def step(message: str, name: str = name) -> None:
             say(f"{name}: {message}")
 
+        notes: dict[str, Any] = {}
         samples = bench.measure(configs, entry.backend, entry.installed, work, repeats,
-                                max_tokens, logs, step)
+                                max_tokens, logs, step, sequential=sequential,
+                                precision=precision, budget=budget, notes=notes)
         report = bench.report(entry.plan, entry.installed, configs, samples,
                               {"workload": work.describe(), "repeats": repeats,
-                               "max_tokens": max_tokens}, work.weights())
+                               "max_tokens": max_tokens}, work.weights(), notes)
         verdicts.judge(report, entry.backend.draft_counters)
         reports.append(report)
         speeds.append(speed_of(report, samples, work.weights(), entry.plan.backend))

@@ -1,0 +1,55 @@
+"""The step costs of a speculative configuration from short requests: many of them, interleaved
+across the configurations (or in alternating blocks, one server at a time), each cost a low
+quantile of its timings (outside load only lengthens a request). c is the draft's step over the
+target's; v(k) a verification step of k drafts, in target steps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specctl.orchestrator.measure import intervals
+from specctl.orchestrator.measure.intervals import LOW_Q, quantile
+from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
+
+SHORT_TOKENS = 16  # the short requests that time the costs
+COST_BLOCKS = 2  # short requests per prompt and configuration
+
+
+class Costs:
+    """The short timings and what they give: c and v(k)."""
+
+    def __init__(self, lab: Lab, baseline: Config, sequential: bool) -> None:
+        self.lab, self.baseline, self.sequential = lab, baseline, sequential
+        self.samples: list[Timed] = []
+        self.verify: dict[int, float] = {}
+        self.cost = 0.0
+
+    def time(self, configs: Sequence[Config]) -> None:
+        """COST_BLOCKS short requests per prompt and configuration: interleaved with every
+        server up, else all of one server's in one block (a server starts once)."""
+        prompts = list(range(len(self.lab.workload.prompts)))
+        everyone = [self.baseline, *configs]
+        if self.sequential or not self.lab.fits([p for _, p in everyone]):
+            self.samples += rounds(self.lab, everyone, prompts * COST_BLOCKS, SHORT_TOKENS, 0,
+                                   True)
+            return
+        for block in range(COST_BLOCKS):
+            self.samples += rounds(self.lab, everyone, prompts, SHORT_TOKENS, block, False)
+
+    def per_token(self, label: str) -> float:
+        return quantile([t.per_token for t in self.samples if t.label == label], LOW_Q)
+
+    def step(self, label: str) -> float:
+        """A speculative step's time (decode time over verification steps)."""
+        return quantile([intervals.step_time(t) for t in self.samples if t.label == label],
+                        LOW_Q)
+
+    def fit(self, draft: str, probe: Config) -> None:
+        target = self.per_token(self.baseline[0])
+        self.cost = self.per_token(draft) / target
+        self.add(probe, target)
+
+    def add(self, config: Config, target: float | None = None) -> None:
+        target = target or self.per_token(self.baseline[0])
+        k = config[1].k
+        self.verify[k] = max(0.5, self.step(config[0]) / target - k * self.cost)

@@ -1,0 +1,196 @@
+"""Estimates that outside load cannot pull up, their intervals, and the physical bound.
+
+Outside load only ever lengthens a request. So a configuration's time per token on a prompt is
+taken as a low quantile of its repeated timings (LOW_Q), per verification step: at temperature
+0 the steps a prompt takes are exact (its tokens less the drafts accepted, from the engine's
+counters), only their time is noisy. The speedup over the baseline is the workload's throughput
+(measure/workload.py) on those times against the baseline's, on the prompts both measured in
+the same blocks, with a bootstrap interval over the requests. Seeded: a report's figures can be
+recomputed from its samples.
+
+The physical bound: with the draft's step costing c target steps, no draft of length k can
+yield more than k+1 tokens per (k*c + 1) target steps, so (k+1)/(k*c+1) is the most any
+measurement may show (n-gram drafts cost nothing: k+1). A pair above it is noise on the
+baseline's side; it is discarded, counted and said.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from specctl.orchestrator.measure import workload
+from specctl.orchestrator.measure.lab import Timed
+from specctl.orchestrator.measure.workload import Request
+
+LOW_Q = 0.1  # the quantile of repeated timings taken as a configuration's time
+CONFIDENCE = 0.95
+BOOT = 300
+POOL = "all"
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between order statistics (q=0: the minimum)."""
+    if not values:
+        raise ValueError("no samples")
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Interval:
+    point: float
+    low: float
+    high: float
+    n: int = 0  # pairs behind it
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width, relative to the point."""
+        return (self.high - self.low) / 2 / self.point if self.point > 0 else math.inf
+
+    def text(self) -> str:
+        return f"{self.point:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+
+
+def bound(method: str, k: int, cost: float) -> float:
+    """The most a speculative configuration can speed decoding up, by construction."""
+    if k <= 0:
+        return 1.0
+    return float(k + 1) if method == "ngram" else (k + 1) / (k * cost + 1)
+
+
+Pairs = dict[int, list[tuple[Timed, Timed]]]  # prompt -> (configuration's, baseline's) by block
+
+
+def pair(samples: Sequence[Timed], label: str, baseline: str) -> Pairs:
+    """Each of `label`'s timings with the baseline's on the same prompt in the same block."""
+    base = {(t.prompt, t.block): t for t in samples if t.label == baseline}
+    out: Pairs = {}
+    for t in samples:
+        if t.label == label and (t.prompt, t.block) in base:
+            out.setdefault(t.prompt, []).append((t, base[(t.prompt, t.block)]))
+    return out
+
+
+def plausible(pairs: Pairs, limit: float) -> tuple[Pairs, int]:
+    """The pairs whose own ratio is within the physical bound, and how many were not."""
+    kept: Pairs = {}
+    dropped = 0
+    for i, ps in pairs.items():
+        ok = [(s, b) for s, b in ps if b.per_token / s.per_token <= limit]
+        dropped += len(ps) - len(ok)
+        if ok:
+            kept[i] = ok
+    return kept, dropped
+
+
+def steps(t: Timed) -> int:
+    """Verification steps of a request, exactly: each yields one token of the target's own
+    plus the drafts it accepted (a baseline step yields one)."""
+    return max(1, t.tokens - t.spec.accepted)
+
+
+def step_time(t: Timed) -> float:
+    return t.seconds / steps(t)
+
+
+def _uniform(pairs: Pairs) -> bool:
+    """Whether every prompt's steps draft alike (a plain draft of k: k a step), so a step costs
+    the same on every prompt and all prompts' step times are one pool. Not so for p-min or
+    n-gram, whose drafts per step follow the text: their steps are pooled by category."""
+    per = [sorted(s.spec.drafted / steps(s) for s, _ in ps)[len(ps) // 2]
+           for ps in pairs.values()]
+    return max(per) - min(per) <= 0.1 * max(per) + 0.01
+
+
+def _score(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
+           mine_t: Mapping[str, float], base_t: Mapping[str, float]) -> float:
+    mine, base = [], []
+    for i, ps in pairs.items():
+        c = cats[i]
+        n = sorted(steps(s) for s, _ in ps)[len(ps) // 2]
+        tokens = ps[0][1].tokens
+        mine.append(Request(c, tokens, n * mine_t[c]))
+        base.append(Request(c, tokens, tokens * base_t[c]))
+    return workload.speedup(mine, base, weights)
+
+
+def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
+            only: str | None = None, seed: int = 0, rounds: int = BOOT) -> Interval | None:
+    """The workload speedup of the paired timings with its bootstrap interval (None: no
+    pairs). `only`: one category's.
+
+    At temperature 0 a prompt's steps are exact (steps()); what noise moves is a step's time.
+    Each side's step time is a low quantile of its requests' step times (all prompts pooled
+    where steps draft alike, by category where not: _uniform), and each prompt takes its steps
+    at that time. A longer context slows both sides' steps alike, so pooling prompts of unlike
+    contexts moves both times and their ratio stays. The bootstrap resamples each pool."""
+    if only is not None:
+        pairs = {i: ps for i, ps in pairs.items() if cats[i] == only}
+        weights = {only: 1.0}
+    pairs = {i: ps for i, ps in pairs.items() if weights.get(cats[i], 0.0) > 0}
+    if not pairs:
+        return None
+    pool = POOL if _uniform(pairs) else None  # else by category
+    mine: dict[str, list[float]] = {}
+    base: dict[str, list[float]] = {}
+    for i, ps in pairs.items():
+        mine.setdefault(pool or cats[i], []).extend(step_time(s) for s, _ in ps)
+        base.setdefault(POOL, []).extend(step_time(b) for _, b in ps)
+
+    def times(side: dict[str, list[float]]) -> dict[str, float]:
+        return {c: quantile(side[POOL if POOL in side else c], LOW_Q) for c in cats.values()
+                if (POOL if POOL in side else c) in side}
+
+    point = _score(pairs, cats, weights, times(mine), times(base))
+    rng = random.Random(seed)
+    values = []
+    for _ in range(rounds):
+        m = {c: rng.choices(v, k=len(v)) for c, v in mine.items()}
+        b = {c: rng.choices(v, k=len(v)) for c, v in base.items()}
+        values.append(_score(pairs, cats, weights, times(m), times(b)))
+    values.sort()
+    tail = (1 - CONFIDENCE) / 2
+    return Interval(point, quantile(values, tail), quantile(values, 1 - tail),
+                    sum(len(ps) for ps in pairs.values()))
+
+
+def drift(samples: Sequence[Timed], baseline: str) -> float:
+    """How far the baseline's own speed moved between blocks: the largest block's time per
+    token over the smallest, less one (0: steady). Per block the median over its prompts of the
+    time per token against that prompt's fastest."""
+    fastest: dict[int, float] = {}
+    for t in samples:
+        if t.label == baseline:
+            fastest[t.prompt] = min(fastest.get(t.prompt, math.inf), t.per_token)
+    blocks: dict[int, list[float]] = {}
+    for t in samples:
+        if t.label == baseline:
+            blocks.setdefault(t.block, []).append(t.per_token / fastest[t.prompt])
+    levels = [quantile(v, 0.5) for v in blocks.values()]
+    return max(levels) / min(levels) - 1 if len(levels) > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class Noise:
+    """What the rest of the machine did while we measured."""
+
+    cores: float  # mean cores other processes used
+    busy_share: float  # share of requests during which they used at least half a core
+
+    def text(self) -> str:
+        return (f"other processes used {self.cores:.1f} cores on average, at least half a core "
+                f"during {self.busy_share:.0%} of the requests")
+
+
+def noise(samples: Sequence[Timed]) -> Noise:
+    if not samples:
+        return Noise(0.0, 0.0)
+    return Noise(sum(t.busy for t in samples) / len(samples),
+                 sum(t.busy >= 0.5 for t in samples) / len(samples))

@@ -1,0 +1,196 @@
+"""Where `tune` and `bench` take their timings: servers kept up (paired: both sides answer the
+same prompt one after the other) or one at a time (sequential blocks A B B A ..., when two do
+not fit in memory), and a watch on the rest of the machine while each request runs.
+
+A `Lab` is the engine as the decision logic sees it: it keeps a set of configurations served,
+times one request on one of them, tells the time, and says how much CPU other processes used.
+`ServerLab` is the real one (servers through engine.serve); the tests drive the same decision
+logic on a simulated engine with a known speed law and injected noise (tests/simengine.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from specctl.adapters.base import Adapter, Installed, SpecStats
+from specctl.orchestrator.measure import engine
+from specctl.orchestrator.measure.workload import Workload
+from specctl.orchestrator.planning.plan import Plan
+
+Say = Callable[[str], None]
+Config = tuple[str, Plan]  # a label and what it serves
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One counted request."""
+
+    label: str
+    prompt: int
+    tokens: int
+    seconds: float  # decode time, as the server measured it
+    spec: SpecStats
+    text: str = ""
+    busy: float = 0.0  # cores other processes used while it ran
+    block: int = 0  # which round (paired) or block (sequential) it was part of
+    wall_s: float = 0.0  # the request's wall time
+    timed_by: str = ""  # who measured the decode time (client.Reply.timed_by)
+
+    @property
+    def per_token(self) -> float:
+        return self.seconds / self.tokens if self.tokens else float("inf")
+
+
+class Lab(Protocol):
+    @property
+    def say(self) -> Say: ...
+
+    @property
+    def workload(self) -> Workload: ...
+
+    def keep(self, configs: Sequence[Config]) -> None:
+        """Exactly these configurations served from now on (others stopped)."""
+
+    def ask(self, label: str, prompt: int, max_tokens: int) -> Timed: ...
+
+    def fits(self, plans: Sequence[Plan]) -> bool:
+        """Whether these plans' servers fit in memory at once."""
+
+    def clock(self) -> float: ...
+
+    def close(self) -> None: ...
+
+
+def fits_together(backend: Adapter, plans: Sequence[Plan]) -> bool:
+    """Whether the plans' servers fit in memory at once. Weights that processes share by mmap
+    (the adapter says when: llama.cpp on CPU and Metal) are counted once per model file."""
+    if len(plans) < 2:
+        return True
+    budget = plans[0].memory.budget.limit
+    total, seen = 0, set()
+    for plan in plans:
+        mem = plan.memory
+        total += mem.kv_target_bytes + mem.kv_draft_bytes + mem.compute_bytes
+        for info, size in ((plan.target, mem.target_bytes), (plan.draft, mem.draft_bytes)):
+            if info is None or size <= 0:
+                continue
+            key = str(info.path or info.ref)
+            if key in seen and backend.shares_weights(plan):
+                continue
+            seen.add(key)
+            total += size
+    return total <= budget
+
+
+def rounds(lab: Lab, configs: Sequence[Config], prompts: Sequence[int], max_tokens: int,
+           block: int, sequential: bool) -> list[Timed]:
+    """Every prompt once on every configuration. Paired: all served, each prompt asked of each
+    in turn (the order rotating). Sequential: one server at a time, all prompts on it, the order
+    of configurations reversed every other block (A B, B A, ...: a server already up stays)."""
+    out = []
+    if not sequential:
+        lab.keep(configs)
+        for n, i in enumerate(prompts):
+            shift = (block + n) % len(configs)
+            for label, _plan in [*configs[shift:], *configs[:shift]]:
+                out.append(_tag(lab.ask(label, i, max_tokens), block))
+        return out
+    order = list(configs) if block % 2 == 0 else list(reversed(configs))
+    for cfg in order:
+        lab.keep([cfg])
+        out += [_tag(lab.ask(cfg[0], i, max_tokens), block) for i in prompts]
+    return out
+
+
+def _tag(t: Timed, block: int) -> Timed:
+    return replace(t, block=block)
+
+
+class CpuWatch:
+    """Other processes' CPU (in cores) between two readings: the machine's busy time less this
+    process's and its children's (the servers)."""
+
+    def __init__(self) -> None:
+        self._me = psutil.Process()
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, float, float]:
+        fields = psutil.cpu_times()._asdict()
+        total = sum(v for k, v in fields.items() if k not in ("guest", "guest_nice"))  # in user
+        busy = total - fields["idle"] - fields.get("iowait", 0.0)
+        ours = 0.0
+        for proc in [self._me, *self._me.children(recursive=True)]:
+            try:
+                c = proc.cpu_times()
+                ours += c.user + c.system
+            except psutil.Error:
+                continue
+        return time.monotonic(), busy, ours
+
+    def others(self) -> float:
+        now, busy, ours = self._read()
+        then, busy0, ours0 = self._last
+        self._last = (now, busy, ours)
+        wall = now - then
+        return max(0.0, (busy - busy0) - max(0.0, ours - ours0)) / wall if wall > 0 else 0.0
+
+
+@dataclass
+class ServerLab:
+    """Real servers (engine.serve), each started when first kept and stopped when dropped."""
+
+    backend: Adapter
+    installed: Installed
+    workload: Workload
+    logs: Path
+    say: Say = print
+    prefix: str = "tune"
+    _up: dict[str, tuple[ExitStack, engine.Served]] = field(default_factory=dict)
+    _watch: CpuWatch | None = None
+
+    def keep(self, configs: Sequence[Config]) -> None:
+        wanted = dict(configs)
+        for label in [lbl for lbl in self._up if lbl not in wanted]:
+            self._up.pop(label)[0].close()
+        for label, plan in configs:
+            if label not in self._up:
+                self.say(f"starting {label} server")
+                stack = ExitStack()
+                try:
+                    srv = stack.enter_context(engine.serve(plan, self.backend, self.installed,
+                                                           self.logs, f"{self.prefix}-{label}"))
+                except BaseException:
+                    stack.close()
+                    raise
+                self._up[label] = (stack, srv)
+
+    def ask(self, label: str, prompt: int, max_tokens: int) -> Timed:
+        if self._watch is None:
+            self._watch = CpuWatch()
+        self._watch.others()
+        got = self._up[label][1].ask(self.workload.prompts[prompt].text, max_tokens)
+        reply = got.reply
+        seconds = reply.tokens / reply.decode_tps if reply.decode_tps > 0 else reply.wall_s
+        return Timed(label, prompt, reply.tokens, seconds, got.spec, reply.text,
+                     self._watch.others(), wall_s=reply.wall_s, timed_by=reply.timed_by)
+
+    def served(self, label: str) -> engine.Served:
+        """The server of a kept configuration (for concurrent rounds)."""
+        return self._up[label][1]
+
+    def fits(self, plans: Sequence[Plan]) -> bool:
+        return fits_together(self.backend, plans)
+
+    def clock(self) -> float:
+        return time.monotonic()
+
+    def close(self) -> None:
+        while self._up:
+            self._up.popitem()[1][0].close()

@@ -1,0 +1,193 @@
+"""A simulated engine for the decision logic of `tune` and `bench`: a known speed law (Leviathan
+et al.: E(k) = (1 - a^(k+1)) / (1 - a) tokens per step, a step of draft length k costing
+k*c + v(k) target steps), exact draft counters, and injected noise: bursts of 0.5-3 s, each
+slowing whatever runs during it 2-5x, covering a set share of the time. A simulated clock: no
+real sleeping, a tune takes milliseconds.
+
+It speaks the `Lab` protocol (orchestrator/measure/lab.py), which the real servers speak too.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from specctl.adapters.base import SpecStats
+from specctl.orchestrator.measure.lab import Config, Timed
+from specctl.orchestrator.measure.workload import Prompt, Request, Workload, speedup
+from specctl.orchestrator.planning import costmodel
+from specctl.orchestrator.planning.plan import Plan
+
+CATEGORIES = ("code", "code", "chat", "chat", "summarize", "summarize")
+
+
+class Bursts:
+    """Noise on a timeline: bursts of 0.5-3 s slowing work 2-5x, `share` of the time; each
+    burst is another process using one core."""
+
+    def __init__(self, rng: random.Random, share: float) -> None:
+        self.rng, self.share = rng, share
+        self.spans: list[tuple[float, float, float]] = []  # start, end, slowdown
+        self._until = 0.0
+
+    def _grow(self, horizon: float) -> None:
+        mean_gap = 1.75 * (1 - self.share) / self.share
+        while self._until < horizon:
+            start = self._until + self.rng.expovariate(1 / mean_gap)
+            end = start + self.rng.uniform(0.5, 3.0)
+            self.spans.append((start, end, self.rng.uniform(2.0, 5.0)))
+            self._until = end
+
+    def run(self, t: float, work: float) -> tuple[float, float]:
+        """Run `work` quiet-seconds from time t: (elapsed, mean cores used by others)."""
+        if self.share <= 0:
+            return work, 0.0
+        self._grow(t + work * 6 + 10)
+        now, left, busy = t, work, 0.0
+        for start, end, slow in self.spans:
+            if end <= now:
+                continue
+            if start > now:  # quiet until the burst
+                step = min(left, start - now)
+                now, left = now + step, left - step
+                if left <= 0:
+                    break
+            span = end - now  # inside the burst
+            step = min(left, span / slow)
+            now, left, busy = now + step * slow, left - step, busy + step * slow
+            if left <= 0:
+                break
+        now += max(left, 0.0)
+        return now - t, busy / (now - t) if now > t else 0.0
+
+
+@dataclass
+class Law:
+    """The speed law: acceptance per prompt, c, v(k), the baseline's speed."""
+
+    alphas: Sequence[float] = (0.85, 0.85, 0.7, 0.7, 0.8, 0.8)
+    cost: float = 0.2
+    verify: Callable[[float], float] = lambda k: 1 + 0.1 * k
+    base_tps: float = 20.0
+    ngram_gain: Sequence[float] = (1.0,) * 6  # n-gram's speedup per prompt
+    ngram_drafts: bool = True  # False: n-gram finds nothing to draft (its speed is noise)
+    mix: dict[str, float] = field(default_factory=dict)
+
+    def per_token(self, plan: Plan, i: int, draft_ref: str) -> tuple[float, float, float]:
+        """Seconds per token, tokens per step, draft tokens per step."""
+        t0 = 1 / self.base_tps
+        if not plan.speculative:
+            return (t0 * self.cost if plan.target.ref == draft_ref else t0), 1.0, 0
+        if plan.method == "ngram":
+            return t0 / self.ngram_gain[i], 1.2, plan.k
+        e = costmodel.tokens_per_step(self.alphas[i], plan.k)
+        drafted = min(float(plan.k), e) if plan.p_min is not None else float(plan.k)
+        return t0 * (drafted * self.cost + self.verify(drafted)) / e, e, drafted
+
+    def workload(self) -> Workload:
+        return Workload(tuple(Prompt(c, f"{c} prompt {n}") for n, c in enumerate(CATEGORIES)),
+                        dict(self.mix))
+
+    def true_speedup(self, plan: Plan, draft_ref: str, tokens: int = 64) -> float:
+        weights = self.workload().weights()
+        base = [Request(c, tokens, tokens / self.base_tps) for c in CATEGORIES]
+        mine = [Request(c, tokens, tokens * self.per_token(plan, i, draft_ref)[0])
+                for i, c in enumerate(CATEGORIES)]
+        return speedup(mine, base, weights)
+
+    def best(self, plan: Plan, max_k: int = 8) -> tuple[int, float]:
+        """The law's best plain draft length and its speedup."""
+        draft_ref = plan.draft.ref if plan.draft else ""
+        scores = {k: self.true_speedup(plan.but(k=k, p_min=None, method="draft"), draft_ref)
+                  for k in range(1, max_k + 1)}
+        k = max(scores, key=lambda x: scores[x])
+        return k, scores[k]
+
+
+class SimLab:
+    """The simulated engine as a Lab: servers that start in `start_s`, requests that take the
+    law's time stretched by the bursts running while they do."""
+
+    def __init__(self, law: Law, plan: Plan, seed: int = 0, noise: float = 0.3,
+                 start_s: float = 3.0, fits: bool = True) -> None:
+        self.law, self.rng = law, random.Random(seed)
+        self.bursts = Bursts(self.rng, noise)
+        self.draft_ref = plan.draft.ref if plan.draft else ""
+        self.start_s, self.memory_fits = start_s, fits
+        self.now = 0.0
+        self.up: dict[str, Plan] = {}
+        self.starts = 0
+        self.lines: list[str] = []
+        self.aimed: dict[str, float] = {}
+        self.most_up = 0
+        self.workload = law.workload()
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+
+    def keep(self, configs: Sequence[Config]) -> None:
+        wanted = dict(configs)
+        for label in [lbl for lbl in self.up if lbl not in wanted]:
+            del self.up[label]
+        for label, plan in configs:
+            if label not in self.up:
+                self.up[label] = plan
+                self.starts += 1
+                self.now += self.start_s
+        self.most_up = max(self.most_up, len(self.up))
+
+    def fits(self, plans: Sequence[Plan]) -> bool:
+        return self.memory_fits or len(plans) < 2
+
+    def ask(self, label: str, prompt: int, max_tokens: int) -> Timed:
+        plan = self.up[label]
+        per_token, e, drafts = self.law.per_token(plan, prompt, self.draft_ref)
+        k = plan.k if plan.speculative else 0
+        # each step: one token plus those accepted (at most k)
+        accepted = min(round(max_tokens * (e - 1) / e), max_tokens * k // (k + 1))
+        steps = max_tokens - accepted
+        jitter = self.rng.uniform(1.0, 1.03)  # a quiet machine's own spread
+        elapsed, busy = self.bursts.run(self.now, steps * per_token * e * jitter)
+        if label in self.aimed and max_tokens > 16:  # a full-length request
+            elapsed *= self.aimed.pop(label)
+        self.now += elapsed + 0.02  # and the request's own overhead
+        spec = SpecStats()
+        if plan.speculative and plan.method == "draft":
+            a = self.law.alphas[prompt]
+            per_pos = tuple(round(steps * a ** (j + 1)) for j in range(k))
+            spec = SpecStats(max(accepted, round(steps * drafts)), accepted, steps, per_pos)
+        elif plan.speculative and self.law.ngram_drafts:
+            spec = SpecStats(round(steps * drafts), accepted, steps)
+        elif plan.speculative:
+            steps, accepted = max_tokens, 0
+        return Timed(label, prompt, max_tokens, elapsed, spec, f"reply {prompt}", busy)
+
+    def hit(self, factor: float, label: str = "baseline") -> None:
+        """The next request to `label` is slowed `factor` times (a burst aimed at it)."""
+        self.aimed[label] = factor
+
+    def clock(self) -> float:
+        return self.now
+
+    def close(self) -> None:
+        self.up.clear()
+
+
+def laws(n: int, plan: Plan, seed: int = 1) -> list[Law]:
+    """`n` different laws whose best draft pays at least 1.2x."""
+    rng = random.Random(seed)
+    out: list[Law] = []
+    while len(out) < n:
+        base = rng.uniform(0.55, 0.92)
+        alphas = tuple(min(0.97, max(0.3, base + d + rng.uniform(-0.04, 0.04)))
+                       for d in (0.05, 0.05, -0.1, -0.1, 0.0, 0.0))
+        slope = rng.uniform(0.02, 0.25)
+        law = Law(alphas=alphas, cost=rng.uniform(0.08, 0.3), verify=_linear(slope))
+        if law.best(plan)[1] >= 1.2:
+            out.append(law)
+    return out
+
+
+def _linear(slope: float) -> Callable[[float], float]:
+    return lambda k: 1 + slope * k

@@ -1,0 +1,77 @@
+"""The estimators under tune and bench on timings whose answers are known: low quantiles that
+outside load cannot pull up, exact steps, the physical bound, the baseline's drift, and the
+memory rule that decides whether two servers run side by side."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from specctl.adapters import registry
+from specctl.adapters.base import SpecStats
+from specctl.orchestrator.measure import intervals
+from specctl.orchestrator.measure.lab import Timed, fits_together
+from specctl.orchestrator.planning.memory import Budget
+from tests import plans
+from tests.conftest import recorded
+
+
+def timed(label: str, prompt: int, seconds: float, accepted: int = 0, block: int = 0,
+          drafted: int = 0) -> Timed:
+    return Timed(label, prompt, 64, seconds, SpecStats(drafted, accepted, 10), block=block)
+
+
+def test_quantile_interpolates_and_its_low_end_is_the_minimum() -> None:
+    assert intervals.quantile([3.0, 1.0, 2.0], 0.0) == 1.0
+    assert intervals.quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    with pytest.raises(ValueError):
+        intervals.quantile([], 0.1)
+
+
+def test_steps_are_exact_and_noise_only_lengthens_their_time() -> None:
+    cats = {0: "code", 1: "code"}
+    pairs: intervals.Pairs = {}
+    for block in range(6):
+        slow = 3.0 if block == 2 else 1.0  # one block hit by outside load, on one side each
+        for i, accepted in ((0, 32), (1, 16)):
+            s = timed("k4", i, (64 - accepted) * 0.2 * (slow if i == 0 else 1.0), accepted,
+                      block, drafted=40)
+            b = timed("baseline", i, 64 * 0.1 * (slow if i == 1 else 1.0), block=block)
+            pairs.setdefault(i, []).append((s, b))
+    got = intervals.speedup(pairs, cats, {"code": 1.0})
+    assert got is not None
+    # 128 tokens in (32 + 48) steps of 0.2 s against 128 steps of 0.1 s
+    assert got.point == pytest.approx(12.8 / (80 * 0.2))
+    assert got.low <= got.point <= got.high and got.half_width < 0.05
+
+
+def test_pairs_above_the_physical_bound_are_discarded_and_counted() -> None:
+    assert intervals.bound("draft", 2, 0.235) == pytest.approx(3 / 1.47)
+    assert intervals.bound("ngram", 4, 0.0) == 5.0
+    fine = (timed("k2", 0, 3.2), timed("baseline", 0, 6.4))  # 2x
+    noise = (timed("k2", 0, 1.6, block=1), timed("baseline", 0, 9.6, block=1))  # 6x
+    kept, dropped = intervals.plausible({0: [fine, noise]}, intervals.bound("draft", 2, 0.235))
+    assert dropped == 1 and kept == {0: [fine]}
+
+
+def test_drift_is_the_baselines_own_change_between_blocks() -> None:
+    steady = [timed("baseline", i, 6.4, block=b) for b in range(3) for i in range(2)]
+    assert intervals.drift(steady, "baseline") == 0.0
+    slower = [*steady, *(timed("baseline", i, 8.0, block=3) for i in range(2))]
+    assert intervals.drift(slower, "baseline") == pytest.approx(0.25)
+
+
+def test_mmapped_weights_count_once_only_where_the_backend_shares_them() -> None:
+    llama = registry.adapter_classes()["llamacpp"]
+    tight = plans.plan(memory=replace(plans.memory(), budget=Budget(6_000_000_000, "6 GB")))
+    baseline, speculative = tight.baseline(), tight
+    adapter = llama.__new__(llama)  # shares_weights reads the plan only
+    # target 3.56 + draft 0.49 + caches and buffers: two copies of the target do not fit in
+    # 6 GB, one shared copy does (llama.cpp on the CPU maps the file once)
+    assert adapter.shares_weights(tight)
+    assert fits_together(adapter, [baseline, speculative])
+    cuda = tight.but(hardware=recorded("linux_1x_rtx4090_24g"))
+    assert not adapter.shares_weights(cuda)
+    assert not fits_together(adapter, [cuda.baseline(), cuda])
+    assert fits_together(adapter, [cuda])  # one server always "fits" here
