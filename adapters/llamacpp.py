@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.adapters import llamacpp_build, llamacpp_rpc, prometheus
+from specctl.adapters import llamacpp_build, llamacpp_rpc, llamacpp_spec, prometheus
 from specctl.adapters.base import (
     Adapter,
     Endpoint,
@@ -29,7 +29,6 @@ from specctl.adapters.llamacpp_dialect import (
     FLAGS,
     LEGACY_DIALECT,
     NAME,
-    SPEC_TYPE_DIALECT,
     installed_from,
 )
 from specctl.orchestrator.errors import BackendError, ProfileError
@@ -44,11 +43,9 @@ if TYPE_CHECKING:
 HOMEBREW = (Path("/opt/homebrew/bin/llama-server"), Path("/usr/local/bin/llama-server"))
 LOCAL_DEVICE = {"cpu": "none", "cuda": "CUDA0", "metal": "MTL0"}  # "none": stay on the CPU
 
-class LlamaCppOptions(Options):
-    """The `[llamacpp]` section of a profile."""
+class LlamaCppOptions(llamacpp_spec.SpecKnobs):
+    """The `[llamacpp]` section of a profile (the speculation knobs: llamacpp_spec)."""
 
-    n_min: int | None = Field(None, ge=0, le=32, strict=True,
-                              description="fewest draft tokens per step")
     rpc_workers: tuple[str, ...] = Field((), max_length=256,
                                          description="host:port of rpc-servers")
     worker_memory_gb: tuple[Annotated[float, Field(gt=0, le=1 << 16, strict=True)], ...] = Field(
@@ -204,9 +201,7 @@ class LlamaCpp(Adapter):
                    f"{'on this machine' if opts.draft_local else 'with them'}.",))
 
     def launch(self, plan: Plan, installed: Installed) -> Launch:
-        if plan.method not in installed.methods:
-            raise BackendError(f"llama-server {installed.version} cannot do '{plan.method}' "
-                               f"speculation (it has: {', '.join(sorted(installed.methods))})")
+        llamacpp_spec.check(plan, installed.methods, installed.chains, installed.version)
         opts = options_of(plan, LlamaCppOptions)
         a = _Argv(installed, installed.path or "llama-server")
         _model(a, plan.target, "-m", "-hf")
@@ -238,33 +233,22 @@ class LlamaCpp(Adapter):
     @staticmethod
     def _speculative(a: _Argv, plan: Plan, opts: LlamaCppOptions, dialect: str) -> None:
         names = FLAGS[dialect]
-        if plan.method == "ngram" and plan.k > 0:
-            a.add("--spec-type", "ngram-simple")
-            a.add("--spec-ngram-simple-size-n", plan.ngram_max)
-            a.add("--spec-ngram-simple-size-m", plan.k)
-            return
-        if plan.method != "draft" or plan.k <= 0 or plan.draft is None:
-            return
-        if dialect == SPEC_TYPE_DIALECT:
-            a.add("--spec-type", "draft-simple")
-        _model(a, plan.draft, "-md", "-hfd")
-        a.add(names["n_max"], plan.k)
-        if opts.n_min is not None:
-            a.add(names["n_min"], opts.n_min)
-        if plan.p_min is not None:
-            a.add(names["p_min"], plan.p_min)
-        layers = _gpu_layers(plan, opts)
-        if opts.rpc_workers and opts.draft_local:
-            a.add("-devd", LOCAL_DEVICE[plan.hardware.kind])  # keep the draft off the network
-            if plan.hardware.kind != "cpu":
+
+        def draft_extras(a: _Argv) -> None:
+            layers = _gpu_layers(plan, opts)
+            if opts.rpc_workers and opts.draft_local:
+                a.add("-devd", LOCAL_DEVICE[plan.hardware.kind])  # keep the draft off the network
+                if plan.hardware.kind != "cpu":
+                    a.add("-ngld", layers)
+            elif layers:
                 a.add("-ngld", layers)
-        elif layers:
-            a.add("-ngld", layers)
-        if plan.cache_type != "f16":
-            a.add(names["ctk_draft"], plan.cache_type)
-            a.add(names["ctv_draft"], plan.cache_type)
-        if opts.spec_synth_rates:
-            a.add("--spec-synth-rates", ",".join(f"{r:g}" for r in opts.spec_synth_rates))
+            if plan.cache_type != "f16":
+                a.add(names["ctk_draft"], plan.cache_type)
+                a.add(names["ctv_draft"], plan.cache_type)
+            if opts.spec_synth_rates:
+                a.add("--spec-synth-rates", ",".join(f"{r:g}" for r in opts.spec_synth_rates))
+
+        llamacpp_spec.speculative(a, plan, opts, dialect, _model, draft_extras)
 
     def rejecting(self, plan: Plan, installed: Installed) -> Plan | None:
         """`--spec-synth-rates 0,...`: the build drafts and verifies, then rejects every draft."""
