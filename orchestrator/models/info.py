@@ -17,6 +17,7 @@ from specctl.orchestrator.models.hub import RepoFile
 _STORE_SCHEME = re.compile(r"[a-z][a-z0-9]+")  # another tool's store, e.g. `NAME:model:tag`
 VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
 GB = 1e9
+HEAD_ARCHS = ("eagle3", "dflash", "dspark")  # GGUF architectures that are draft heads
 GGUF_QUANTS = frozenset(q for q in catalog.BYTES_PER_WEIGHT if q not in (
     "AWQ", "GPTQ", "INT4", "FP8", "BF16", "4BIT", "8BIT"))
 
@@ -126,6 +127,8 @@ def from_gguf(path: Path, ref: str) -> ModelInfo:
     tok_model = str(meta.get("tokenizer.ggml.model", "none"))
     name = str(meta.get("general.name") or path.stem)
     known = catalog.lookup(name) or catalog.lookup(path.stem)
+    nextn = num("nextn_predict_layers")  # MTP layers carried by the file (llama.cpp's key)
+    kind = arch if arch in HEAD_ARCHS else "mtp" if nextn else known.kind if known else "model"
     return ModelInfo(
         ref=ref, name=name, path=path, architecture=arch, layers=num("block_count"), heads=heads,
         kv_heads=num("attention.head_count_kv", heads), head_dim=head_dim,
@@ -134,7 +137,7 @@ def from_gguf(path: Path, ref: str) -> ModelInfo:
         tokenizer=f"gguf:{tok_model}/{meta.get('tokenizer.ggml.pre', '-')}",
         params_b=known.params_b if known else None,
         quant=file_type_name(meta), size_bytes=path.stat().st_size,
-        family=known.family if known else arch, kind=known.kind if known else "model",
+        family=known.family if known else arch, kind=kind, spec_heads=nextn,
         bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
         add_bos=_opt_bool(meta.get("tokenizer.ggml.add_bos_token")),
