@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from specctl.orchestrator.measure import tuned as tuned_mod
     from specctl.orchestrator.measure.workload import Workload
 
-SUITES = "chat,code,summarize"  # the shipped prompt suites (measure/prompts)
+SUITES = "chat,code,summarize"  # the default suites (measure/prompts; `edit` on request)
 
 
 class _Finite(click.FloatRange):
@@ -65,7 +65,8 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
 @cli.command()
 @PROFILE
 @click.option("--suite", default=SUITES, show_default=True,
-              help="Prompt categories, comma-separated.")
+              help="Prompt categories, comma-separated: chat, code, summarize, edit (code edits "
+                   "and answers from a pasted document).")
 @click.option("--k", "ks", metavar="K,K,...", help="Draft lengths to compare (default: the "
               "plan's k).")
 @click.option("--repeats", default=2, show_default=True, help="Passes over the prompts.")
@@ -216,7 +217,8 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
               help="Prompts per category of the shipped suites, or your prompts file (JSON "
                    "lines of chat requests with an optional \"category\", or text lines).")
 @click.option("--mix", metavar="CAT=SHARE,...",
-              help="Your traffic's mix, e.g. chat=1 or code=0.6,chat=0.4 (default: alike).")
+              help="Your traffic's mix, e.g. chat=1 or code=0.6,chat=0.4, edit=0.5,code=0.5 "
+                   "(default: alike).")
 @click.option("--concurrency", type=click.IntRange(1, 256),
               help="Concurrent requests to tune for (default: the profile's server.parallel).")
 @click.option("--max-tokens", default=64, show_default=True)
@@ -319,11 +321,13 @@ def _gate(resolved: Resolved, result: tuned_mod.Result, work: Workload, logs: Pa
     """tune's sampling check of its choice (lossless.gate), at the profile's sampling (0.8 when
     the profile samples greedily: the check is about sampling)."""
     from specctl.orchestrator.measure import lossless
+    from specctl.orchestrator.measure import tuned as tuned_mod
 
     plan = resolved.plan
     p_min = result.p_min if result.p_min is not None else plan.p_min
     chosen = plan.but(method=result.method, k=result.k, p_min=p_min,
-                      draft=plan.draft if result.method == "draft" else None)
+                      draft=plan.draft if result.method == "draft" else None,
+                      chain=tuned_mod.steps_of(result.chain))
     sampling = resolved.profile.sampling
     how = lossless.short(sampling.temperature or 0.8, sampling.top_p)
     return lossless.gate(chosen, resolved.backend, resolved.installed, work.by_category(), how,

@@ -30,7 +30,7 @@ from specctl.orchestrator.measure import engine, lossless, stats
 from specctl.orchestrator.measure.workload import Request, Workload
 from specctl.orchestrator.planning.plan import Plan
 
-SUITES = ("chat", "code", "summarize")
+SUITES = ("chat", "code", "summarize", "edit")
 HELPS = 1 + engine.MARGIN  # a config "helps" when its speedup beats the baseline by 5%
 BASELINE = "baseline"
 FLOOR = "floor"  # drafts always rejected: the greedy identity numerics allow (lossless.py)
