@@ -293,7 +293,9 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
             results, base_tps, seconds = tune_mod.sweep(resolved.plan, runner,
                                                         range(1, max_k + 1))
         else:
-            result = tune_mod.tune(resolved.plan, runner, max_k)
+            result = tune_mod.tune(resolved.plan, runner, max_k,
+                                   methods=resolved.installed.methods,
+                                   chains=resolved.installed.chains)
             if per_batch and level > 1 and result.method == "draft":
                 levels = sorted({1, level, *(2 ** n for n in range(9) if 2 ** n < level)})
                 ks = sorted({max(1, result.k // 2), result.k})

@@ -9,8 +9,10 @@
    model's v(k) comes from one probe and can misplace the peak). Within the margin measurements
    cannot tell k apart, so another k replaces the incumbent only when better by the margin.
 3. Try the draftless n-gram method (at the probe's k: its drafts cost nothing to make; the
-   prompts whose baseline replies copy least go first) and a p-min at the best k (not run when
-   the cost model's bound shows it cannot win). They must beat the best by the margin to win.
+   prompts whose baseline replies copy least go first), where the backend has them ngram-mod
+   alone and the best draft chained with ngram-mod (copy-heavy work: code edits), and a p-min
+   at the best k (not run when the cost model's bound shows it cannot win). They must beat the
+   best by the margin to win.
 4. The winner must keep every category of the workload at least at the baseline's speed (by
    GUARD, the noise): if it slows one down (chat, typically, where drafts are often rejected), a
    p-min at its k and a shorter k are measured too, and the best run that keeps every category
@@ -48,10 +50,11 @@ from specctl.orchestrator.measure.trials import (
     speedup,
 )
 from specctl.orchestrator.measure.tuned import Measured, Result
-from specctl.orchestrator.planning.plan import Method, Plan
+from specctl.orchestrator.planning.plan import Method, Plan, Step
 
 MARGIN = engine.MARGIN
 PROBE_K = 8
+NGRAM_MOD_K = 16  # ngram-mod's longest draft: a found n-gram continues for many tokens
 P_MIN_TRY = 0.5
 SHORT_K = 2
 GUARD = 0.98  # a category may lose at most 2% (noise) to the baseline
@@ -115,18 +118,27 @@ def second_k(plan: Plan, bench: Measurer, baseline: Run, probe: Run, ranked: Seq
 
 
 def alternatives(plan: Plan, bench: Measurer, baseline: Run, best: Run, est: Estimates,
-                 ngram_k: int, margin: float) -> tuple[list[Run], Run, list[str]]:
-    """n-gram, and a p-min at best's k; each must beat the best so far by the margin. Returns
-    their runs, the winner, and what was not run because the cost model says it cannot win."""
+                 ngram_k: int, margin: float, methods: frozenset[str] = frozenset(),
+                 chains: bool = False) -> tuple[list[Run], Run, list[str]]:
+    """n-gram, ngram-mod and the best draft chained with ngram-mod (where the backend has
+    them: `methods`, `chains`), and a p-min at best's k; each must beat the best so far by the
+    margin. Returns their runs, the winner, and what was not run because the cost model says it
+    cannot win."""
     k = best.plan.k
     copies = {i: -copy_share(bench.prompts[i], text)  # the least copying first: likeliest loss
               for i, text in zip(baseline.prompts, baseline.texts, strict=True)}
     bounds = stop_early_bounds(best, baseline, est)
     runs, skipped, winner = [], [], best
-    for candidate, label, bound, rank in (
-            (plan.but(method="ngram", draft=None, k=ngram_k, p_min=None), f"ngram k={ngram_k}",
-             {}, copies),
-            (best.plan.but(p_min=P_MIN_TRY), f"draft k={k} p-min {P_MIN_TRY}", bounds, bounds)):
+    mod = Step("ngram-mod", NGRAM_MOD_K)
+    candidates = [
+        (plan.but(method="ngram", draft=None, k=ngram_k, p_min=None), f"ngram k={ngram_k}",
+         {}, copies),
+        *([(plan.but(method="ngram-mod", draft=None, k=mod.k, p_min=None, chain=()),
+            mod.describe(), {}, copies)] if "ngram-mod" in methods else []),
+        *([(best.plan.but(p_min=None, chain=(mod,)), f"draft k={k} + {mod.describe()}", {},
+            copies)] if chains and "ngram-mod" in methods else []),
+        (best.plan.but(p_min=P_MIN_TRY), f"draft k={k} p-min {P_MIN_TRY}", bounds, bounds)]
+    for candidate, label, bound, rank in candidates:
         need = max(speedup(winner, baseline), 1.0) * (1 + margin)
         hopeless = cannot_beat(baseline, need, bound)
         unmeasured = replace(baseline, label=label, plan=candidate, prompts=(), tps=(),
@@ -144,7 +156,9 @@ def alternatives(plan: Plan, bench: Measurer, baseline: Run, best: Run, est: Est
     return runs, winner, skipped
 
 
-def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) -> Result:
+def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN,
+         methods: frozenset[str] = frozenset(), chains: bool = False) -> Result:
+    """`methods`, `chains`: what the installed backend has beyond draft, n-gram and p-min."""
     if plan.method != "draft" or plan.draft is None:
         raise ProfileError(f"{plan.profile}: tune needs a draft model in the profile (it also "
                            "tries n-gram and p-min itself)")
@@ -164,12 +178,14 @@ def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) ->
         runs.append(second)
         third, best = between(plan, bench, baseline, runs, best, margin)
         runs += [third] if third is not None else []
-    screens, winner, skipped = alternatives(plan, bench, baseline, best, est, probe_k, margin)
+    screens, winner, skipped = alternatives(plan, bench, baseline, best, est, probe_k, margin,
+                                            methods, chains)
     runs += screens
     extra, kept = guarded(plan, bench, baseline, runs, winner, margin)
     runs += extra
     top = measured(kept or winner, baseline)
     method: Method
+    chain = top.chain
     if kept is None:
         method, k, p_min = "none", 0, None
         summary = (f"{top.label} measured {top.speedup:.2f}x but slows "
@@ -185,6 +201,7 @@ def tune(plan: Plan, bench: Measurer, max_k: int = 8, margin: float = MARGIN) ->
         cats = ", ".join(f"{c} {v:.2f}x" for c, v in top.categories.items())
         summary = f"{top.label} measured {top.speedup:.2f}x over the baseline ({cats})"
     return Result(profile=plan.profile, method=method, k=k, p_min=p_min,
+                  chain=chain if method != "none" else [],
                   speedup=top.speedup if method != "none" else 1.0, summary=summary,
                   categories=top.categories if method != "none" else {},
                   alpha=est.alpha, cost=est.cost,
