@@ -33,3 +33,21 @@ def test_bench_suite_and_tune_mix_take_edit() -> None:
     assert mixed.categories == ["edit", "code"]
     assert mixed.weights() == {"edit": 0.5, "code": 0.5}
     assert mixed.describe() == "edit 50%, code 50%"
+
+
+def test_bench_also_measures_other_methods_in_the_same_run() -> None:
+    import pytest
+
+    from specctl.orchestrator.errors import ProfileError
+    from tests import plans
+
+    plan = plans.plan(k=4)
+    labels = [c.label for c in bench.configs_for(plan, [2, 4], None,
+                                                 ["ngram-mod", "draft+ngram-mod"])]
+    assert labels == [bench.BASELINE, "draft k=2", "draft k=4", "ngram-mod k=16",
+                      "draft k=2 + ngram-mod k=16", "draft k=4 + ngram-mod k=16"]
+    mod = bench.configs_for(plan, [4], None, ["ngram-mod"])[2].plan
+    assert (mod.method, mod.draft, mod.k) == ("ngram-mod", None, 16)
+    for bad in ("ngram-mod+draft", "warp", "draft+"):
+        with pytest.raises(ProfileError, match="--also"):
+            bench.configs_for(plan, [4], None, [bad])

@@ -69,6 +69,8 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
                    "and answers from a pasted document).")
 @click.option("--k", "ks", metavar="K,K,...", help="Draft lengths to compare (default: the "
               "plan's k).")
+@click.option("--also", metavar="M[+M],...", help="Other methods to measure in the same run, "
+              "e.g. ngram-mod,draft+ngram-mod (a draft at each --k chained with ngram-mod).")
 @click.option("--repeats", default=2, show_default=True, help="Passes over the prompts.")
 @click.option("--prompts", "prompts_arg", default="4", show_default=True, metavar="N|FILE",
               help="Prompts per category (each shipped suite has 12), or a file of your own: "
@@ -102,7 +104,8 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
               help="Measure the profile on each of these installed backends (each with its "
                    "own speculation), save the fastest for this machine: `plan` then prefers "
                    "it.")
-def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_arg: str,
+def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeats: int,
+          prompts_arg: str,
           mix: str | None, levels: str | None, max_tokens: int, json_out: Path | None,
           plot: Path | None, quality: bool,
           quality_against: str, samples: int, temperature: float | None, top_p: float | None,
@@ -133,7 +136,8 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     plan = resolved.plan
     want_floor = quality if floor is None else floor
     rejecting = resolved.backend.rejecting(plan, resolved.installed) if want_floor else None
-    configs = bench_mod.configs_for(plan, _ints(ks), rejecting)
+    configs = bench_mod.configs_for(plan, _ints(ks), rejecting,
+                                    [a for a in (also or "").split(",") if a.strip()])
     sampling = resolved.profile.sampling
     how = lossless.Sampling(temperature or sampling.temperature, top_p or sampling.top_p,
                             samples=samples)

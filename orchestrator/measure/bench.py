@@ -28,7 +28,7 @@ from specctl.adapters.base import Adapter, Installed, SpecStats
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure import engine, lossless, stats
 from specctl.orchestrator.measure.workload import Request, Workload
-from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.planning.plan import NGRAMS, Plan, Step
 
 SUITES = ("chat", "code", "summarize", "edit")
 HELPS = 1 + engine.MARGIN  # a config "helps" when its speedup beats the baseline by 5%
@@ -81,17 +81,45 @@ class Sample:
         return Request(self.category, self.tokens, seconds)
 
 
-def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None) -> list[Config]:
-    """The baseline plus one speculative config per k (the plan's own k when none given), and
+def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
+                also: Sequence[str] = ()) -> list[Config]:
+    """The baseline plus one speculative config per k (the plan's own k when none given), the
+    methods in `also` (`ngram-mod`, `draft+ngram-mod`: a draft at each k chained with it), and
     the floor (the plan with every draft rejected) when given."""
-    if not plan.speculative and not ks:
+    if not plan.speculative and not ks and not also:
         raise ProfileError(f"{plan.profile} has speculation off; pass --k to compare drafts")
     out = [Config(BASELINE, plan.baseline())]
-    for k in ks or [plan.k]:
-        method = plan.method if plan.speculative else "draft"
-        out.append(Config(f"{method} k={k}", plan.but(k=k, method=method)))
+    if plan.speculative or ks:
+        for k in ks or [plan.k]:
+            method = plan.method if plan.speculative else "draft"
+            spec = plan.but(k=k, method=method)
+            out.append(Config(spec.short() if spec.chain else f"{method} k={k}", spec))
+    for spec in _also(plan, ks, also):
+        out.append(Config(spec.short(), spec))
     if floor is not None:
         out.append(Config(FLOOR, floor))
+    return out
+
+
+def _also(plan: Plan, ks: Sequence[int], also: Sequence[str]) -> list[Plan]:
+    """`bench --also`: each `METHOD[+METHOD...]` as plans (a draft at each k, others at their
+    usual k; the methods after the first are chained n-gram methods)."""
+    from specctl.orchestrator.planning.planner import DEFAULT_K
+
+    out = []
+    for item in also:
+        head, *rest = [m.strip() for m in item.split("+")]
+        known = set(DEFAULT_K) | {"draft"}
+        bad = [m for m in (head, *rest) if m not in known or (m in rest and m not in NGRAMS)]
+        if bad or not head:
+            raise ProfileError(f"--also {item!r}: expected METHOD[+NGRAM_METHOD], e.g. "
+                               "ngram-mod or draft+ngram-mod")
+        chain = tuple(Step(m, DEFAULT_K[m]) for m in rest)  # type: ignore[arg-type]
+        if head == "draft":
+            out += [plan.but(method="draft", k=k, chain=chain) for k in ks or [plan.k or 4]]
+        else:
+            out.append(plan.but(method=head, k=DEFAULT_K[head], draft=None, p_min=None,
+                                chain=chain))
     return out
 
 
