@@ -5,6 +5,7 @@ installed llama-server itself)."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,30 @@ def test_a_single_method_plan_is_as_before(installed: Installed) -> None:
     assert plan.methods == ("draft",) and plan.short() == "draft k=3"
     got = pairs(LlamaCpp().launch(plan, installed).argv)
     assert ("--spec-type", "draft-simple") in got
+
+
+# --- from the profile, through the planner ----------------------------------------------------
+
+
+def test_a_profile_chain_and_ngram_mod_reach_the_plan(tmp_path: Path) -> None:
+    from tests.test_planner import MAC, mac_profile, plan_for
+
+    chained, installed = plan_for(mac_profile(k=4, speculative={"chain": ["ngram-mod"]}), MAC,
+                                  tmp_path)
+    assert chained.methods == ("draft", "ngram-mod") and chained.chain == (Step("ngram-mod", 16),)
+    assert "+ ngram-mod k=16" in chained.reasons[-1]
+    got = pairs(LlamaCpp().launch(chained, installed).argv)
+    assert ("--spec-type", "draft-simple,ngram-mod") in got
+    mod, _ = plan_for(mac_profile(draft="ngram-mod"), MAC, tmp_path)
+    assert (mod.method, mod.draft, mod.k) == ("ngram-mod", None, 16)
+
+
+def test_a_chain_on_a_backend_that_takes_one_method_is_left_out_with_the_reason(
+        tmp_path: Path) -> None:
+    from tests.test_planner import plan_for
+
+    data = {"target": "hf:hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4",
+            "draft": "hf:meta-llama/Llama-3.2-1B-Instruct", "backend": ["vllm"], "k": 4,
+            "speculative": {"chain": ["ngram-mod"]}}
+    plan, _ = plan_for(data, "linux_1x_h100_80g", tmp_path)
+    assert plan.chain == () and any("Chain ngram-mod left out" in r for r in plan.reasons)
