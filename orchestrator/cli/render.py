@@ -159,7 +159,8 @@ def show_tuned(console: Console, result: Tuned) -> None:
     cats = list(dict.fromkeys(c for m in result.measured for c in m.categories))
     cells = []
     for m in result.measured:
-        pred = predicted.get(m.k) if m.method == "draft" and m.p_min is None else None
+        pred = (predicted.get(m.k) if m.method == "draft" and m.p_min is None and not m.chain
+                else None)
         cells.append([m.label, _x(pred), _x(m.speedup), *(_x(m.categories.get(c)) for c in cats),
                       f"{m.tps:.1f}", _pct(m.acceptance), f"{m.seconds:.0f}"])
     tables.show(console, [Column("config"), *(Column(h, right=True) for h in (
