@@ -118,6 +118,7 @@ class Installed:
     path: str | None = None
     flags: frozenset[str] = frozenset()
     methods: frozenset[str] = frozenset()
+    chains: bool = False  # takes several methods at once (a plan's `chain`)
     assumed: bool = False  # not installed here: planning with the newest known dialect
 
     def describe(self) -> str:

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.adapters import llamacpp_build, llamacpp_placement, llamacpp_rpc, prometheus
+from specctl.adapters import (
+    llamacpp_build,
+    llamacpp_placement,
+    llamacpp_rpc,
+    llamacpp_spec,
+    prometheus,
+)
 from specctl.adapters.base import (
     Adapter,
     Endpoint,
@@ -30,7 +36,6 @@ from specctl.adapters.llamacpp_dialect import (
     FLAGS,
     LEGACY_DIALECT,
     NAME,
-    SPEC_TYPE_DIALECT,
     installed_from,
 )
 from specctl.orchestrator.errors import BackendError, ProfileError
@@ -45,11 +50,9 @@ if TYPE_CHECKING:
 
 HOMEBREW = (Path("/opt/homebrew/bin/llama-server"), Path("/usr/local/bin/llama-server"))
 
-class LlamaCppOptions(Options):
-    """The `[llamacpp]` section of a profile."""
+class LlamaCppOptions(llamacpp_spec.SpecKnobs):
+    """The `[llamacpp]` section of a profile (the speculation knobs: llamacpp_spec)."""
 
-    n_min: int | None = Field(None, ge=0, le=32, strict=True,
-                              description="fewest draft tokens per step")
     rpc_workers: tuple[str, ...] = Field((), max_length=256,
                                          description="host:port of rpc-servers")
     worker_memory_gb: tuple[Annotated[float, Field(gt=0, le=1 << 16, strict=True)], ...] = Field(
@@ -223,9 +226,7 @@ class LlamaCpp(Adapter):
         return plan.hardware.kind in ("cpu", "metal")
 
     def launch(self, plan: Plan, installed: Installed) -> Launch:
-        if plan.method not in installed.methods:
-            raise BackendError(f"llama-server {installed.version} cannot do '{plan.method}' "
-                               f"speculation (it has: {', '.join(sorted(installed.methods))})")
+        llamacpp_spec.check(plan, installed.methods, installed.chains, installed.version)
         opts = options_of(plan, LlamaCppOptions)
         a = _Argv(installed, installed.path or "llama-server")
         _model(a, plan.target, "-m", "-hf")
@@ -259,29 +260,18 @@ class LlamaCpp(Adapter):
     @staticmethod
     def _speculative(a: _Argv, plan: Plan, opts: LlamaCppOptions, dialect: str) -> None:
         names = FLAGS[dialect]
-        if plan.method == "ngram" and plan.k > 0:
-            a.add("--spec-type", "ngram-simple")
-            a.add("--spec-ngram-simple-size-n", plan.ngram_max)
-            a.add("--spec-ngram-simple-size-m", plan.k)
-            return
-        if plan.method != "draft" or plan.k <= 0 or plan.draft is None:
-            return
-        if dialect == SPEC_TYPE_DIALECT:
-            a.add("--spec-type", "draft-simple")
-        _model(a, plan.draft, "-md", "-hfd")
-        a.add(names["n_max"], plan.k)
-        if opts.n_min is not None:
-            a.add(names["n_min"], opts.n_min)
-        if plan.p_min is not None:
-            a.add(names["p_min"], plan.p_min)
-        for flag in llamacpp_placement.draft_flags(plan, bool(opts.rpc_workers),
-                                                   opts.draft_local):
-            a.add(*flag)
-        if plan.cache_type != "f16":
-            a.add(names["ctk_draft"], plan.cache_type)
-            a.add(names["ctv_draft"], plan.cache_type)
-        if opts.spec_synth_rates:
-            a.add("--spec-synth-rates", ",".join(f"{r:g}" for r in opts.spec_synth_rates))
+
+        def draft_extras(a: _Argv) -> None:
+            for flag in llamacpp_placement.draft_flags(plan, bool(opts.rpc_workers),
+                                                       opts.draft_local):
+                a.add(*flag)
+            if plan.cache_type != "f16":
+                a.add(names["ctk_draft"], plan.cache_type)
+                a.add(names["ctv_draft"], plan.cache_type)
+            if opts.spec_synth_rates:
+                a.add("--spec-synth-rates", ",".join(f"{r:g}" for r in opts.spec_synth_rates))
+
+        llamacpp_spec.speculative(a, plan, opts, dialect, _model, draft_extras)
 
     @staticmethod
     def _fits(opts: LlamaCppOptions, installed: Installed) -> bool:

@@ -26,6 +26,12 @@ FLAGS = {
                      "ctk_draft": "-ctkd", "ctv_draft": "-ctvd"},
 }
 
+# specctl's method -> llama.cpp's --spec-type value (every type of the 2026 builds)
+SPEC_TYPES = {"draft": "draft-simple", "eagle3": "draft-eagle3", "mtp": "draft-mtp",
+              "dflash": "draft-dflash", "dspark": "draft-dspark", "ngram": "ngram-simple",
+              "ngram-mod": "ngram-mod", "ngram-map-k": "ngram-map-k",
+              "ngram-map-k4v": "ngram-map-k4v", "ngram-cache": "ngram-cache"}
+METHOD_OF = {v: k for k, v in SPEC_TYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class Help:
     flags: frozenset[str]
     removed: frozenset[str]
     spec_types: frozenset[str]
+    chains: bool = False  # --spec-type takes a comma-separated list
 
     @property
     def dialect(self) -> str:
@@ -44,6 +51,7 @@ def parse_help(text: str) -> Help:
     flags: set[str] = set()
     removed: set[str] = set()
     spec_types: set[str] = set()
+    chains = False
     current: list[str] = []
     for line in text.splitlines():
         if line.startswith("-"):
@@ -60,7 +68,9 @@ def parse_help(text: str) -> Help:
                 spec_types.update(values.group(1).split(","))
         if current and "has been removed" in line:
             removed.update(current)
-    return Help(frozenset(flags - removed), frozenset(removed), frozenset(spec_types))
+        if "--spec-type" in current and "comma-separated list" in line:
+            chains = True
+    return Help(frozenset(flags - removed), frozenset(removed), frozenset(spec_types), chains)
 
 
 def parse_version(text: str) -> str:
@@ -70,13 +80,9 @@ def parse_version(text: str) -> str:
 
 
 def methods_of(help_: Help) -> frozenset[str]:
+    """specctl's names for the spec types the build lists."""
     methods = {"none", "draft"}
-    if any(t.startswith("ngram-simple") for t in help_.spec_types):
-        methods.add("ngram")
-    if "draft-eagle3" in help_.spec_types:
-        methods.add("eagle3")
-    if "draft-mtp" in help_.spec_types:
-        methods.add("mtp")
+    methods.update(METHOD_OF[t] for t in help_.spec_types if t in METHOD_OF)
     return frozenset(methods)
 
 
@@ -84,4 +90,5 @@ def installed_from(help_text: str, version_text: str, path: str | None,
                    assumed: bool = False) -> Installed:
     help_ = parse_help(help_text)
     return Installed(backend=NAME, version=parse_version(version_text), dialect=help_.dialect,
-                     path=path, flags=help_.flags, methods=methods_of(help_), assumed=assumed)
+                     path=path, flags=help_.flags, methods=methods_of(help_),
+                     chains=help_.chains, assumed=assumed)

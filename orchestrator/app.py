@@ -104,7 +104,8 @@ class App:
         if found is None:
             return None
         return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary,
-                             tuple((a, b, k) for a, b, k in found.k_by_batch))
+                             tuple((a, b, k) for a, b, k in found.k_by_batch),
+                             tuned.steps_of(found.chain))
 
     def certificate_of_run(self, plan: Mapping[str, Any]) -> certificates.Found | None:
         """The losslessness certificate state of a run's recorded plan (`status`)."""
@@ -124,8 +125,9 @@ class App:
         gguf = "gguf" in backend.formats
         try:
             on_hub = drafts.hub_entries(target, self.hub(), gguf, room)
-            if "hf" in backend.formats and "eagle3" in methods:
-                on_hub += drafts.hub_heads(target, self.hub())
+            on_hub += drafts.hub_heads(target, self.hub(), methods, gguf)
+            if gguf:
+                on_hub += drafts.sidecars(target, self.hub(), methods)
             hub_note = None
         except SpecctlError as exc:
             on_hub, hub_note = [], drafts.Candidate("hub", "(Hub search)", None, "hub", False,
@@ -140,7 +142,8 @@ class App:
         def describe(ref: str) -> ModelInfo:
             return resolver.resolve(ref, backend.default_quant)
 
-        ranked = drafts.rank(target, found, rule, "hf" in backend.formats,
+        heads = methods if methods else "hf" in backend.formats
+        ranked = drafts.rank(target, found, rule, heads,
                              backend.default_quant, describe, room, backend.formats)
         extra_rows = [*drafts.draftless(target, methods), *([hub_note] if hub_note else [])]
         return sorted([*ranked, *extra_rows], key=lambda c: (c.compatible, c.score), reverse=True)
@@ -157,7 +160,7 @@ class App:
                              "why each was rejected)")
         rejected = sum(1 for c in ranked if not c.compatible)
         seen = f"{len(ranked)} candidates, {rejected} rejected"
-        if best.method not in ("draft", "eagle", "eagle3"):
+        if best.source in ("target", "built-in"):  # draftless: the target's heads, n-gram
             return planner.Pick(None, best.method,
                                 f"Draft \"auto\": {best.name}: {best.reason} ({seen}).")
         where = str(best.path) if best.path else f"{best.model}, {best.source}, to download"

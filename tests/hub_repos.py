@@ -82,8 +82,11 @@ def tokens(vocab: Vocab) -> list[str]:
     return out + [f"[PAD{i}]" for i in range(vocab.count, vocab.pad_to)]
 
 
-def write_header(path: Path, shape: Shape, vocab: Vocab, file_type: int) -> Path:
+def write_header(path: Path, shape: Shape, vocab: Vocab, file_type: int,
+                 extra: dict[str, int] | None = None) -> Path:
     w = gguf.GGUFWriter(path, shape.arch)
+    for key, value in (extra or {}).items():
+        w.add_uint32(key, value)
     w.add_name(shape.name)
     w.add_string("general.size_label", shape.size_label)
     w.add_file_type(file_type)
@@ -213,4 +216,48 @@ def add_base_model(root: Path) -> Path:
     write_stub(base / "model.safetensors", 2_471_645_608)
     write_meta(base, safetensors={"parameters": {"BF16": 1_235_814_400},
                                   "total": 1_235_814_400})
+    return root
+
+
+# Qwen3.5-27B as llama.cpp converts it: 64 decoder blocks plus one MTP block
+# (`qwen35.nextn_predict_layers` = 1, `block_count` counts it); the stand-in Qwen vocabulary.
+MTP_TARGET = ("unsloth/Qwen3.5-27B-GGUF", "Qwen3.5-27B-Q4_K_M.gguf", 16_700_000_000,
+              Shape("qwen35", "Qwen3.5 27B", "27B", 65, 24, 4, 5120, 262144), QWEN)
+# An EAGLE-3 head converted to GGUF (architecture `eagle3`), published for Llama 3.1 70B
+EAGLE3_GGUF = ("someone/EAGLE3-LLaMA3.3-Instruct-70B-GGUF",
+               "EAGLE3-LLaMA3.3-Instruct-70B-Q8_0.gguf", 1_060_000_000,
+               Shape("eagle3", "EAGLE3 LLaMA3.3 Instruct 70B", "0.9B", 1, 64, 8, 8192, 131072),
+               LLAMA3)
+EAGLE3_TARGET = "bartowski/Llama-3.3-70B-Instruct-GGUF"
+# A model whose repo ships an MTP sidecar beside it (`mtp-<model>.gguf`), as ggml-org does
+SIDECAR_TARGET = ("ggml-org/gemma-4-E4B-it-GGUF", "gemma-4-E4B-it-Q4_K_M.gguf", 5_100_000_000,
+                  Shape("gemma4", "Gemma 4 E4B It", "4B", 42, 8, 2, 2560, 131072), LLAMA2)
+SIDECAR_FILE = ("mtp-gemma-4-E4B-it.gguf", 410_000_000,
+                Shape("gemma4-assistant", "Gemma 4 E4B MTP", "0.4B", 4, 8, 2, 2560, 131072))
+
+
+def add_spec_heads(root: Path) -> Path:
+    """The repos above: a target with MTP layers, an EAGLE-3 GGUF head and its target, and a
+    target with an MTP sidecar file."""
+    headers = root.parent / f"{root.name}-headers"
+    headers.mkdir(parents=True, exist_ok=True)
+    repo, file, size, shape, vocab = MTP_TARGET
+    header = write_header(headers / f"{file}.header", shape, vocab, _file_type(file),
+                          extra={f"{shape.arch}.nextn_predict_layers": 1})
+    write_stub(root / repo / file, size, header)
+    repo, file, size, shape, vocab = EAGLE3_GGUF
+    write_stub(root / repo / file, size,
+               write_header(headers / f"{file}.header", shape, vocab, _file_type(file)))
+    target = MODELS[4]  # Llama 3.1 70B's shape and vocabulary, as Llama 3.3 70B has
+    t_shape = Shape("llama", "Llama 3.3 70B Instruct", "70B", 80, 64, 8, 8192, 131072)
+    t_file = "Llama-3.3-70B-Instruct-Q4_K_M.gguf"
+    write_stub(root / EAGLE3_TARGET / t_file, target[2],
+               write_header(headers / f"{t_file}.header", t_shape, LLAMA3, _file_type(t_file)))
+    repo, file, size, shape, vocab = SIDECAR_TARGET
+    write_stub(root / repo / file, size,
+               write_header(headers / f"{file}.header", shape, vocab, _file_type(file)))
+    s_file, s_size, s_shape = SIDECAR_FILE
+    write_stub(root / repo / s_file, s_size,
+               write_header(headers / f"{s_file}.header", s_shape, vocab,
+                            int(gguf.LlamaFileType.MOSTLY_Q8_0)))
     return root

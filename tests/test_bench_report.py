@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from specctl.orchestrator.cli import render
-from specctl.orchestrator.measure import bench
+from specctl.orchestrator.measure import bench, intervals
 from tests import plans
 from tests.simengine import Law, SimLab
 
@@ -68,7 +68,7 @@ def test_outside_load_cannot_pull_the_speedup_and_the_bound_holds() -> None:
         bench._group(quiet, "k4", "code", mix)["speedup"])
     # with c = 0.5, k = 4 can give at most 5/3 = 1.67x: the 3x-slowed baseline made one pair
     # 2.8x; it is discarded as noise and counted, never reported
-    held = bench._group(loaded, "k4", "code", mix, cost=0.5)
+    held = bench._group(loaded, "k4", "code", mix, limit=intervals.bound("draft", 4, 0.5))
     assert held["bound"] == pytest.approx(5 / 3) and held["discarded"] == 1
     assert held["speedup_max"] <= held["bound"] and "implausible" not in held
 

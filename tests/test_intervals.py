@@ -75,3 +75,12 @@ def test_mmapped_weights_count_once_only_where_the_backend_shares_them() -> None
     assert not adapter.shares_weights(cuda)
     assert not fits_together(adapter, [cuda.baseline(), cuda])
     assert fits_together(adapter, [cuda])  # one server always "fits" here
+
+
+def test_only_a_draft_model_pays_c_in_the_bound() -> None:
+    # a draft model's k drafts cost k*c: (k+1)/(k*c+1); n-gram methods and heads draft for free
+    assert intervals.bound("draft", 4, 0.5) == pytest.approx(5 / 3)
+    assert intervals.bound("ngram", 8, 0.5) == intervals.bound("ngram-mod", 8, 0.5) == 9.0
+    # a draft chained with ngram-mod k=16: the n-gram drafts are free, up to 17 tokens a step
+    assert intervals.bound("draft", 4, 0.5, (16,)) == 17.0
+    assert intervals.bound("draft", 0, 0.5) == 1.0

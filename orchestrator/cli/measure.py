@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from specctl.orchestrator.measure import tuned as tuned_mod
     from specctl.orchestrator.measure.workload import Workload
 
-SUITES = "chat,code,summarize"  # the shipped prompt suites (measure/prompts)
+SUITES = "chat,code,summarize"  # the default suites (measure/prompts; `edit` on request)
 
 
 class _Finite(click.FloatRange):
@@ -65,9 +65,12 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
 @cli.command()
 @PROFILE
 @click.option("--suite", default=SUITES, show_default=True,
-              help="Prompt categories, comma-separated.")
+              help="Prompt categories, comma-separated: chat, code, summarize, edit (code edits "
+                   "and answers from a pasted document).")
 @click.option("--k", "ks", metavar="K,K,...", help="Draft lengths to compare (default: the "
               "plan's k).")
+@click.option("--also", metavar="M[+M],...", help="Other methods to measure in the same run, "
+              "e.g. ngram-mod,draft+ngram-mod (a draft at each --k chained with ngram-mod).")
 @click.option("--repeats", default=2, show_default=True, help="Passes over the prompts.")
 @click.option("--prompts", "prompts_arg", default="4", show_default=True, metavar="N|FILE",
               help="Prompts per category (each shipped suite has 12), or a file of your own: "
@@ -110,7 +113,8 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
               help="Measure the profile on each of these installed backends (each with its "
                    "own speculation), save the fastest for this machine: `plan` then prefers "
                    "it.")
-def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_arg: str,
+def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeats: int,
+          prompts_arg: str,
           mix: str | None, levels: str | None, max_tokens: int, json_out: Path | None,
           plot: Path | None, quality: bool,
           quality_against: str, samples: int, temperature: float | None, top_p: float | None,
@@ -145,7 +149,8 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     plan = resolved.plan
     want_floor = quality if floor is None else floor
     rejecting = resolved.backend.rejecting(plan, resolved.installed) if want_floor else None
-    configs = bench_mod.configs_for(plan, _ints(ks), rejecting)
+    configs = bench_mod.configs_for(plan, _ints(ks), rejecting,
+                                    [a for a in (also or "").split(",") if a.strip()])
     sampling = resolved.profile.sampling
     how = lossless.Sampling(temperature or sampling.temperature, top_p or sampling.top_p,
                             samples=samples)
@@ -262,7 +267,8 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
               help="Prompts per category of the shipped suites, or your prompts file (JSON "
                    "lines of chat requests with an optional \"category\", or text lines).")
 @click.option("--mix", metavar="CAT=SHARE,...",
-              help="Your traffic's mix, e.g. chat=1 or code=0.6,chat=0.4 (default: alike).")
+              help="Your traffic's mix, e.g. chat=1 or code=0.6,chat=0.4, edit=0.5,code=0.5 "
+                   "(default: alike).")
 @click.option("--concurrency", type=click.IntRange(1, 256),
               help="Concurrent requests to tune for (default: the profile's server.parallel).")
 @click.option("--max-tokens", default=64, show_default=True)
@@ -376,11 +382,13 @@ def _gate(resolved: Resolved, result: tuned_mod.Result, work: Workload, logs: Pa
     """tune's sampling check of its choice (lossless.gate), at the profile's sampling (0.8 when
     the profile samples greedily: the check is about sampling)."""
     from specctl.orchestrator.measure import lossless
+    from specctl.orchestrator.measure import tuned as tuned_mod
 
     plan = resolved.plan
     p_min = result.p_min if result.p_min is not None else plan.p_min
     chosen = plan.but(method=result.method, k=result.k, p_min=p_min,
-                      draft=plan.draft if result.method == "draft" else None)
+                      draft=plan.draft if result.method == "draft" else None,
+                      chain=tuned_mod.steps_of(result.chain))
     sampling = resolved.profile.sampling
     how = lossless.short(sampling.temperature or 0.8, sampling.top_p)
     return lossless.gate(chosen, resolved.backend, resolved.installed, work.by_category(), how,
@@ -397,7 +405,9 @@ def _tuned(resolved: Resolved, work: Workload, logs: Path, step: Callable[[str],
     room = lab.ServerLab(resolved.backend, resolved.installed, work, logs, step)
     try:
         return tune_mod.tune(resolved.plan, room, max_k, max_tokens=max_tokens,
-                             precision=precision, budget=budget, sequential=sequential)
+                             precision=precision, budget=budget, sequential=sequential,
+                             methods=resolved.installed.methods,
+                             chains=resolved.installed.chains)
     finally:
         room.close()
 

@@ -224,7 +224,8 @@ def show_tuned(console: Console, result: Tuned) -> None:
     cats = list(dict.fromkeys(c for m in result.measured for c in m.categories))
     cells = []
     for m in result.measured:
-        pred = predicted.get(m.k) if m.method == "draft" and m.p_min is None else None
+        pred = (predicted.get(m.k) if m.method == "draft" and m.p_min is None and not m.chain
+                else None)
         span = f"{m.low:.2f}-{m.high:.2f}" if m.low is not None and m.high is not None else "-"
         above = m.bound is not None and m.flag.startswith("above the physical bound")
         cells.append([m.label + (" (!)" if above else ""), _x(pred), _x(m.speedup), span,

@@ -18,6 +18,7 @@ import difflib
 import functools
 import os
 import sys
+import typing
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -44,7 +45,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-DRAFTLESS = ("ngram", "none")
+NgramMethod = Literal["ngram", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"]
+NGRAM_METHODS: tuple[str, ...] = typing.get_args(NgramMethod)
+DRAFTLESS = (*NGRAM_METHODS, "none")
 MAX_K = 32
 MAX_GPUS = 64  # per machine (a node); 8 or 16 in the largest today
 MAX_NODES = 1024
@@ -86,6 +89,9 @@ class Speculative(Strict):
     p_min: PMin | None = Field(None, description="draft p-min, where the backend has one")
     ngram_min: int = Field(2, ge=1, le=64)
     ngram_max: int = Field(4, ge=1, le=64)
+    chain: list[NgramMethod] = Field(
+        default_factory=list, max_length=4, description="n-gram methods to draft with too, "
+        "where the backend takes several at once (e.g. draft + ngram-mod)")
 
     @model_validator(mode="after")
     def _ngram_order(self) -> Speculative:
@@ -125,8 +131,10 @@ class Profile(Strict):
     name: str = ""  # set from the file name unless the file names itself; checked on load
     description: str = ""
     target: str
-    draft: str = Field("auto", description='"auto", a model reference, "ngram" or "none"')
-    draft_method: Literal["draft", "eagle", "eagle3", "mtp", "medusa"] = "draft"
+    draft: str = Field("auto", description='"auto", a model reference, "ngram" (or another '
+                       'n-gram method: "ngram-mod", "ngram-map-k", ...) or "none"')
+    draft_method: Literal["draft", "eagle", "eagle3", "mtp", "medusa", "dflash", "dspark"] = \
+        "draft"
     k: int | Literal["auto"] = "auto"
     backend: list[str] = Field(default_factory=list, description="preference order")
     server: Server = Server()

@@ -30,9 +30,9 @@ from specctl.orchestrator.measure.costs import Costs
 from specctl.orchestrator.measure.lab import Timed
 from specctl.orchestrator.measure.tuned import bound_flag
 from specctl.orchestrator.measure.workload import Request, Workload
-from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.planning.plan import NGRAMS, Plan, Step
 
-SUITES = ("chat", "code", "summarize")
+SUITES = ("chat", "code", "summarize", "edit")
 HELPS = 1 + engine.MARGIN  # a config "helps" when its speedup beats the baseline by 5%
 BASELINE = "baseline"
 FLOOR = "floor"  # drafts always rejected: the greedy identity numerics allow (lossless.py)
@@ -84,17 +84,45 @@ class Sample:
         return Request(self.category, self.tokens, seconds)
 
 
-def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None) -> list[Config]:
-    """The baseline plus one speculative config per k (the plan's own k when none given), and
+def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
+                also: Sequence[str] = ()) -> list[Config]:
+    """The baseline plus one speculative config per k (the plan's own k when none given), the
+    methods in `also` (`ngram-mod`, `draft+ngram-mod`: a draft at each k chained with it), and
     the floor (the plan with every draft rejected) when given."""
-    if not plan.speculative and not ks:
+    if not plan.speculative and not ks and not also:
         raise ProfileError(f"{plan.profile} has speculation off; pass --k to compare drafts")
     out = [Config(BASELINE, plan.baseline())]
-    for k in ks or [plan.k]:
-        method = plan.method if plan.speculative else "draft"
-        out.append(Config(f"{method} k={k}", plan.but(k=k, method=method)))
+    if plan.speculative or ks:
+        for k in ks or [plan.k]:
+            method = plan.method if plan.speculative else "draft"
+            spec = plan.but(k=k, method=method)
+            out.append(Config(spec.short() if spec.chain else f"{method} k={k}", spec))
+    for spec in _also(plan, ks, also):
+        out.append(Config(spec.short(), spec))
     if floor is not None:
         out.append(Config(FLOOR, floor))
+    return out
+
+
+def _also(plan: Plan, ks: Sequence[int], also: Sequence[str]) -> list[Plan]:
+    """`bench --also`: each `METHOD[+METHOD...]` as plans (a draft at each k, others at their
+    usual k; the methods after the first are chained n-gram methods)."""
+    from specctl.orchestrator.planning.planner import DEFAULT_K
+
+    out = []
+    for item in also:
+        head, *rest = [m.strip() for m in item.split("+")]
+        known = set(DEFAULT_K) | {"draft"}
+        bad = [m for m in (head, *rest) if m not in known or (m in rest and m not in NGRAMS)]
+        if bad or not head:
+            raise ProfileError(f"--also {item!r}: expected METHOD[+NGRAM_METHOD], e.g. "
+                               "ngram-mod or draft+ngram-mod")
+        chain = tuple(Step(m, DEFAULT_K[m]) for m in rest)  # type: ignore[arg-type]
+        if head == "draft":
+            out += [plan.but(method="draft", k=k, chain=chain) for k in ks or [plan.k or 4]]
+        else:
+            out.append(plan.but(method=head, k=DEFAULT_K[head], draft=None, p_min=None,
+                                chain=chain))
     return out
 
 
@@ -188,7 +216,7 @@ def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workloa
     for cfg in configs:
         if cfg.label in (BASELINE, FLOOR):
             continue
-        limit = _limit(cfg.plan.method, cfg.plan.k, cost) or float("inf")
+        limit = _limit(cfg.plan, cost) or float("inf")
         pairs, _ = intervals.plausible(intervals.pair(timed, cfg.label, BASELINE), limit)
         got = intervals.speedup(pairs, cats, workload.weights())
         widths.append(got.half_width if got else float("inf"))
@@ -234,20 +262,19 @@ def _identity(samples: Sequence[Sample], config: str, category: str | None
     return (same / len(pairs) if pairs else None), len(pairs)
 
 
-def _limit(method: str, k: int, cost: float | None) -> float | None:
-    """The physical bound, where it can be known (n-gram's needs no c)."""
-    if cost is None and method != "ngram":
+def _limit(plan: Plan, cost: float | None) -> float | None:
+    """The physical bound, where it can be known (only a lone draft model's needs c)."""
+    chained = tuple(s.k for s in plan.chain)
+    if cost is None and plan.method == "draft" and not chained:
         return None
-    return intervals.bound(method, k, cost or 0.0)
+    return intervals.bound(plan.method, plan.k, cost or 0.0, chained)
 
 
 def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float],
-             cost: float | None) -> dict[str, Any]:
+             limit: float | None) -> dict[str, Any]:
     """The speedup of the paired samples and its 95% interval (measure/intervals.py: exact
     steps, step times a low quantile), held to the physical bound: pairs above it are
     discarded and counted, a figure above it is flagged (never reported bare)."""
-    first = pairs[0][0]
-    limit = _limit(first.method, first.k, cost)
     ids: dict[tuple[str, int], int] = {}
     timed: intervals.Pairs = {}
     for s, b in pairs:
@@ -273,7 +300,7 @@ def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float
 
 
 def _group(samples: Sequence[Sample], config: str, category: str | None,
-           weights: Mapping[str, float], cost: float | None = None) -> dict[str, Any]:
+           weights: Mapping[str, float], limit: float | None = None) -> dict[str, Any]:
     pairs = _pairs(samples, config, category)
     mine = {category: 1.0} if category else weights
     out: dict[str, Any] = {
@@ -282,7 +309,7 @@ def _group(samples: Sequence[Sample], config: str, category: str | None,
         "tps": statistics.median([s.decode_tps for s, _ in pairs]) if pairs else None,
     }
     if pairs:
-        out |= _speedup(pairs, mine, cost)
+        out |= _speedup(pairs, mine, limit)
     total = sum((SpecStats(s.drafted, s.accepted, s.drafts) for s, _ in pairs), SpecStats())
     identical, _ = _identity(samples, config, category)
     out |= {"drafted": total.drafted, "accepted": total.accepted,
@@ -329,8 +356,9 @@ def summarize(samples: Sequence[Sample], configs: Sequence[Config],
               cost: float | None = None) -> dict[str, Any]:
     categories = list(dict.fromkeys(s.category for s in samples if s.level == 1))
     weights = dict(weights or {c: 1 / len(categories) for c in categories})
-    table = {cfg.label: {"overall": _group(samples, cfg.label, None, weights, cost),
-                         **{c: _group(samples, cfg.label, c, weights, cost)
+    table = {cfg.label: {"overall": _group(samples, cfg.label, None, weights,
+                                           _limit(cfg.plan, cost)),
+                         **{c: _group(samples, cfg.label, c, weights, _limit(cfg.plan, cost))
                             for c in categories}}
              for cfg in configs if cfg.label not in (BASELINE, FLOOR)}
     has_floor = any(cfg.label == FLOOR for cfg in configs)

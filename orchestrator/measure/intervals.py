@@ -58,11 +58,18 @@ class Interval:
         return f"{self.point:.2f}x [{self.low:.2f}-{self.high:.2f}]"
 
 
-def bound(method: str, k: int, cost: float) -> float:
-    """The most a speculative configuration can speed decoding up, by construction."""
-    if k <= 0:
+def bound(method: str, k: int, cost: float, chained: Sequence[int] = ()) -> float:
+    """The most a speculative configuration can speed decoding up, by construction: k+1 tokens
+    a step at best, and a draft model's k drafts cost k*c target steps on top of the step
+    ((k+1)/(k*c+1)). Only a draft model pays c: n-gram methods, heads and chains (whose
+    n-gram drafts are free; `chained`: the k of each method after the first) are held to k+1 of
+    their longest draft."""
+    longest = max(k, *chained) if chained else k
+    if longest <= 0:
         return 1.0
-    return float(k + 1) if method == "ngram" else (k + 1) / (k * cost + 1)
+    if method == "draft" and not chained:
+        return (k + 1) / (k * cost + 1)
+    return float(longest + 1)
 
 
 Pairs = dict[int, list[tuple[Timed, Timed]]]  # prompt -> (configuration's, baseline's) by block

@@ -17,7 +17,7 @@ from typing import Protocol
 from specctl.adapters.base import Adapter, Installed, SpecStats
 from specctl.orchestrator.measure import engine, workload
 from specctl.orchestrator.measure.bench import load_suite
-from specctl.orchestrator.measure.tuned import Measured
+from specctl.orchestrator.measure.tuned import Measured, chain_of
 from specctl.orchestrator.measure.workload import Request, Workload, from_suites
 from specctl.orchestrator.planning.plan import Plan
 
@@ -181,6 +181,7 @@ def category_speedups(run: Run, baseline: Run) -> dict[str, float]:
 def measured(run: Run, baseline: Run) -> Measured:
     label = run.label if run.complete else f"{run.label} ({len(run.prompts)}/{run.of} prompts)"
     return Measured(label=label, method=run.plan.method, k=run.plan.k, p_min=run.plan.p_min,
+                    chain=chain_of(run.plan.chain),
                     speedup=round(speedup(run, baseline), 4), tps=round(run.median_tps, 3),
                     acceptance=run.spec.acceptance_rate, seconds=round(run.seconds, 1),
                     categories={c: round(v, 4) for c, v in

@@ -10,8 +10,10 @@ cannot move much, then confirm the choice end to end in paired trials.
    drafts, in target steps). v is measured again at the model's favourite k when it is not the
    probe's (v need not be linear), up to three points.
 3. The cost model predicts every k's workload speedup (fit.Estimates); its best is the pick.
-4. Paired trials (race.py): the pick, n-gram and a p-min at the pick's k (not run when the cost
-   model's bound says it cannot win) against the baseline, block after block on the same
+4. Paired trials (race.py): the pick, n-gram, where the backend has them ngram-mod alone
+   and the pick chained with ngram-mod (copy-heavy work: code edits), and a p-min at the
+   pick's k (not run when the cost model's bound says it cannot win) against the baseline,
+   block after block on the same
    prompts, until the leader's 95% interval is within the precision or the budget is spent. A
    challenger leads only when its interval says it beats the pick by the margin; it is dropped
    when its interval says it cannot.
@@ -40,9 +42,9 @@ from specctl.orchestrator.measure.intervals import LOW_Q, Interval, quantile
 from specctl.orchestrator.measure.lab import Config, Lab, Timed
 from specctl.orchestrator.measure.race import Entry, Race
 from specctl.orchestrator.measure.trials import Bench, Measurer, measured, speedup
-from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag
+from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag, chain_of
 from specctl.orchestrator.planning import costmodel
-from specctl.orchestrator.planning.plan import Method, Plan
+from specctl.orchestrator.planning.plan import Method, Plan, Step
 
 MARGIN = engine.MARGIN
 PROBE_K = 8
@@ -52,12 +54,20 @@ GUARD = 0.98  # a category is slowed when its interval's top is under this
 PRECISION = 0.05  # the headline's interval half-width to reach
 BUDGET = 240.0  # seconds of tune, by default
 MAX_VERIFY_POINTS = 3
+NGRAM_MOD_K = 16  # ngram-mod's longest draft: a found n-gram continues for many tokens
 
 
 def _label(plan: Plan) -> str:
-    if plan.method == "ngram":
-        return f"ngram k={plan.k}"
-    return f"draft k={plan.k}" + (f" p-min {plan.p_min}" if plan.p_min is not None else "")
+    chained = "".join(f" + {s.describe()}" for s in plan.chain)
+    if plan.method != "draft":
+        return Step(plan.method, plan.k).describe() + chained
+    return (f"draft k={plan.k}" + (f" p-min {plan.p_min}" if plan.p_min is not None else "")
+            + chained)
+
+
+def _bound(plan: Plan, cost: float) -> float:
+    """The physical bound of a plan (intervals.bound), its chained methods included."""
+    return intervals.bound(plan.method, plan.k, cost, tuple(s.k for s in plan.chain))
 
 
 def _acceptance(samples: Sequence[Timed], label: str, k: int) -> dict[int, tuple[float, ...]]:
@@ -99,7 +109,10 @@ def _p_min_hopeless(est: Estimates, k: int, pick: float, margin: float) -> tuple
 
 def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_tokens: int = 64,
          precision: float = PRECISION, budget: float = BUDGET,
-         sequential: bool = False) -> Result:
+         sequential: bool = False, methods: frozenset[str] = frozenset(),
+         chains: bool = False) -> Result:
+    """`methods`, `chains`: what the installed backend has beyond draft, n-gram and p-min
+    (ngram-mod; several methods at once)."""
     if plan.method != "draft" or plan.draft is None:
         raise ProfileError(f"{plan.profile}: tune needs a draft model in the profile (it also "
                            "tries n-gram and p-min itself)")
@@ -144,7 +157,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     for e in (probe,):  # its bound, now that c is known
         e.bound = intervals.bound("draft", probe_k, est.cost)
     entries, skipped = _candidates(plan, est, pick_k, probe, probe_k, predicted[pick_k],
-                                   margin)
+                                   margin, methods, chains)
     lead = race.run(entries)  # 4. paired trials
     cats = race.categories(lead)
     slowed = {c: iv for c, iv in cats.items() if iv.high < GUARD}
@@ -161,9 +174,12 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
 
 
 def _candidates(plan: Plan, est: Estimates, k: int, probe: Entry, probe_k: int,
-                predicted: float, margin: float) -> tuple[list[Entry], list[str]]:
-    """The pick, n-gram at the probe's k (its drafts cost nothing to make) and a p-min at the
-    pick's k unless the cost model's bound says it cannot win; and what was not run, why."""
+                predicted: float, margin: float, methods: frozenset[str] = frozenset(),
+                chains: bool = False) -> tuple[list[Entry], list[str]]:
+    """The pick, n-gram at the probe's k (its drafts cost nothing to make), ngram-mod alone and
+    the pick chained with ngram-mod where the backend has them (`methods`, `chains`), and a
+    p-min at the pick's k unless the cost model's bound says it cannot win; and what was not
+    run, why."""
     cost = est.cost
     pick_plan = plan.but(k=k, p_min=None)
     pick = probe if k == probe_k else Entry(_label(pick_plan), (_label(pick_plan), pick_plan),
@@ -171,6 +187,13 @@ def _candidates(plan: Plan, est: Estimates, k: int, probe: Entry, probe_k: int,
     ngram_plan = plan.but(method="ngram", draft=None, k=probe_k, p_min=None)
     out = [pick, Entry(_label(ngram_plan), (_label(ngram_plan), ngram_plan),
                        intervals.bound("ngram", probe_k, cost))]
+    if "ngram-mod" in methods:
+        mod = Step("ngram-mod", NGRAM_MOD_K)
+        alone = plan.but(method="ngram-mod", draft=None, k=mod.k, p_min=None, chain=())
+        out.append(Entry(_label(alone), (_label(alone), alone), _bound(alone, cost)))
+        if chains:
+            both = pick_plan.but(chain=(mod,))
+            out.append(Entry(_label(both), (_label(both), both), _bound(both, cost)))
     skipped = []
     hopeless, best = _p_min_hopeless(est, k, predicted, margin)
     p_plan = plan.but(k=k, p_min=P_MIN_TRY)
@@ -227,7 +250,7 @@ def _row(race: Race, e: Entry, note: str = "") -> Measured:
                                 if e.dropped or e.blocks < 2 else ""))
     limit = round(e.bound, 4) if math.isfinite(e.bound) else None
     return Measured(
-        label=label, method=plan.method, k=plan.k, p_min=plan.p_min,
+        label=label, method=plan.method, k=plan.k, p_min=plan.p_min, chain=chain_of(plan.chain),
         speedup=round(iv.point, 4), low=round(iv.low, 4), high=round(iv.high, 4),
         tps=round(tps[len(tps) // 2], 3) if tps else 0.0,
         acceptance=spec.acceptance_rate if spec else None, categories=cats, bound=limit,
@@ -269,7 +292,8 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
                     f"{max(2 * budget / 60, 5):.0f}m")
     if seq:
         summary += f"; one server at a time, the baseline drifted {drift:.0%} between blocks"
-    return Result(profile=plan.profile, method=method, k=k, p_min=p_min,
+    chain = chain_of(top.config[1].chain) if method != "none" else []
+    return Result(profile=plan.profile, method=method, k=k, p_min=p_min, chain=chain,
                   speedup=round(iv.point, 4) if method != "none" else 1.0,
                   low=round(iv.low, 4) if method != "none" else None,
                   high=round(iv.high, 4) if method != "none" else None,

@@ -26,7 +26,7 @@ from specctl.orchestrator.files import (
 )
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.testbed import sha256_file
-from specctl.orchestrator.planning.plan import Method, Plan
+from specctl.orchestrator.planning.plan import NGRAMS, Method, Plan, Step
 
 Ratio = Annotated[float, Field(ge=0, le=1e6)]  # a speedup, tokens/s or seconds: finite
 Rate = Annotated[float, Field(ge=0, le=1)]
@@ -64,9 +64,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+class Chained(_Model):
+    """A method chained after the result's own (plan.Step), with its k."""
+
+    method: Method
+    k: int = Field(ge=1, le=64)
+
+
 class Measured(_Model):
     label: str = Field(max_length=200)
     method: Method
+    chain: list[Chained] = Field(default_factory=list, max_length=4)
     k: int = Field(ge=0, le=MAX_K)  # 0: the baseline
     p_min: PMin | None
     speedup: Ratio
@@ -106,6 +114,7 @@ class Result(_Model):
     profile: str = Field(max_length=64)
     method: Method  # "none" = speculation off
     k: int = Field(ge=0, le=MAX_K)  # 1-32, as in a profile; 0 when off
+    chain: list[Chained] = Field(default_factory=list, max_length=4)  # methods after `method`
     p_min: PMin | None
     speedup: Ratio
     summary: str = Field(max_length=2000)
@@ -141,6 +150,9 @@ class Result(_Model):
             raise ValueError(f"k is {self.k} with speculation off")
         if self.method != "none" and self.k < 1:
             raise ValueError(f"k must be 1..{MAX_K} for {self.method}")
+        if self.chain and (self.method == "none" or any(
+                c.method not in NGRAMS or c.method == self.method for c in self.chain)):
+            raise ValueError("a chain adds n-gram methods to another method")
         return self
 
     def to_json(self) -> dict[str, Any]:
@@ -175,3 +187,11 @@ def load(folder: Path, key_: str) -> Result | None:
     reported (StateError, one line)."""
     return read_back(path_for(folder, key_), lambda text: _parse(key_, text), "tuning result",
                      "Run `specctl tune` again")
+
+
+def chain_of(steps: tuple[Step, ...]) -> list[Chained]:
+    return [Chained(method=s.method, k=s.k) for s in steps]
+
+
+def steps_of(chain: list[Chained]) -> tuple[Step, ...]:
+    return tuple(Step(c.method, c.k) for c in chain)

@@ -73,6 +73,18 @@ def _cache_text(path: Path, limit: int = MAX_CACHED) -> str | None:
         return None
 
 
+# llama.cpp's sidecar files beside a target GGUF (`mtp-<model>.gguf`, or in an `MTP/` folder):
+# the kind is asked for as the quantisation, `hf:org/repo:MTP`
+SIDECARS = ("mtp", "dflash", "dspark", "eagle3")
+_SIDECAR = re.compile(r"(?:^|/)(mtp|dflash|dspark|eagle3)(?:[-_/.]|$)", re.IGNORECASE)
+
+
+def sidecar_kind(path: str) -> str | None:
+    """'mtp' for 'mtp-gemma-4-E4B-it.gguf' or 'MTP/x.gguf'; None for a model file."""
+    m = _SIDECAR.search(path)
+    return m.group(1).lower() if m and path.endswith(".gguf") else None
+
+
 class RepoFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -99,8 +111,26 @@ class Repo(BaseModel):
     gated: bool = False
     base_model: str | None = Field(None, pattern=REPO.pattern)  # its model card's base_model
 
-    def ggufs(self) -> list[RepoFile]:
+    def _all_ggufs(self) -> list[RepoFile]:
         return [f for f in self.files if f.path.endswith(".gguf") and "mmproj" not in f.path]
+
+    def ggufs(self) -> list[RepoFile]:
+        """The model's GGUF files; sidecars beside them left out (a repo of nothing but heads,
+        e.g. `EAGLE3-...-GGUF`, is a model of its own)."""
+        found = self._all_ggufs()
+        return [f for f in found if sidecar_kind(f.path) is None] or found
+
+    def sidecars(self) -> dict[str, list[RepoFile]]:
+        """llama.cpp sidecar files beside the model (MTP, DFlash, DSpark, EAGLE-3) by kind."""
+        found = self._all_ggufs()
+        if all(sidecar_kind(f.path) for f in found):
+            return {}
+        out: dict[str, list[RepoFile]] = {}
+        for f in sorted(found, key=lambda f: f.path):
+            kind = sidecar_kind(f.path)
+            if kind:
+                out.setdefault(kind, []).append(f)
+        return out
 
     def quants(self) -> dict[str, list[RepoFile]]:
         """Quantisation -> its file(s): a split GGUF's parts in order, the first holding the
@@ -404,6 +434,11 @@ def verify(path: Path, file: RepoFile) -> None:
 
 def pick_quant(repo: Repo, quant: str | None) -> list[RepoFile]:
     """The GGUF file(s) of `quant` in the repo; a clear error listing the ones it has."""
+    sidecars = repo.sidecars()
+    if quant and quant.lower() in SIDECARS:
+        if quant.lower() not in sidecars:
+            raise ModelError(f"{repo.name} has no {quant.upper()} sidecar file")
+        return sidecars[quant.lower()][:1]
     quants = repo.quants()
     if not quants:
         raise ModelError(f"{repo.name} has no GGUF files; name a repo of GGUF files (its name "

@@ -24,6 +24,7 @@ from specctl.orchestrator.sizes import gib
 
 _STORE_SCHEME = re.compile(r"[a-z][a-z0-9]+")  # another tool's store, e.g. `NAME:model:tag`
 VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
+HEAD_ARCHS = ("eagle3", "dflash", "dspark")  # GGUF architectures that are draft heads
 GGUF_QUANTS = frozenset(q for q in catalog.BYTES_PER_WEIGHT if q not in (
     "AWQ", "GPTQ", "INT4", "FP8", "BF16", "4BIT", "8BIT"))
 
@@ -129,6 +130,8 @@ def from_gguf(path: Path, ref: str) -> ModelInfo:
     tok_model = text(meta, "tokenizer.ggml.model", path, "none")
     name = text(meta, "general.name", path, "") or path.stem
     known = catalog.lookup(name) or catalog.lookup(path.stem)
+    nextn = num("nextn_predict_layers")  # MTP layers carried by the file (llama.cpp's key)
+    kind = arch if arch in HEAD_ARCHS else "mtp" if nextn else known.kind if known else "model"
     return ModelInfo(
         ref=ref, name=name, path=path, architecture=arch, layers=num("block_count"), heads=heads,
         kv_heads=num("attention.head_count_kv", heads), head_dim=head_dim,
@@ -137,7 +140,7 @@ def from_gguf(path: Path, ref: str) -> ModelInfo:
         tokenizer=f"gguf:{tok_model}/{text(meta, 'tokenizer.ggml.pre', path, '-')}",
         params_b=known.params_b if known else None,
         quant=file_type_name(meta), size_bytes=path.stat().st_size,
-        family=known.family if known else arch, kind=known.kind if known else "model",
+        family=known.family if known else arch, kind=kind, spec_heads=nextn,
         expert_share=known.expert_share if known else 0.0,
         bos_id=token_id(meta, "tokenizer.ggml.bos_token_id"),
         eos_id=token_id(meta, "tokenizer.ggml.eos_token_id"),

@@ -20,7 +20,7 @@ from specctl.adapters.base import ModelStore
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models import hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import read_metadata
-from specctl.orchestrator.models.hub import Hub, Repo, RepoFile, pick_quant
+from specctl.orchestrator.models.hub import SIDECARS, Hub, Repo, RepoFile, pick_quant
 from specctl.orchestrator.models.info import (
     GGUF_QUANTS,
     ModelInfo,
@@ -173,6 +173,9 @@ def from_hub(hub: Hub, ref: ModelRef, quant: str, via: tuple[str, ...] = ()) -> 
         files = pick_quant(repo, ref.quant or (quant if quant in GGUF_QUANTS else None))
         header = hub.gguf_header(repo, files[0])
         base = from_gguf(header, str(ref))
+        if ref.quant and ref.quant.lower() in SIDECARS:  # llama.cpp's sidecar beside a model
+            base = replace(base, kind=ref.quant.lower(),
+                           name=f"{repo.name.split('/')[1]} {ref.quant} sidecar")
         size = sum(f.size for f in files)
         return replace(base, path=None, meta_file=header, size_bytes=size, source="hub",
                        params_b=base.params_b or _params_from(header),

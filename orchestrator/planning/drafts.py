@@ -64,6 +64,9 @@ DOWNLOAD = {
     "EAGLE3-LLaMA3.1-Instruct-8B": ("", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
     "EAGLE3-LLaMA3.3-Instruct-70B": ("", "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"),
 }
+HEAD_KINDS = ("eagle3", "dflash")  # heads published in their own repos
+ALPHA_MTP = 0.8  # MTP layers are trained with the model: they accept more than a small draft
+MTP_SCORE_K = 3
 EAGLE3_FOR = {"EAGLE3-LLaMA3.1-Instruct-8B": "Llama-3.1-8B-Instruct",
               "EAGLE3-LLaMA3.3-Instruct-70B": "Llama-3.3-70B-Instruct"}
 
@@ -230,19 +233,47 @@ def trained_for(target: ModelInfo, head_ref: str) -> bool:
     return bool(family) and family in head and _key(size.group(0)) in head
 
 
-def hub_heads(target: ModelInfo, hub: Hub, limit: int = HUB_CHECKED) -> list[Found]:
-    """EAGLE-3 heads published for the target, by anyone (the Hub's search, then the name)."""
-    return [Found(f"hf:{repo}", None, "hub") for repo in hub.search("", "eagle3")
-            if trained_for(target, repo)][:limit]
+def hub_heads(target: ModelInfo, hub: Hub, methods: frozenset[str] = frozenset({"eagle3"}),
+              gguf: bool = False, limit: int = HUB_CHECKED) -> list[Found]:
+    """EAGLE-3 and DFlash heads published for the target, by anyone (the Hub's search, then
+    the name): GGUF repos for a GGUF backend (llama.cpp), safetensors ones otherwise."""
+    out = []
+    for kind in (k for k in HEAD_KINDS if k in methods):
+        for repo in hub.search("", kind):
+            if not trained_for(target, repo) or gguf != repo.upper().endswith("GGUF"):
+                continue
+            quant = _draft_quant(hub, repo, 1.0, None) if gguf else None
+            if gguf and quant is None:
+                continue
+            out.append(Found(f"hf:{repo}" + (f":{quant}" if quant else ""), None, "hub"))
+    return out[:limit]
+
+
+def sidecars(target: ModelInfo, hub: Hub, methods: frozenset[str]) -> list[Found]:
+    """llama.cpp sidecar files in the target's own repo (`mtp-*.gguf`, `dflash-*.gguf`, ...):
+    published with the target, so trained for it; llama-server finds them itself (`-hfd`)."""
+    ref = parse_ref(target.ref) if target.ref.startswith("hf:") else None
+    if ref is None:
+        return []
+    try:
+        found = hub.repo(ref.name).sidecars()
+    except SpecctlError:
+        return []
+    return [Found(f"hf:{ref.name}:{kind.upper()}", None, "sidecar") for kind in found
+            if kind in methods]
 
 
 def draftless(target: ModelInfo, methods: frozenset[str]) -> list[Candidate]:
     """Methods without a draft model: the target's own MTP heads, n-gram prompt lookup."""
     out = []
     if target.kind == "mtp" and target.spec_heads and "mtp" in methods:
+        where = ("GGUF nextn_predict_layers" if target.source != "catalog" and not (
+            target.meta_file and target.meta_file.is_dir()) and not (
+            target.path and target.path.is_dir()) else "config.json num_nextn_predict_layers")
+        score = mtp_score(target)
         out.append(Candidate("mtp", f"{target.name} MTP heads", None, "target", True,
-                             f"the target's own {target.spec_heads} MTP layer(s): no draft "
-                             "model to load", 1.6, "mtp"))
+                             f"the target's own {target.spec_heads} MTP layer(s) ({where}): no "
+                             f"draft model to load; predicted {score:.2f}x", score, "mtp"))
     if target.kind == "medusa" and target.spec_heads and "medusa" in methods:
         out.append(Candidate("medusa", f"{target.name} Medusa heads", None, "target", True,
                              f"the target's own {target.spec_heads} Medusa heads", 1.5,
@@ -255,6 +286,22 @@ def draftless(target: ModelInfo, methods: frozenset[str]) -> list[Candidate]:
     return out
 
 
+def mtp_score(target: ModelInfo) -> float:
+    """An MTP layer costs about one of the target's layers per drafted token, and was trained
+    with the model (acceptance ALPHA_MTP)."""
+    c = 1 / max(target.layers, 1)
+    return costmodel.best(costmodel.curve(ALPHA_MTP, c, MTP_SCORE_K)).speedup
+
+
+def _head_score(target: ModelInfo, head: ModelInfo) -> float:
+    """A head trained on the target's hidden states accepts like MTP (ALPHA_MTP) at the cost
+    of its size; without sizes, the usual speedup of its kind."""
+    if not head.size_bytes or not target.size_bytes:
+        return HEAD_SCORE.get(head.kind, 2.5)
+    ratio = head.size_bytes / target.size_bytes
+    return costmodel.best(costmodel.curve(ALPHA_MTP, ratio, 8)).speedup
+
+
 def _score(target: ModelInfo, draft: ModelInfo) -> float:
     ratio = draft.size_bytes / max(target.size_bytes, 1)
     alpha = ALPHA_SAME_FAMILY if draft.family == target.family else ALPHA_OTHER
@@ -264,22 +311,37 @@ def _score(target: ModelInfo, draft: ModelInfo) -> float:
 Rule = Callable[[ModelInfo, ModelInfo], str | None]  # (target, draft) -> why not, or None
 
 
+HEAD_SCORE = {"eagle3": 2.5, "dflash": 2.8, "dspark": 2.9}
+HEAD_NAME = {"eagle3": "EAGLE-3 head", "dflash": "DFlash head", "dspark": "DSpark head",
+             "mtp": "MTP sidecar"}
+
+
 def judge(target: ModelInfo, draft: ModelInfo, found: Found, rule: Rule,
-          heads: bool) -> Candidate:
-    """`rule` is the backend's compatibility rule; `heads`: it loads EAGLE-3 heads (HF format)."""
+          heads: bool | frozenset[str]) -> Candidate:
+    """`rule` is the backend's compatibility rule; `heads`: the head methods the backend has
+    (True: eagle3, as Hugging Face heads)."""
     def cand(ok: bool, reason: str, score: float = 0.0, method: Method = "draft") -> Candidate:
         return Candidate(found.ref, canonical(draft), found.path, found.source, ok, reason,
                          score, method)
 
-    if draft.kind == "eagle3":
+    has = frozenset({"eagle3"}) if heads is True else heads or frozenset()
+    if found.source == "sidecar" or draft.kind in HEAD_SCORE:
+        kind = draft.kind if draft.kind in HEAD_NAME else "mtp"
+        what = HEAD_NAME[kind]
+        method: Method = kind  # type: ignore[assignment]  # one of HEAD_NAME's, all methods
+        if method not in has:
+            return cand(False, f"{what}: this backend has no {kind} speculation")
+        if found.source == "sidecar":
+            score = mtp_score(target) if kind == "mtp" else HEAD_SCORE[kind]
+            return cand(True, f"{what} in the target's own repo (the engine finds it "
+                              f"there): predicted {score:.2f}x", score, method)
         wanted = EAGLE3_FOR.get(draft.name)
-        if not heads:
-            return cand(False, "EAGLE-3 head: needs a backend that loads Hugging Face heads "
-                               "(method eagle3)")
         if wanted != target.name and not (wanted is None and trained_for(target, found.ref)):
-            return cand(False, f"EAGLE-3 head trained for {wanted or 'another model'}, not "
+            return cand(False, f"{what} trained for {wanted or 'another model'}, not "
                                f"{target.name}")
-        return cand(True, f"EAGLE-3 head trained for {target.name}", 2.5, "eagle3")
+        score = _head_score(target, draft)
+        return cand(True, f"{what} trained for {target.name}: predicted {score:.2f}x", score,
+                    method)
     reason = rule(target, draft)
     if reason is not None:
         return cand(False, reason)
@@ -295,7 +357,8 @@ def judge(target: ModelInfo, draft: ModelInfo, found: Found, rule: Rule,
 Describe = Callable[[str], ModelInfo]  # a reference not on disk -> its metadata (Hub, catalog)
 
 
-def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool,
+def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule,
+         heads: bool | frozenset[str],
          backend_quant: str, describe: Describe | None = None,
          room: int | None = None,
          formats: frozenset[str] = frozenset({"gguf", "hf"})) -> list[Candidate]:
@@ -320,7 +383,7 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule, heads: bool
                 draft = from_hf_dir(found.path, found.ref)
             elif found.path is not None:
                 draft = from_gguf(found.path, found.ref)
-            elif describe is not None and found.source == "hub":
+            elif describe is not None and found.source in ("hub", "sidecar"):
                 draft = describe(found.ref)
             else:
                 info = from_catalog(parse_ref(found.ref), backend_quant)

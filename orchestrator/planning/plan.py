@@ -14,7 +14,26 @@ from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.memory import MemoryPlan
 from specctl.orchestrator.sizes import in_gib
 
-Method = Literal["draft", "ngram", "eagle", "eagle3", "mtp", "medusa", "none"]
+Method = Literal["draft", "ngram", "eagle", "eagle3", "mtp", "medusa", "none", "dflash",
+                 "dspark", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"]
+# Methods that draft from the text itself (no model): "ngram" is prompt lookup on every backend
+# that has one; the others are llama.cpp's own n-gram drafters.
+NGRAMS: frozenset[str] = frozenset({"ngram", "ngram-mod", "ngram-map-k", "ngram-map-k4v",
+                                    "ngram-cache"})
+# Methods that read a draft file (a model, a head, a sidecar); "mtp" may (a sidecar) or may not.
+WITH_DRAFT: frozenset[str] = frozenset({"draft", "eagle", "eagle3", "dflash", "dspark"})
+
+
+@dataclass(frozen=True)
+class Step:
+    """One more draftless method chained after the plan's own (where the engine takes a list):
+    the engine drafts with whichever proposes, each with its own k."""
+
+    method: Method
+    k: int
+
+    def describe(self) -> str:
+        return self.method if self.method == "ngram-cache" else f"{self.method} k={self.k}"
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,7 @@ class Plan:
     # 0 (no drafts at that batch size). Measured by `tune`; a backend that cannot switch k per
     # batch size uses `k` (tuned for the profile's concurrency).
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
+    chain: tuple[Step, ...] = ()  # more methods after `method` (llama.cpp: --spec-type a,b)
     options: Options = field(default_factory=Options)
     reasons: tuple[str, ...] = ()
 
@@ -56,22 +76,38 @@ class Plan:
     def speculative(self) -> bool:
         return self.method != "none" and self.k > 0
 
+    @property
+    def methods(self) -> tuple[Method, ...]:
+        """The method and the ones chained after it (one, the common case)."""
+        return (self.method, *(s.method for s in self.chain))
+
     def but(self, **changes: Any) -> Plan:
         """A copy with some fields changed (bench and tune vary k, method, port)."""
         return replace(self, **changes)
 
     def baseline(self) -> Plan:
         """The same plan without speculation: the no-draft baseline."""
-        return replace(self, method="none", draft=None, k=0, k_source="baseline")
+        return replace(self, method="none", draft=None, k=0, k_source="baseline", chain=())
 
     def describe_spec(self) -> str:
         if not self.speculative:
             return "speculation off"
+        chained = "".join(f" + {s.describe()}" for s in self.chain)
         if self.method == "ngram":
-            return f"n-gram prompt lookup, k={self.k}"
+            return f"n-gram prompt lookup, k={self.k}{chained}"
+        if self.method in NGRAMS:
+            return f"{Step(self.method, self.k).describe()} ({self.k_source}){chained}"
         what = self.draft.name if self.draft else self.method
         extra = f", p-min {self.p_min}" if self.p_min is not None else ""
-        return f"{self.method} {what}, k={self.k} ({self.k_source}){extra}"
+        return f"{self.method} {what}, k={self.k} ({self.k_source}){extra}{chained}"
+
+    def short(self) -> str:
+        """The methods as a list: 'draft k=4 + ngram-mod k=16'."""
+        if not self.speculative:
+            return "off"
+        head = Step(self.method, self.k).describe()
+        extra = f" p-min {self.p_min}" if self.p_min is not None else ""
+        return head + extra + "".join(f" + {s.describe()}" for s in self.chain)
 
 
 def model_json(info: ModelInfo | None) -> dict[str, Any] | None:
@@ -90,7 +126,9 @@ def plan_json(plan: Plan, installed: Installed, launch: Launch) -> dict[str, Any
         "backend_version": installed.version, "dialect": installed.dialect,
         "engine": installed.path,
         "target": model_json(plan.target), "draft": model_json(plan.draft),
-        "method": plan.method, "k": plan.k, "k_source": plan.k_source, "p_min": plan.p_min,
+        "method": plan.method, "methods": list(plan.methods), "spec": plan.short(),
+        "chain": [{"method": s.method, "k": s.k} for s in plan.chain],
+        "k": plan.k, "k_source": plan.k_source, "p_min": plan.p_min,
         "context": plan.context, "options": plan.options.model_dump(mode="json"),
         "argv": list(launch.argv), "env": dict(launch.env),
         "env_from": dict(launch.env_from), "url": launch.base_url, "model": launch.model,

@@ -20,10 +20,12 @@ from specctl.orchestrator.models.info import GGUF_QUANTS, ModelInfo
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import costmodel, memory
 from specctl.orchestrator.planning.backends import choose
-from specctl.orchestrator.planning.plan import Method, Plan
+from specctl.orchestrator.planning.plan import NGRAMS, WITH_DRAFT, Method, Plan, Step
 
 ASSUMED_ALPHA = 0.7  # until `specctl tune` measures it
-DEFAULT_K = {"ngram": 4, "eagle": 3, "eagle3": 4, "mtp": 1, "medusa": 4}
+DEFAULT_K = {"ngram": 4, "eagle": 3, "eagle3": 4, "mtp": 1, "medusa": 4, "dflash": 8,
+             "dspark": 8, "ngram-mod": 16, "ngram-map-k": 8, "ngram-map-k4v": 8,
+             "ngram-cache": 8}
 MAX_AUTO_K = 8
 
 
@@ -37,6 +39,7 @@ class Tuned:
     speedup: float
     summary: str
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
+    chain: tuple[Step, ...] = ()
 
 
 TunedLookup = Callable[[Plan, Installed], Tuned | None]
@@ -63,8 +66,8 @@ def no_auto_draft(target: ModelInfo, backend: Adapter, methods: frozenset[str],
 def _method(profile: Profile) -> Method:
     if profile.draft == "none":
         return "none"
-    if profile.draft == "ngram":
-        return "ngram"
+    if profile.draft in NGRAMS:
+        return profile.draft  # type: ignore[return-value]  # one of Method's n-gram names
     return profile.draft_method
 
 
@@ -115,7 +118,7 @@ def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None,
 def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Adapter,
            installed: Installed, options: Options, resolver: Resolver, pick_draft: DraftPicker,
            room: int, reasons: list[str]) -> tuple[Method, ModelInfo | None]:
-    if method not in ("draft", "eagle", "eagle3"):
+    if method not in WITH_DRAFT:
         return method, None
     draft_ref: str | None = options.draft or profile.draft
     if draft_ref == "auto" and method == "draft":
@@ -159,6 +162,23 @@ def _servable(target: ModelInfo, backend: Adapter, resolver: Resolver,
     raise ProfileError(f"{target.ref} is a GGUF file, which {backend.name} cannot load; use "
                        f"{instead} as the target (or [{backend.name}] target = ...), or a "
                        "backend that serves GGUF")
+
+
+def _chain(profile: Profile, method: Method, installed: Installed,
+           reasons: list[str]) -> tuple[Step, ...]:
+    """The profile's `speculative.chain`, where this build takes several methods at once."""
+    wanted = [m for m in profile.speculative.chain if m != method]
+    if not wanted or method == "none":
+        return ()
+    if not installed.chains:
+        reasons.append(f"Chain {' + '.join(wanted)} left out: {installed.describe()} takes one "
+                       "speculation method at a time.")
+        return ()
+    missing = [m for m in wanted if m not in installed.methods]
+    if missing:
+        reasons.append(f"Chain {' + '.join(missing)} left out: {installed.describe()} has no "
+                       "such method.")
+    return tuple(Step(m, DEFAULT_K[m]) for m in dict.fromkeys(wanted) if m not in missing)
 
 
 def _budget(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
@@ -257,6 +277,7 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         parallel=srv.parallel, gpu_utilization=profile.memory.gpu_utilization,
         p_min=profile.speculative.p_min, ngram_min=profile.speculative.ngram_min,
         ngram_max=profile.speculative.ngram_max, api_key_env=srv.api_key_env, options=options,
+        chain=_chain(profile, method, choice.installed, reasons),
     )
     try:
         found = tuned(plan, choice.installed) if profile.k == "auto" and method != "none" \
@@ -268,7 +289,7 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         draft_kept = draft if found.method == "draft" else None
         p_min = found.p_min if found.p_min is not None else plan.p_min
         plan = plan.but(method=found.method, k=found.k, p_min=p_min, draft=draft_kept,
-                        k_source="tuned", k_by_batch=found.k_by_batch)
+                        k_source="tuned", k_by_batch=found.k_by_batch, chain=found.chain)
         why = f"`specctl tune` on this machine: {found.summary}"
     if profile.draft == "none":
         why = "speculation off (draft = \"none\")"

@@ -1,0 +1,53 @@
+"""The shipped `edit` suite (code edits, answers from a pasted document): every prompt carries
+its source text, and `bench --suite edit` / `tune --mix edit=...,code=...` take it."""
+
+from __future__ import annotations
+
+import re
+
+from specctl.orchestrator.cli.measure import _workload
+from specctl.orchestrator.measure import bench
+
+SOURCE = re.compile(r"```[a-z]*\n(.+?)```|---\n(.+?)---", re.DOTALL)
+
+
+def test_every_edit_prompt_holds_its_source_text() -> None:
+    prompts = bench.load_suite("edit")
+    assert "edit" in bench.SUITES
+    code = document = 0
+    for prompt in prompts:
+        found = SOURCE.search(prompt)
+        assert found, prompt[:60]
+        source = found.group(1) or found.group(2)
+        # the text to edit or quote is most of the prompt: the reply copies from it
+        assert len(source) >= 0.5 * len(prompt), prompt[:60]
+        code += found.group(1) is not None
+        document += found.group(2) is not None
+    assert code >= 6 and document >= 3  # both kinds of editing work
+
+
+def test_bench_suite_and_tune_mix_take_edit() -> None:
+    only = _workload("edit", "3", None)
+    assert only.categories == ["edit"] and len(only.prompts) == 3
+    mixed = _workload("code,chat,summarize", "2", "edit=0.5,code=0.5")
+    assert mixed.categories == ["edit", "code"]
+    assert mixed.weights() == {"edit": 0.5, "code": 0.5}
+    assert mixed.describe() == "edit 50%, code 50%"
+
+
+def test_bench_also_measures_other_methods_in_the_same_run() -> None:
+    import pytest
+
+    from specctl.orchestrator.errors import ProfileError
+    from tests import plans
+
+    plan = plans.plan(k=4)
+    labels = [c.label for c in bench.configs_for(plan, [2, 4], None,
+                                                 ["ngram-mod", "draft+ngram-mod"])]
+    assert labels == [bench.BASELINE, "draft k=2", "draft k=4", "ngram-mod k=16",
+                      "draft k=2 + ngram-mod k=16", "draft k=4 + ngram-mod k=16"]
+    mod = bench.configs_for(plan, [4], None, ["ngram-mod"])[2].plan
+    assert (mod.method, mod.draft, mod.k) == ("ngram-mod", None, 16)
+    for bad in ("ngram-mod+draft", "warp", "draft+"):
+        with pytest.raises(ProfileError, match="--also"):
+            bench.configs_for(plan, [4], None, [bad])
