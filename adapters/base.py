@@ -246,6 +246,11 @@ class Adapter:
     def install(self, dirs: Dirs, rebuild: bool, say: Progress) -> Installed:
         raise BackendError(f"specctl cannot install {self.name}; {self.install_hint}")
 
+    def install_check(self, hw: Hardware) -> tuple[str, str | None]:
+        """What installing this backend here does and costs (one line, said before it starts),
+        and why such an install could not serve a plan made for `hw` (None when it can)."""
+        return f"install {self.name}", None
+
     def store(self) -> ModelStore | None:
         """The backend's own model store, when it has one that other backends can read."""
         return None

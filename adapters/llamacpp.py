@@ -163,6 +163,17 @@ class LlamaCpp(Adapter):
             raise BackendError(f"the build in {bindir} has no runnable llama-server")
         return found
 
+    def install_check(self, hw: Hardware) -> tuple[str, str | None]:
+        tc = _toolchain()
+        what = (f"build llama.cpp for {tc.accel.upper()} from source into the cache (downloads "
+                "the llama-cpp-python source, ~77 MB; compiles for ~6-13 min on 2 cores)")
+        if hw.kind == "cuda" and not shutil.which("nvcc"):
+            return what, ("this machine has an NVIDIA GPU but no CUDA compiler (nvcc), so the "
+                          "llama.cpp build would run on the CPU while the plan is for the GPU; "
+                          "install the CUDA toolkit (nvcc on PATH), or put a CUDA build of "
+                          "llama-server on PATH (or in SPECCTL_LLAMA_SERVER), then run again")
+        return what, None
+
     def tool(self, name: str) -> Path | None:
         if name != "quantize":
             return None

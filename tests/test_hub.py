@@ -202,7 +202,7 @@ def test_up_pulls_a_draft_that_is_only_on_the_hub_and_serves_with_it(
         try:
             done = specctl("up", "--profile", str(profile), env=env)
             assert done.returncode == 0, done.stderr
-            assert "pulling hf:HuggingFaceTB/SmolLM2-135M-Instruct-GGUF" in done.stdout
+            assert "pulling hf:HuggingFaceTB/SmolLM2-135M-Instruct-GGUF" in done.stderr
             reply = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
                                   json={"messages": [{"role": "user", "content": "Count to 9"}],
                                         "max_tokens": 16, "temperature": 0}).json()

@@ -5,11 +5,22 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from specctl.orchestrator.cli.base import HARDWARE, PROFILE, cli, console
+from specctl.orchestrator.cli.base import (
+    HARDWARE,
+    cli,
+    console,
+    err_console,
+    model_or_profile,
+    override_flags,
+)
 from specctl.orchestrator.errors import SpecctlError
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.config.adhoc import Flags
 
 
 @cli.group(invoke_without_command=True)
@@ -34,6 +45,39 @@ def profiles(ctx: click.Context) -> None:
         rows.append([name, source, desc])
     tables.show(console, [Column("profile"), Column("source"), Column("description", text=True)],
                 rows)
+
+
+@profiles.command("new")
+@click.argument("name")
+@click.argument("ref", metavar="FROM-REF")
+@override_flags
+@click.option("--force", is_flag=True, help="Replace a profile of that name.")
+def profiles_new(name: str, ref: str, flags: Flags, force: bool) -> None:
+    """Write the profile that `specctl up FROM-REF [flags]` runs, commented, to keep and edit.
+
+    \b
+    specctl profiles new coder hf:Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:Q4_K_M --port 9000
+    specctl plan -p coder          (plans what `specctl plan hf:... --port 9000` plans)"""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.config import adhoc
+    from specctl.orchestrator.config import profiles as profiles_mod
+    from specctl.orchestrator.files import inside, write_atomic
+
+    app = App.from_env()
+    if not adhoc.is_model_ref(ref):
+        hint = f"; did you mean hf:{ref}?" if adhoc.bare_repo(ref) else ""
+        raise SpecctlError(f"'{ref}' is not a model reference (hf:ORG/REPO[:QUANT], a .gguf "
+                           f"file, a store's STORE:NAME){hint}")
+    path = inside(app.dirs.profiles, name, ".toml", "profile name")
+    if path.exists() and not force:
+        raise SpecctlError(f"{path} exists; pick another name or pass --force")
+    text = adhoc.toml_for(ref, flags, name)
+    profiles_mod.parse(text, name=name, source=str(path))  # what is written is valid
+    app.dirs.profiles.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text)
+    click.echo(path)
+    err_console.print(f"plan it: specctl plan -p {name}    run it: specctl up -p {name}",
+                      highlight=False)
 
 
 @profiles.command("show")
@@ -108,16 +152,22 @@ def _show_ray(address: str) -> None:
 
 
 @cli.command()
-@PROFILE
+@model_or_profile
 @HARDWARE
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan(profile_ref: str, hardware: Path | None, as_json: bool) -> None:
-    """Resolve the launch plan for a profile without launching anything."""
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (stdout).")
+def plan(ref: str, flags: Flags, hardware: Path | None, as_json: bool) -> None:
+    """Resolve the launch plan for a model or a profile without launching anything.
+
+    \b
+    specctl plan -p cpu-demo
+    specctl plan hf:Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:Q4_K_M --ctx 4096
+    specctl plan -p m3-ultra-70b --hardware machine.json   (from `specctl doctor --record`)"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.planning.plan import plan_json
 
-    resolved = App.from_env().resolve(profile_ref, hardware)
+    app = App.from_env()
+    resolved = app.resolve(app.load(ref, flags), hardware)
     launch = resolved.launch()
     if as_json:
         click.echo(json.dumps(plan_json(resolved.plan, resolved.installed, launch), indent=2))

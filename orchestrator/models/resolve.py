@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specctl.adapters.base import ModelStore
+from specctl.orchestrator.config.adhoc import bare_repo
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models import hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import read_metadata
@@ -103,11 +104,16 @@ class Resolver:
     def resolve(self, text: str, default_quant: str | None = None) -> ModelInfo:
         ref = self.ref(text)
         path = self.locate(ref, default_quant or self.default_quant)
+        if ref.scheme == "gguf" and path is not None and bare_repo(ref.name):
+            raise ModelError(f"no file '{text}' here; did you mean hf:{text} (a model on the "
+                             "Hugging Face Hub)?")
         if path is not None and hf_meta.is_hf_dir(path):
             return from_hf_dir(path, str(ref))
         if path is not None and (path.exists() or ref.scheme == "gguf"):
             return from_gguf(path, str(ref))
         quant = ref.quant or default_quant or self.default_quant
+        if ref.scheme == "testbed":
+            return self._testbed_unfetched(ref, path)
         unreachable = ""
         if ref.scheme == "hf" and self.hub is not None:
             try:
@@ -124,6 +130,18 @@ class Resolver:
             return replace(info, note=f"{info.name}: metadata from the built-in catalog (the "
                                       f"Hub could not be asked: {unreachable})")
         return info
+
+    def _testbed_unfetched(self, ref: ModelRef, path: Path | None) -> ModelInfo:
+        """A test model not fetched yet: planned from the catalog at the path it will have
+        (`up` fetches it first; the note says so)."""
+        model = testbed.BY_KEY[ref.name]
+        info = from_catalog(ModelRef("testbed", model.filename), "F16")
+        if info is None or path is None:
+            raise ModelError(f"{ref} is not on disk; {self.how_to_get(ref)}")
+        size = model.size or info.size_bytes
+        return replace(info, ref=str(ref), path=path, size_bytes=size, note=(
+            f"{ref} is not fetched yet ({size / GB:.1f} GB): `specctl up` fetches it first "
+            "(or `specctl models testbed`)"))
 
     def how_to_get(self, ref: ModelRef) -> str:
         if ref.scheme == "testbed":

@@ -79,8 +79,11 @@ def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: M
         raise IncompatibleDraftError(
             f"draft {draft.name} cannot speculate for {target.name} on {backend.name}: {reason}; "
             "pick a draft of the same model family (`specctl drafts --target ...`)")
-    how = ("token lists compared" if (target.path or target.meta_file) and
-           (draft.path or draft.meta_file) else "catalog tokenizers")
+    def read(m: ModelInfo) -> bool:
+        where = m.path or m.meta_file
+        return where is not None and where.exists()
+
+    how = "token lists compared" if read(target) and read(draft) else "catalog tokenizers"
     if _same_model(target, draft):  # valid (tests use it), never faster: said, not hidden
         return (f"Draft {draft.name} is the target itself: each drafted token costs a full "
                 "target step, so this is slower than without a draft (a smoke test at best); "

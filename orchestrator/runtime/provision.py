@@ -20,10 +20,12 @@ Say = Callable[[str], None]
 
 def install(backend: Adapter, dirs: Dirs, rebuild: bool = False) -> Installed:
     """Install (or reuse the cached install of) a backend, with a progress bar."""
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                  "{task.total}"), TimeElapsedColumn(), transient=False) as bar:
+                  "{task.total}"), TimeElapsedColumn(), transient=False,
+                  console=Console(stderr=True)) as bar:
         task = bar.add_task(f"installing {backend.name}", total=None)
 
         def progress(msg: str, done: int, total: int) -> None:

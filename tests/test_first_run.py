@@ -1,0 +1,206 @@
+"""The first five minutes: run a model without a profile, flags over any profile, `profiles new`,
+and `up` checking everything before it builds or downloads anything.
+
+The Hub is tests/fake_hf_hub.py (the real `huggingface_hub` client against a stand-in server);
+llama.cpp is "not installed" for the preflight tests (an empty cache dir, no llama-server on
+PATH), so a build that started would be a build of the real thing: tripwires on the install,
+the test-model fetch and the Hub download prove that none began.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specctl.orchestrator.models.resolve import Resolver
+from specctl.orchestrator.runtime import provision
+from tests.cli import run_main, specctl
+from tests.conftest import HARDWARE
+from tests.fake_hf_hub import FakeHub
+from tests.hub_repos import build
+
+M3_ULTRA = str(HARDWARE / "macos_m3_ultra_96g.json")
+QWEN7 = "hf:bartowski/Qwen2.5-7B-Instruct-GGUF:Q4_K_M"
+QWEN72 = "hf:bartowski/Qwen2.5-72B-Instruct-GGUF:Q4_K_M"
+
+
+@pytest.fixture(scope="module")
+def hub_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build(tmp_path_factory.mktemp("hub") / "root")
+
+
+@pytest.fixture
+def hub(hub_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeHub]:
+    with FakeHub(hub_root) as running:
+        monkeypatch.setenv("HF_ENDPOINT", running.url)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        monkeypatch.setenv("SPECCTL_CACHE_DIR", str(tmp_path / "cache"))  # nothing built here
+        monkeypatch.setenv("COLUMNS", "200")
+        yield running
+
+
+def plan_of(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+            *args: str) -> dict[str, Any]:
+    code, out, err = run_main(monkeypatch, capsys, "plan", *args, "--json")
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def same_but_name(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Two plans alike but for the profile's name (which `-a` also carries)."""
+    for plan in (a, b):
+        name = plan.pop("profile")
+        plan["argv"] = [w if w != name else "NAME" for w in plan["argv"]]
+        plan["model"] = None
+    assert a == b
+
+
+def test_a_hub_model_plans_without_a_profile_and_profiles_new_writes_the_same_plan(
+        hub: FakeHub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    flags = ["--port", "9123", "--ctx", "4096", "--backend", "llamacpp"]
+    direct = plan_of(monkeypatch, capsys, QWEN7, "--hardware", M3_ULTRA, *flags)
+    assert direct["profile"] == "qwen2.5-7b-instruct-q4_k_m"
+    argv = direct["argv"]
+    assert argv[argv.index("--port") + 1] == "9123" and argv[argv.index("-c") + 1] == "4096"
+    assert direct["draft"] is not None and direct["method"] == "draft"  # draft = auto found one
+    assert any(r.startswith('Draft "auto"') for r in direct["reasons"])
+    code, out, err = run_main(monkeypatch, capsys, "profiles", "new", "my-qwen", QWEN7, *flags)
+    assert code == 0, err
+    written = Path(out.strip())
+    text = written.read_text()
+    assert text.startswith("# written by `specctl profiles new my-qwen") and "port = 9123" in text
+    kept = plan_of(monkeypatch, capsys, "-p", "my-qwen", "--hardware", M3_ULTRA)
+    same_but_name(direct, kept)
+    again, _, err = run_main(monkeypatch, capsys, "profiles", "new", "my-qwen", QWEN7)
+    assert again != 0 and "--force" in err and written.read_text() == text
+
+
+def test_flags_override_a_profile_and_its_environment(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SPECCTL_SERVER__PORT", "9555")  # the command line is more specific
+    got = plan_of(monkeypatch, capsys, "-p", "cpu-demo", "--port", "9444", "--ctx", "2048",
+                  "--draft", "ngram", "--hardware", str(HARDWARE / "linux_cpu_2c_24g.json"))
+    argv = got["argv"]
+    assert argv[argv.index("--port") + 1] == "9444" and argv[argv.index("-c") + 1] == "2048"
+    assert got["method"] == "ngram" and got["draft"] is None
+    code, out, err = run_main(monkeypatch, capsys, "plan", "-p", "cpu-demo", "--backend", "nope")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "command line" in err and "nope" in err
+
+
+def test_a_bare_org_repo_suggests_hf_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    for args in (["plan", "bartowski/Qwen2.5-7B-Instruct-GGUF"],
+                 ["up", "bartowski/Qwen2.5-7B-Instruct-GGUF"],
+                 ["drafts", "--target", "bartowski/Qwen2.5-7B-Instruct-GGUF"]):
+        code, out, err = run_main(monkeypatch, capsys, *args)
+        assert code != 0 and out == ""
+        assert len(err.strip().splitlines()) == 1, err
+        assert "did you mean hf:bartowski/Qwen2.5-7B-Instruct-GGUF" in err
+        assert "testbed" not in err
+
+
+def test_model_and_profile_are_one_or_the_other(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(monkeypatch, capsys, "plan")
+    assert code == 2 and "hf:ORG/REPO" in err
+    code, _, err = run_main(monkeypatch, capsys, "plan", QWEN7, "-p", "cpu-demo")
+    assert code == 2 and "not both" in err
+
+
+def test_the_first_help_example_plans_on_a_fresh_install(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """`specctl plan -p cpu-demo` with nothing fetched: it plans and says what `up` fetches."""
+    monkeypatch.setenv("SPECCTL_CACHE_DIR", str(tmp_path / "empty-cache"))
+    code, out, err = run_main(monkeypatch, capsys, "plan", "-p", "cpu-demo")
+    assert code == 0, err
+    assert "is not fetched yet" in out and "specctl up" in out
+
+
+# --- up checks before it builds or downloads ---------------------------------------------------
+
+
+class Tripwire(Exception):
+    pass
+
+
+@pytest.fixture
+def tripwires(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Install, test-model fetch and Hub download record that they were reached, and stop."""
+    began: list[str] = []
+
+    def tripped(what: str) -> Any:
+        def hit(*_a: object, **_k: object) -> None:
+            began.append(what)
+            raise Tripwire(what)
+        return hit
+
+    monkeypatch.setattr(provision, "install", tripped("build"))
+    monkeypatch.setattr(provision, "testbed_models", tripped("test models"))
+    monkeypatch.setattr(Resolver, "fetch", tripped("download"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no llama-server: a build would be next
+    return began
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["hf:bartowski/No-Such-Model-GGUF:Q4_K_M"], ["no Hugging Face repo"]),
+    ([QWEN72], ["needs", "GB", "budget"]),
+    (["testbed:qwen-1.5b-q4", "--host", "0.0.0.0", "-p", ""], []),
+])
+def test_up_fails_in_one_line_before_any_build_or_download(
+        hub: FakeHub, tripwires: list[str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str],
+        words: list[str]) -> None:
+    if "-p" in args:  # a missing API key: the profile names a variable that is not set
+        monkeypatch.delenv("I27_KEY", raising=False)
+        profile = tmp_path / "shared.toml"
+        profile.write_text('target = "testbed:qwen-1.5b-q4"\ndraft = "ngram"\n'
+                           '[server]\nhost = "0.0.0.0"\napi_key_env = "I27_KEY"\n')
+        args, words = ["-p", str(profile)], ["$I27_KEY", "not set", "export"]
+    code, out, err = run_main(monkeypatch, capsys, "up", *args, "--yes")
+    assert code != 0 and out == "", err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and all(w in err for w in words), err
+    assert tripwires == []
+    assert not (tmp_path / "cache" / "backends").exists()
+    downloads = [r for r in hub.log if r.method == "GET" and "/resolve/" in r.path
+                 and "range" not in r.headers]
+    assert downloads == []  # only metadata (ranged header reads) was asked
+
+
+def test_up_says_what_it_will_build_and_fetch_first(
+        hub: FakeHub, tripwires: list[str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(Tripwire):
+        run_main(monkeypatch, capsys, "up", "-p", "cpu-demo", "--draft", "none")
+    assert tripwires == ["build"]  # the first piece of work, after the checks
+    said = capsys.readouterr().err
+    assert "up will build llama.cpp" in said and "min" in said
+    assert "up will fetch the test model qwen-1.5b-f16" in said and "GB" in said
+
+
+def test_a_gpu_plan_is_refused_when_the_build_would_be_cpu_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from specctl.adapters.llamacpp import LlamaCpp
+    from tests.conftest import recorded
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvcc
+    what, problem = LlamaCpp().install_check(recorded("linux_1x_h100_80g"))
+    assert "build llama.cpp" in what
+    assert problem is not None and "nvcc" in problem and "CUDA toolkit" in problem
+    assert LlamaCpp().install_check(recorded("linux_cpu_2c_24g"))[1] is None
+
+
+def test_subprocess_plan_of_a_model_reference(hub: FakeHub, tmp_path: Path) -> None:
+    env = {**os.environ, "NO_COLOR": "1"}
+    done = specctl("plan", QWEN7, "--hardware", M3_ULTRA, "--draft", "ngram", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["method"] == "ngram"
