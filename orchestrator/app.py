@@ -113,16 +113,20 @@ class App:
         return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary,
                              tuple((a, b, k) for a, b, k in found.k_by_batch))
 
+    def model_folders(self, extra: tuple[Path, ...] = ()) -> list[tuple[Path, str]]:
+        """Folders of the user's models beyond specctl's cache: SPECCTL_MODELS_DIRS (and
+        `extra`), LM Studio's."""
+        home = Path.home()
+        return [*((f, "models-dir") for f in [*self.settings.model_folders(), *extra]),
+                (home / ".lmstudio" / "models", "lm-studio"),
+                (home / ".cache" / "lm-studio" / "models", "lm-studio")]
+
     def draft_candidates(self, target: ModelInfo, backend: Adapter,
                          extra: tuple[Path, ...] = (), methods: frozenset[str] = frozenset(),
                          room_gb: float | None = None) -> list[drafts.Candidate]:
         """Every draft candidate for `target` on `backend` (on disk, on the Hub, in the catalog,
         and the draftless `methods`), judged by the backend's rule and ranked."""
-        home = Path.home()
-        folders = [(self.dirs.models, "specctl"), *((f, "models-dir") for f in
-                                                   [*self.settings.model_folders(), *extra]),
-                   (home / ".lmstudio" / "models", "lm-studio"),
-                   (home / ".cache" / "lm-studio" / "models", "lm-studio")]
+        folders = [(self.dirs.models, "specctl"), *self.model_folders(extra)]
         resolver = self.resolver()
         gguf = "gguf" in backend.formats
         try:

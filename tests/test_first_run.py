@@ -204,3 +204,54 @@ def test_subprocess_plan_of_a_model_reference(hub: FakeHub, tmp_path: Path) -> N
     done = specctl("plan", QWEN7, "--hardware", M3_ULTRA, "--draft", "ngram", "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["method"] == "ngram"
+
+
+# --- the acceptance run: a Hub model, no profile, real llama-server ---------------------------
+
+
+@pytest.mark.server
+def test_up_a_hub_model_without_a_profile_serves_with_an_auto_draft(
+        hub_root: Path, tmp_path: Path) -> None:
+    """Fresh state, cache and Hugging Face cache; the Hub (stand-in) serves the real testbed
+    target; a folder of the user's GGUFs (SPECCTL_MODELS_DIRS) holds the 0.5B of its family,
+    which draft = "auto" finds. `up` pulls the target, serves with the draft, `down` stops it."""
+    import requests
+
+    from specctl.adapters.llamacpp import LlamaCpp
+    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.models import testbed
+    from specctl.orchestrator.runtime.servers import free_port
+    from tests.cli import run_state
+    from tests.hub_repos import add_file
+
+    shared = Dirs.from_env()
+    server = LlamaCpp.create(shared).locate()
+    target = testbed.path_of("qwen-1.5b-q4", shared.models)
+    if server is None or not target.is_file():
+        pytest.fail("needs the llama.cpp build and the testbed models (specctl backend install "
+                    "llama.cpp; specctl models testbed)")
+    add_file(hub_root, "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", target, target.name)
+    port = free_port()
+    with FakeHub(hub_root) as running:
+        env = {**os.environ, **running.env(), "HF_HUB_OFFLINE": "0",
+               "HF_HOME": str(tmp_path / "hf-home"), "SPECCTL_CACHE_DIR": str(tmp_path / "cache"),
+               "SPECCTL_STATE_DIR": str(tmp_path / "state"),
+               "SPECCTL_CONFIG_DIR": str(tmp_path / "config"), "SPECCTL_LLAMA_SERVER": str(server),
+               "SPECCTL_MODELS_DIRS": str(testbed.testbed_dir(shared.models)), "NO_COLOR": "1"}
+        ref = "hf:Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF"
+        try:
+            done = specctl("up", ref, "--port", str(port), "--ctx", "1024", env=env)
+            assert done.returncode == 0, done.stderr
+            url = done.stdout.strip()
+            assert url == f"http://127.0.0.1:{port}/v1"  # stdout: the URL alone
+            assert "pulling hf:Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF" in done.stderr
+            plan = run_state(env, "qwen2.5-coder-1.5b-instruct")["plan"]
+            assert plan["draft"]["name"] == "Qwen2.5-Coder-0.5B-Instruct"
+            assert any(r.startswith('Draft "auto"') for r in plan["reasons"])
+            reply = requests.post(f"{url}/chat/completions", timeout=120, json={
+                "messages": [{"role": "user", "content": "Count from 1 to 20."}],
+                "max_tokens": 24, "temperature": 0}).json()
+            assert reply["timings"]["draft_n"] > 0  # drafted by the auto draft
+        finally:
+            down = specctl("down", "--all", env=env)
+        assert down.returncode == 0 and "stopped" in down.stdout

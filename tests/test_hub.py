@@ -183,7 +183,7 @@ def test_pull_resumes_after_the_server_is_killed_halfway_and_checks_the_file(
     assert local.stat().st_size == size
     assert testbed.sha256_file(local) == testbed.BY_KEY["smollm2-135m"].sha256
     again = specctl("models", "pull", ref, env=env)
-    assert again.returncode == 0 and "already on disk" in again.stdout
+    assert again.returncode == 0 and "already on disk" in again.stderr
 
 
 @pytest.mark.server

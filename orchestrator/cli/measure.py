@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from specctl.orchestrator.cli.base import PROFILE, cli, console
+from specctl.orchestrator.cli.base import PROFILE, cli, console, err_console
 from specctl.orchestrator.errors import SpecctlError
 
 if TYPE_CHECKING:
@@ -79,8 +79,10 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
               help="Also measure N concurrent streams per level (e.g. 1,2,4): aggregate "
                    "tokens/s, latency, and where speculation stops paying.")
 @click.option("--max-tokens", default=96, show_default=True)
-@click.option("--json", "json_out", type=click.Path(path_type=Path),
-              help="Also write the report here (it is always saved under the state dir).")
+@click.option("--output", "-o", "json_out", type=click.Path(path_type=Path), metavar="FILE",
+              help="Also write the report (JSON) here (it is always saved under the state dir).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as JSON on stdout instead of the tables.")
 @click.option("--plot", type=click.Path(path_type=Path), metavar="FILE.png",
               help="Plot tokens/s and speedup per category (needs matplotlib).")
 @click.option("--quality", is_flag=True,
@@ -103,7 +105,7 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
                    "it.")
 def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_arg: str,
           mix: str | None, levels: str | None, max_tokens: int, json_out: Path | None,
-          plot: Path | None, quality: bool,
+          as_json: bool, plot: Path | None, quality: bool,
           quality_against: str, samples: int, temperature: float | None, top_p: float | None,
           floor: bool | None, versus: str | None) -> None:
     """Measure the speedup over the no-draft baseline on this machine, same prompts and build.
@@ -126,7 +128,7 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     concurrency = sorted(set(_ints(levels) or [1]) | {1})
     app = App.from_env()
     if versus:
-        _versus(app, profile_ref, versus, _ints(ks), work, repeats, max_tokens, json_out)
+        _versus(app, profile_ref, versus, _ints(ks), work, repeats, max_tokens, json_out, as_json)
         return
     resolved = app.resolve(profile_ref)
     plan = resolved.plan
@@ -136,7 +138,7 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     sampling = resolved.profile.sampling
     how = lossless.Sampling(temperature or sampling.temperature, top_p or sampling.top_p,
                             samples=samples)
-    with render.progress_bar(console, "bench") as step:
+    with render.progress_bar(err_console, "bench") as step:
         measured = bench_mod.measure(configs, resolved.backend, resolved.installed, work,
                                      repeats, max_tokens, app.dirs.logs, step, concurrency)
         checked = lossless.run(plan, quality_against, resolved.backend, resolved.installed,
@@ -153,15 +155,18 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     saved = reports.save(app.dirs.bench, resolved.plan.profile, result)
     if json_out:
         json_out.write_text(json.dumps(result, indent=2) + "\n")
-    render.show_bench(console, result)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        render.show_bench(console, result)
     if plot:
         reports.plot_bench(result, plot)
-        console.print(f"plot: {plot}")
-    console.print(f"raw samples: {saved}", highlight=False)
+        err_console.print(f"plot: {plot}", highlight=False)
+    err_console.print(f"raw samples: {saved}", highlight=False)
 
 
 def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workload,
-            repeats: int, max_tokens: int, json_out: Path | None) -> None:
+            repeats: int, max_tokens: int, json_out: Path | None, as_json: bool) -> None:
     """bench --backends: each backend measured in turn; the fastest saved for this machine."""
     from specctl.adapters import registry
     from specctl.orchestrator.cli import render
@@ -179,10 +184,10 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
         if got.installed.assumed:
             raise SpecctlError(f"{name} is not installed here; {got.backend.install_hint}")
         entries.append(versus.Entry(got.plan, got.backend, got.installed))
-    with render.progress_bar(console, "bench") as step:
+    with render.progress_bar(err_console, "bench") as step:
         found, speeds = versus.compare(entries, ks, work, repeats, max_tokens, app.dirs.logs,
                                        step)
-    for result in found:
+    for result in [] if as_json else found:
         render.show_bench(console, result)
     hw = entries[0].plan.hardware
     winner = winners.Winner(profile=profile.name, machine=hw.name, speeds=tuple(speeds),
@@ -190,9 +195,13 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
                             report=str(reports.save(app.dirs.bench, profile.name,
                                                     {"backends": found})))
     path = winners.save(app.dirs.state / "backends", winner, hw.fingerprint())
+    data = {"backends": found, "winner": winner.model_dump()}
     if json_out:
-        json_out.write_text(json.dumps({"backends": found, "winner": winner.model_dump()},
-                                       indent=2) + "\n")
+        json_out.write_text(json.dumps(data, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        err_console.print(f"fastest: {winner.why()}; saved to {path}", highlight=False)
+        return
     for s in speeds:
         console.print(f"{s.backend:10} {s.tps:7.1f} tok/s ({s.setting}, {s.speedup:.2f}x its "
                       "baseline)", highlight=False, markup=False)
@@ -224,7 +233,7 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
               help="Before saving, sample the chosen setting against the target alone at the "
                    "profile's temperature (16 short completions, one prompt per category) and "
                    "refuse to save one whose output differs.")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: float | None,
          max_k: int, exhaustive: bool, show: bool, prompts_arg: str, mix: str | None,
          concurrency: int | None, max_tokens: int, quality: bool, as_json: bool) -> None:
@@ -281,7 +290,7 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
         return
     work = _workload("code,chat,summarize", prompts_arg, mix)
     level = concurrency or resolved.plan.parallel
-    with render.progress_bar(console, "tune") as step:
+    with render.progress_bar(err_console, "tune") as step:
         runner = trials.Bench(resolved.backend, resolved.installed, work, max_tokens,
                               app.dirs.logs, step, level)
         per_batch = resolved.backend.k_per_batch(resolved.installed)
@@ -310,8 +319,8 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
     path = tuned_mod.save(app.dirs.tuned, result)
     click.echo(json.dumps(result.to_json(), indent=2)) if as_json else \
         render.show_tuned(console, result)
-    console.print(f"saved: {path}; `specctl plan -p {resolved.plan.profile}` now uses it",
-                  highlight=False)
+    err_console.print(f"saved: {path}; `specctl plan -p {resolved.plan.profile}` now uses it",
+                      highlight=False)
 
 
 def _gate(resolved: Resolved, result: tuned_mod.Result, work: Workload, logs: Path,

@@ -117,18 +117,25 @@ def down(name: str | None, all_: bool) -> None:
     from specctl.orchestrator.runtime import state
 
     app = App.from_env()
-    names = state.all_profiles(app.dirs.runs) if all_ else [name] if name else []
-    if not names:
+    if not all_ and not name:
         raise click.UsageError("name a profile, or pass --all")
+    names = state.all_profiles(app.dirs.runs) if all_ else [name or ""]
+    if not names:
+        err_console.print("nothing running")
+        return
     for profile in names:
         stopped = runs.down(app, profile)
         console.print(f"{profile}: {'stopped' if stopped else 'was not running'}")
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (stdout).")
 def status(as_json: bool) -> None:
-    """Running profiles: URL, uptime, restarts and the live draft acceptance rate."""
+    """Running profiles: URL, uptime, restarts and the live draft acceptance rate (`ps` too).
+
+    \b
+    specctl status
+    specctl status --json | jq '.[].url'"""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
@@ -138,9 +145,12 @@ def status(as_json: bool) -> None:
         click.echo(json.dumps([render.status_json(r) for r in rows], indent=2))
         return
     if not rows:
-        console.print("nothing running (`specctl up --profile NAME`)")
+        err_console.print("nothing running (`specctl up MODEL` or `specctl up -p NAME`)")
         return
     render.show_status(console, rows)
+
+
+cli.add_command(status, "ps")
 
 
 @cli.command()

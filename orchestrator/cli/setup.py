@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,13 +20,20 @@ from specctl.orchestrator.cli.base import (
 from specctl.orchestrator.errors import SpecctlError
 
 if TYPE_CHECKING:
+    from specctl.orchestrator.app import App
     from specctl.orchestrator.config.adhoc import Flags
+    from specctl.orchestrator.machine.hardware import Hardware
 
 
 @cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON (stdout).")
 @click.pass_context
-def profiles(ctx: click.Context) -> None:
-    """List the profiles (shipped and yours), or show one."""
+def profiles(ctx: click.Context, as_json: bool) -> None:
+    """List the profiles (shipped and yours), show one, or write one for a model.
+
+    \b
+    specctl profiles
+    specctl profiles show cpu-demo"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import tables
     from specctl.orchestrator.cli.tables import Column
@@ -42,7 +49,12 @@ def profiles(ctx: click.Context) -> None:
         except SpecctlError as exc:
             desc = f"invalid: {exc}"
         source = "user" if path.is_relative_to(app.dirs.profiles) else "shipped"
-        rows.append([name, source, desc])
+        rows.append([name, source, desc, str(path)])
+    if as_json:
+        click.echo(json.dumps([dict(zip(("name", "source", "description", "path"), r,
+                                        strict=True)) for r in rows], indent=2))
+        return
+    rows = [r[:3] for r in rows]
     tables.show(console, [Column("profile"), Column("source"), Column("description", text=True)],
                 rows)
 
@@ -102,8 +114,14 @@ def profiles_show(name: str) -> None:
               help="Also report the Ray cluster at ADDRESS (host:port or auto): nodes and GPUs.")
 @click.option("--record", type=click.Path(path_type=Path), metavar="FILE.json",
               help="Write this machine's hardware to FILE for planning elsewhere.")
-def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) -> None:
-    """Show this machine, the backends found, and what would run."""
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stdout).")
+def doctor(hardware: Path | None, ray_address: str | None, record: Path | None,
+           as_json: bool) -> None:
+    """Show this machine, the backends found, and what would run.
+
+    \b
+    specctl doctor
+    specctl doctor --record my-box.json    (then `specctl plan -p NAME --hardware my-box.json`)"""
     from rich.markup import escape
 
     from specctl.orchestrator.app import App
@@ -112,10 +130,13 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) 
 
     app = App.from_env()
     hw = app.hardware(hardware)
-    render.show_hardware(console, hw)
     if record:
         record.write_text(json.dumps(hw.to_json(), indent=2) + "\n")
-        console.print(f"recorded to {record}")
+        err_console.print(f"recorded to {record}", highlight=False)
+    if as_json:
+        click.echo(json.dumps(_doctor_json(app, hw, hardware is None), indent=2))
+        return
+    render.show_hardware(console, hw)
     console.print()
     registry = app.backends()
     probed = app.probe(registry)
@@ -137,6 +158,29 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) 
         except SpecctlError as exc:
             verdict = f"no: {exc}"
         console.print(f"  {name:26} {escape(verdict)}", highlight=False)
+
+
+def _doctor_json(app: App, hw: Hardware, here: bool) -> dict[str, Any]:
+    from specctl.orchestrator.config import profiles as profiles_mod
+
+    registry = app.backends()
+    probed = app.probe(registry)
+    backends = [{"name": n, "installed": found is not None,
+                 "version": found.version if found else None,
+                 "dialect": found.dialect if found else None,
+                 "path": found.path if found else None, "install": registry[n].install_hint}
+                for n, found in probed.items()]
+    tips = [tip for b in registry.values() for tip in b.tips(probed)]
+    plans: list[dict[str, Any]] = []
+    for name in profiles_mod.available(app.dirs) if here else []:
+        try:
+            plan = app.resolve(name).plan
+            plans.append({"profile": name, "backend": plan.backend,
+                          "speculation": plan.describe_spec(),
+                          "memory_gb": round(plan.memory.total_gb, 2)})
+        except SpecctlError as exc:
+            plans.append({"profile": name, "error": str(exc)})
+    return {"machine": hw.to_json(), "backends": backends, "tips": tips, "profiles": plans}
 
 
 def _show_ray(address: str) -> None:
@@ -180,6 +224,31 @@ def backend() -> None:
     """Install and inspect serving backends."""
 
 
+@backend.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (stdout).")
+def backend_list(as_json: bool) -> None:
+    """The serving backends specctl knows, whether each is installed here, and how to get it."""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.cli import tables
+    from specctl.orchestrator.cli.tables import Column
+
+    app = App.from_env()
+    registry = app.backends()
+    probed = app.probe(registry)
+    if as_json:
+        click.echo(json.dumps([{"name": n, "installed": f is not None,
+                                "version": f.version if f else None,
+                                "path": f.path if f else None,
+                                "install": registry[n].install_hint}
+                               for n, f in probed.items()], indent=2))
+        return
+    tables.show(console, [Column("backend"), Column("installed"), Column("version"),
+                          Column("where / how to install", text=True)],
+                [[n, "yes" if f else "no", f.version if f else "-",
+                  (f.path or "?") if f else registry[n].install_hint]
+                 for n, f in probed.items()])
+
+
 @backend.command("install")
 @click.argument("name")
 @click.option("--rebuild", is_flag=True, help="Build again even if a cached build exists.")
@@ -209,7 +278,8 @@ def backend_install(name: str, rebuild: bool) -> None:
 
 @cli.group()
 def models() -> None:
-    """Models: pull from the Hugging Face Hub, and the real test models of this project."""
+    """Models: list what is here, pull from the Hugging Face Hub, remove, and the real test
+    models of this project."""
 
 
 @models.command("pull")
@@ -231,12 +301,13 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
     from specctl.orchestrator.models.info import parse_ref
 
     app = App.from_env()
+    say = err_console.print
     parsed = parse_ref(ref)
     resolver = app.resolver()
     if parsed.scheme in resolver.stores:  # another tool's model: through that tool
         store = resolver.stores[parsed.scheme]
-        path = store.pull(store.normalize(parsed.name), console.print)
-        console.print(f"{ref}: {path}", highlight=False)
+        path = store.pull(store.normalize(parsed.name), say)
+        click.echo(f"{ref}: {path}")
         return
     if parsed.scheme != "hf":
         raise SpecctlError(f"'{ref}': `models pull` fetches hf:org/repo[:QUANT] references "
@@ -247,10 +318,60 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
         app.hub().repo(parsed.name, refresh=True)
     info = resolver.resolve(ref, app.backends()[name].default_quant)
     if info.path is not None:
-        console.print(f"already on disk: {info.path}", highlight=False)
+        say("already on disk", highlight=False)
+        click.echo(f"{info.ref}: {info.path}")
         return
-    local = resolver.fetch(info, console.print)
-    console.print(f"{info.ref}: {local.path}", highlight=False)
+    local = resolver.fetch(info, say)
+    if local.path is None:  # known from the catalog only: nothing was fetched
+        raise SpecctlError(f"{ref}: nothing was downloaded: "
+                           f"{info.note or 'the Hub did not list its files'}")
+    click.echo(f"{info.ref}: {local.path}")
+
+
+@models.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (stdout).")
+def models_list(as_json: bool) -> None:
+    """Models on this machine with their sizes: specctl's cache, the Hugging Face cache, other
+    tools' stores, LM Studio's folders and SPECCTL_MODELS_DIRS."""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.cli import tables
+    from specctl.orchestrator.cli.tables import Column
+    from specctl.orchestrator.humanize import size
+    from specctl.orchestrator.models import inventory
+
+    app = App.from_env()
+    resolver = app.resolver()
+    found = inventory.held(app.dirs.models, resolver.hf_hub, resolver.stores.values(),
+                           app.model_folders())
+    if as_json:
+        click.echo(json.dumps([h.to_json() for h in found], indent=2))
+        return
+    if not found:
+        err_console.print("no models here yet (`specctl models pull hf:ORG/REPO:QUANT`)")
+        return
+    tables.show(console, [Column("model"), Column("where"), Column("size", right=True),
+                          Column("path")],
+                [[h.ref, h.where, size(h.size_bytes), str(h.path)] for h in found])
+
+
+@models.command("rm")
+@click.argument("ref", metavar="hf:ORG/REPO")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+def models_rm(ref: str, yes: bool) -> None:
+    """Remove a model repo from the Hugging Face cache (every revision and quantisation of it
+    that is cached), through huggingface_hub's cache API.
+
+    \b
+    specctl models rm hf:bartowski/Llama-3.2-1B-Instruct-GGUF"""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.humanize import size
+    from specctl.orchestrator.models import inventory
+
+    hub = App.from_env().resolver().hf_hub
+    if not yes and sys.stdin.isatty() and sys.stderr.isatty():
+        click.confirm(f"remove every cached file of {ref} from {hub}?", abort=True, err=True)
+    repo, freed = inventory.remove_hf(ref, hub)
+    click.echo(f"removed hf:{repo} ({size(freed)} freed)")
 
 
 @models.command("testbed")
