@@ -16,7 +16,7 @@ def size(n: float) -> str:
 
 
 def duration(seconds: float) -> str:
-    """A span of time in its two largest units: 45 s, 12 min, 3 h 12 min, 18 d 4 h."""
+    """A span of time in its two largest units: 45 s, 12 min, 3 h 12 min, 18 d 4 h, 3 y 20 d."""
     s = int(max(seconds, 0))
     if s < 60:
         return f"{s} s"
@@ -26,5 +26,7 @@ def duration(seconds: float) -> str:
     if days == 0:
         rest = minutes % 60
         return f"{hours} h {rest} min" if rest else f"{hours} h"
-    rest = hours % 24
-    return f"{days} d {rest} h" if rest else f"{days} d"
+    if days < 365:
+        rest = hours % 24
+        return f"{days} d {rest} h" if rest else f"{days} d"
+    return f"{days // 365} y {days % 365} d"

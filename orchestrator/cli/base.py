@@ -28,7 +28,9 @@ class _LazyConsole:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(stderr=self._stderr, soft_wrap=True)
+            # prose wraps at words to the terminal's width (80 when piped, or $COLUMNS);
+            # data that must stay whole (argv, paths, error lines) is printed with soft_wrap
+            self._console = Console(stderr=self._stderr)
         return self._console
 
     def __getattr__(self, name: str) -> Any:

@@ -102,10 +102,10 @@ def profiles_show(name: str) -> None:
     app = App.from_env()
     profile = profiles_mod.load(name, app.dirs)
     path = Path(name) if name.endswith(".toml") else profiles_mod.available(app.dirs)[name]
-    console.print(f"# {path}", highlight=False)
-    console.print(path.read_text(), highlight=False, markup=False)
-    console.print("# resolved, with defaults and SPECCTL_* overrides")
-    console.print_json(profile.model_dump_json())
+    click.echo(f"# {path}")
+    click.echo(path.read_text())
+    click.echo("# resolved, with defaults and SPECCTL_* overrides")
+    click.echo(json.dumps(json.loads(profile.model_dump_json()), indent=2))
 
 
 @cli.command()
@@ -122,8 +122,6 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None,
     \b
     specctl doctor
     specctl doctor --record my-box.json    (then `specctl plan -p NAME --hardware my-box.json`)"""
-    from rich.markup import escape
-
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.config import profiles as profiles_mod
@@ -140,9 +138,9 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None,
     console.print()
     registry = app.backends()
     probed = app.probe(registry)
-    for name, found in probed.items():
-        line = found.describe() if found else f"not found ({registry[name].install_hint})"
-        console.print(f"[bold]{name:9}[/bold] {escape(line)}", highlight=False)
+    render.hanging(console, [(f"{name:9}", found.describe() if found else
+                              f"not found ({registry[name].install_hint})")
+                             for name, found in probed.items()])
     for backend in registry.values():
         for tip in backend.tips(probed):
             console.print(f"tip: {tip}", highlight=False, markup=False)
@@ -151,13 +149,15 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None,
     if hardware:
         return
     console.print("\n[bold]what would run here[/bold]")
+    verdicts = []
     for name in profiles_mod.available(app.dirs):
         try:
             plan = app.resolve(name).plan
             verdict = f"{plan.backend}: {plan.describe_spec()}, {plan.memory.total_gb:.1f} GB"
         except SpecctlError as exc:
             verdict = f"no: {exc}"
-        console.print(f"  {name:26} {escape(verdict)}", highlight=False)
+        verdicts.append((f"  {name}", verdict))
+    render.hanging(console, verdicts, bold=False)
 
 
 def _doctor_json(app: App, hw: Hardware, here: bool) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import catalog, hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import ArrayInfo, file_type_name, read_metadata
 from specctl.orchestrator.models.hub import RepoFile
@@ -107,7 +108,7 @@ class ModelInfo:
 
     def describe(self) -> str:
         where = f" (on the Hub: {self.remote.short})" if self.remote else " (not on disk)"
-        size = f"{self.weights_gb:.1f} GB" + ("" if self.path else where)
+        size = human_size(self.size_bytes) + ("" if self.path else where)
         return f"{self.name} [{self.quant or '?'}] {size}"
 
 

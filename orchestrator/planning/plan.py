@@ -68,9 +68,9 @@ class Plan:
             return "speculation off"
         if self.method == "ngram":
             return f"n-gram prompt lookup, k={self.k}"
-        what = self.draft.name if self.draft else self.method
+        what = f"{self.method} {self.draft.name}" if self.draft else self.method
         extra = f", p-min {self.p_min}" if self.p_min is not None else ""
-        return f"{self.method} {what}, k={self.k} ({self.k_source}){extra}"
+        return f"{what}, k={self.k} ({self.k_source}){extra}"
 
 
 def model_json(info: ModelInfo | None) -> dict[str, Any] | None:

@@ -210,8 +210,9 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
                         k_source="tuned", k_by_batch=found.k_by_batch)
         why = f"`specctl tune` on this machine: {found.summary}"
     if profile.draft == "none":
-        why = "speculation off (draft = \"none\")"
+        why = "draft = \"none\""
     elif method == "none":
         why = "see above"
-    reasons.append(f"Speculation: {plan.describe_spec()}; {why}.")
+    reasons.append(f"Speculation: {plan.describe_spec()}; {why}." if plan.speculative
+                   else f"Speculation off: {why}.")
     return plan.but(reasons=tuple(reasons)), choice.installed

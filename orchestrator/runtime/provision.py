@@ -10,6 +10,7 @@ from specctl.adapters.base import Adapter, Installed
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import BackendError, ModelError
+from specctl.orchestrator.humanize import size
 from specctl.orchestrator.models import testbed
 from specctl.orchestrator.models.info import ModelInfo, parse_ref
 from specctl.orchestrator.models.resolve import Resolver
@@ -59,7 +60,7 @@ def remote_models(plan: Plan, resolver: Resolver, allow: bool, say: Say) -> Plan
     missing = [m for m in (plan.target, plan.draft) if m is not None and m.path is None
                and m.remote is not None]
     if missing and not allow:
-        what = ", ".join(f"{m.ref} ({m.weights_gb:.1f} GB)" for m in missing)
+        what = ", ".join(f"{m.ref} ({size(m.size_bytes)})" for m in missing)
         how = resolver.how_to_get(resolver.ref(missing[0].ref))
         raise ModelError(f"{what} not on disk and downloads are off (--no-download or "
                          f"SPECCTL_NO_DOWNLOAD); {how}")
