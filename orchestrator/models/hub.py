@@ -12,11 +12,14 @@ the revision). The client is imported only when the cache cannot answer.
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -32,6 +35,8 @@ FIRST_READ = 4 << 20  # most GGUF metadata (a 150k-token vocabulary) fits in a f
 MAX_HEADER = 128 << 20
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 SEARCH_TTL = 24 * 3600
+REACH_TIMEOUT = 5.0  # seconds to connect to the Hub's host before calling it unreachable
+_PROXIES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
 class RepoFile(BaseModel):
@@ -101,6 +106,8 @@ class Hub:
     def __init__(self, root: Path, endpoint: str | None = None, offline: bool = False) -> None:
         self.root, self.endpoint, self.offline = root, endpoint, offline
         self.requests = 0  # made by this object (tests and `plan` timing read it)
+        self.unreachable = ""  # why the Hub could not be reached, once found (fail fast after)
+        self._reached = False
 
     # -- the cache ---------------------------------------------------------------------------
     def _dir(self, name: str) -> Path:
@@ -139,12 +146,12 @@ class Hub:
             raise ModelError(f"{name}: {what} is not in specctl's cache and HF_HUB_OFFLINE is "
                              "set; run once with network (or `specctl models pull hf:"
                              f"{name}`), or unset HF_HUB_OFFLINE")
+        self._check_reachable()
         self.requests += 1
         try:
             yield
-        except errors.GatedRepoError:
-            raise ModelError(f"{name} is gated: accept its terms on its Hugging Face page, then "
-                             "log in (`hf auth login` or HF_TOKEN)") from None
+        except errors.GatedRepoError as exc:
+            raise self._gated(name, exc) from None
         except errors.RepositoryNotFoundError:
             raise ModelError(f"no Hugging Face repo {name} (or it is private): check the name, "
                              "or log in (`hf auth login` or HF_TOKEN)") from None
@@ -157,6 +164,10 @@ class Hub:
                              "set; run once with network") from None
         except errors.HfHubHTTPError as exc:
             status = exc.response.status_code if exc.response is not None else "an error"
+            if status == 401:
+                raise ModelError(f"{name}: the Hub refused the Hugging Face token (401): it is "
+                                 "wrong or revoked; fix HF_TOKEN or log in again (`hf auth "
+                                 "login`)") from None
             raise ModelError(f"{name}: the Hub answered {status} for {what}; try again later"
                              ) from None
         except (OSError, ValueError) as exc:  # connection refused, DNS, timeouts (httpx errors)
@@ -169,6 +180,35 @@ class Hub:
                                  f"({type(exc).__name__}); check the network or HF_ENDPOINT"
                                  ) from None
             raise
+
+    def _gated(self, name: str, exc: Exception) -> ModelError:
+        """A gated repo: 401 without a token (or one the Hub does not know), 403 with a token
+        that has no access yet; both say where access is requested."""
+        page = f"{(self.endpoint or 'https://huggingface.co').rstrip('/')}/{name}"
+        response = getattr(exc, "response", None)
+        if response is not None and response.status_code == 403:
+            return ModelError(f"{name} is gated and your token has no access yet: request access "
+                              f"on {page} (granted per account), then run again")
+        return ModelError(f"{name} is gated: request access on {page}, then log in with an "
+                          "account that has it (`hf auth login` or HF_TOKEN)")
+
+    def _check_reachable(self) -> None:
+        """Fail fast, once per command, when the Hub's host cannot be reached: the client would
+        spend ~24 s in retries of each search (a proxy, when set, is left to the client)."""
+        if self.unreachable:
+            raise ModelError(self.unreachable)
+        if self._reached or any(os.environ.get(v) for v in _PROXIES):
+            return
+        url = urlsplit(self.endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            socket.create_connection((url.hostname or "", port), timeout=REACH_TIMEOUT).close()
+        except OSError as exc:
+            self.unreachable = (f"cannot reach the Hugging Face Hub at {url.netloc} "
+                                f"({exc.strerror or type(exc).__name__}); check the network or "
+                                "HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use what is cached")
+            raise ModelError(self.unreachable) from None
+        self._reached = True
 
     def repo(self, name: str, refresh: bool = False) -> Repo:
         """The repo at `main`: from the cache, else from the Hub (and then cached)."""
