@@ -255,3 +255,77 @@ def test_up_a_hub_model_without_a_profile_serves_with_an_auto_draft(
         finally:
             down = specctl("down", "--all", env=env)
         assert down.returncode == 0 and "stopped" in down.stdout
+
+
+# --- every shipped profile plans on its recorded machine, offline, with an empty cache ----------
+
+RECORDED = {"cpu-demo": "linux_cpu_2c_24g", "cpu-demo-q4": "linux_cpu_2c_24g",
+            "cuda-h100-llama70b": "linux_1x_h100_80g", "cuda-h100-tgi-medusa": "linux_1x_h100_80g",
+            "cuda-rtx4090-qwen-coder": "linux_1x_rtx4090_24g",
+            "dgx2-deepseek-r1": "linux_8x_h200_141g", "m3-ultra-70b": "macos_m3_ultra_96g",
+            "m3-ultra-70b-mlx": "macos_m3_ultra_96g"}
+
+
+def test_every_shipped_profile_has_a_recorded_machine() -> None:
+    from specctl.orchestrator.config.profiles import shipped_dir
+
+    assert set(RECORDED) == {p.stem for p in shipped_dir().glob("*.toml")}
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_a_shipped_profile_plans_with_no_network_and_an_empty_cache(name: str,
+                                                                    tmp_path: Path) -> None:
+    from specctl.orchestrator.runtime.servers import free_port
+
+    base = {**os.environ, "SPECCTL_CACHE_DIR": str(tmp_path / "cache"),
+            "HF_HOME": str(tmp_path / "hf"), "NO_COLOR": "1"}
+    hardware = str(HARDWARE / f"{RECORDED[name]}.json")
+    for env in ({**base, "HF_HUB_OFFLINE": "1"},  # offline mode, and a network that is down
+                {**base, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}):
+        done = specctl("plan", "-p", name, "--hardware", hardware, "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["argv"]
+        assert "Retry" not in done.stderr
+
+
+# --- every command's --help has an example that works on a fresh install ------------------------
+
+# examples that build, download, serve or need a run first: checked by their own tests
+NOT_RUN_HERE = {"up", "bench", "logs", "worker up", "worker down", "service uninstall",
+                "service status", "backend install", "models pull", "models rm",
+                "models testbed"}
+
+
+def _commands() -> list[tuple[str, Any]]:
+    import click
+
+    from specctl.orchestrator.cli.main import cli
+
+    def walk(cmd: Any, path: list[str]) -> Any:
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield " ".join(path), cmd
+
+    return list(walk(cli, []))
+
+
+@pytest.mark.parametrize(("name", "cmd"), _commands(), ids=lambda v: v if isinstance(v, str)
+                         else "")
+def test_every_help_has_an_example_that_works_on_a_fresh_install(
+        name: str, cmd: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import shlex
+
+    import click
+
+    text = cmd.get_help(click.Context(cmd, info_name=name))
+    examples = [line.strip() for line in text.splitlines() if line.strip().startswith("specctl ")]
+    assert examples, f"`specctl {name} --help` has no example"
+    if name in NOT_RUN_HERE:
+        return
+    monkeypatch.setenv("SPECCTL_CACHE_DIR", str(tmp_path / "fresh-cache"))
+    words = shlex.split(examples[0].split("  (")[0].split("   ")[0])[1:]
+    code, _, err = run_main(monkeypatch, capsys, *words)
+    assert code == 0, f"{examples[0]}: {err}"

@@ -116,7 +116,11 @@ def bench(profile_ref: str, suite: str, ks: str | None, repeats: int, prompts_ar
     step, per-level figures with --concurrency, and how many greedy outputs were
     identical to the baseline's (against the floor: the target verifying drafts it always
     rejects). --quality then samples both servers and tests whether the output distributions
-    differ, per category, with a false-alarm rate of 5%."""
+    differ, per category, with a false-alarm rate of 5%.
+
+    \b
+    specctl bench -p cpu-demo --prompts 2          (after `specctl up -p cpu-demo` provided it)
+    specctl bench -p cpu-demo --json > report.json"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.measure import bench as bench_mod
@@ -248,7 +252,11 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
     On backends that switch k by batch size (vLLM) it also measures that schedule. A run that
     can no longer win stops early; the table marks it "(n/N prompts)". Before saving, a short
     sampling check (--no-quality skips it) refuses a setting whose output at temperature > 0
-    differs from the target's alone; `bench --quality` is the full check."""
+    differs from the target's alone; `bench --quality` is the full check.
+
+    \b
+    specctl tune --what-if --alpha 0.8 --cost 0.1    (the cost model alone)
+    specctl tune -p cpu-demo                         (after `specctl up -p cpu-demo`)"""
     from dataclasses import replace
 
     from specctl.orchestrator.app import App

@@ -111,7 +111,11 @@ def _resolve_for_up(app: App, ref: str, flags: Flags, provide: bool, download: b
 @click.argument("name", required=False)
 @click.option("--all", "all_", is_flag=True, help="Stop every running profile.")
 def down(name: str | None, all_: bool) -> None:
-    """Stop a profile's server (the whole process group) and its supervisor."""
+    """Stop a profile's server (the whole process group) and its supervisor.
+
+    \b
+    specctl down cpu-demo
+    specctl down --all"""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.runtime import state
@@ -158,7 +162,10 @@ cli.add_command(status, "ps")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "--lines", default=50, show_default=True, help="Lines to show first.")
 def logs(name: str, follow: bool, lines: int) -> None:
-    """Print a profile's server log."""
+    """Print a profile's server log.
+
+    \b
+    specctl logs cpu-demo -f"""
     from specctl.orchestrator.config.paths import Dirs
     from specctl.orchestrator.files import inside
     from specctl.orchestrator.runtime import procs
@@ -187,7 +194,10 @@ def worker() -> None:
 @click.option("--threads", type=int, help="CPU threads (default: the worker's own).")
 @click.option("--foreground", is_flag=True, help="Supervise in this process (for services).")
 def worker_up(port: int, host: str, threads: int | None, foreground: bool) -> None:
-    """Start a worker under supervision (restarted after a crash until `worker down`)."""
+    """Start a worker under supervision (restarted after a crash until `worker down`).
+
+    \b
+    specctl worker up --port 50052"""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
 
@@ -208,7 +218,10 @@ def worker_up(port: int, host: str, threads: int | None, foreground: bool) -> No
 @worker.command("down")
 @click.option("--port", type=click.IntRange(1, 65535), default=50052, show_default=True)
 def worker_down(port: int) -> None:
-    """Stop the worker on PORT."""
+    """Stop the worker on PORT.
+
+    \b
+    specctl worker down --port 50052"""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
 
@@ -241,7 +254,10 @@ def service_install(profile_ref: str, system: bool, manager: str | None, dry_run
                     enable: bool, user_name: str | None) -> None:
     """Write a unit running `specctl up --profile NAME --foreground` (restart on failure,
     whole-group stop, hardened). API keys go in <config>/service.env, never in the unit. A
-    --system service runs as a named user (User=), never as root."""
+    --system service runs as a named user (User=), never as root.
+
+    \b
+    specctl service install -p cpu-demo --dry-run"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.config import profiles as profiles_mod
     from specctl.orchestrator.service import manage as service_mod
@@ -286,7 +302,10 @@ def _named_service(name: str, system: bool,
 @SCOPE
 @MANAGER
 def service_uninstall(name: str, system: bool, manager: str | None) -> None:
-    """Stop, disable and remove a profile's service."""
+    """Stop, disable and remove a profile's service.
+
+    \b
+    specctl service uninstall cpu-demo"""
     from specctl.orchestrator.service import manage as service_mod
 
     spec, mgr = _named_service(name, system, manager)
@@ -299,7 +318,10 @@ def service_uninstall(name: str, system: bool, manager: str | None) -> None:
 @SCOPE
 @MANAGER
 def service_status(name: str, system: bool, manager: str | None) -> None:
-    """Show the service manager's view of a profile's service."""
+    """Show the service manager's view of a profile's service.
+
+    \b
+    specctl service status cpu-demo"""
     from specctl.orchestrator.service import units
 
     spec, mgr = _named_service(name, system, manager)

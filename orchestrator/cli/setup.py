@@ -95,7 +95,10 @@ def profiles_new(name: str, ref: str, flags: Flags, force: bool) -> None:
 @profiles.command("show")
 @click.argument("name")
 def profiles_show(name: str) -> None:
-    """Print a profile as TOML (the file) and as validated with defaults (JSON)."""
+    """Print a profile as TOML (the file) and as validated with defaults (JSON).
+
+    \b
+    specctl profiles show cpu-demo"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.config import profiles as profiles_mod
 
@@ -227,7 +230,10 @@ def backend() -> None:
 @backend.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (stdout).")
 def backend_list(as_json: bool) -> None:
-    """The serving backends specctl knows, whether each is installed here, and how to get it."""
+    """The serving backends specctl knows, whether each is installed here, and how to get it.
+
+    \b
+    specctl backend list"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import tables
     from specctl.orchestrator.cli.tables import Column
@@ -259,7 +265,10 @@ def backend_install(name: str, rebuild: bool) -> None:
     llama.cpp: uses an installed llama-server, or builds one from source (cached; ~6-13 min on
     2 cores): the llama.cpp tree inside the llama-cpp-python sdist on PyPI; Metal on macOS,
     CUDA when nvcc and an NVIDIA GPU are present, CPU otherwise; its RPC worker too.
-    Others print how to install them."""
+    Others print how to install them.
+
+    \b
+    specctl backend install llama.cpp"""
     from specctl.adapters import registry as backends
     from specctl.orchestrator.app import App
     from specctl.orchestrator.runtime import provision
@@ -332,7 +341,11 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (stdout).")
 def models_list(as_json: bool) -> None:
     """Models on this machine with their sizes: specctl's cache, the Hugging Face cache, other
-    tools' stores, LM Studio's folders and SPECCTL_MODELS_DIRS."""
+    tools' stores, LM Studio's folders and SPECCTL_MODELS_DIRS.
+
+    \b
+    specctl models list
+    specctl models list --json"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import tables
     from specctl.orchestrator.cli.tables import Column
@@ -379,7 +392,10 @@ def models_testbed() -> None:
     """Fetch the testbed GGUF models from PyPI, check their SHA-256, make the F16 target.
 
     Needs ~5.3 GB in the cache dir; the F16 target needs a GGUF quantize tool from an installed
-    backend (`specctl backend install llama.cpp` builds one)."""
+    backend (`specctl backend install llama.cpp` builds one).
+
+    \b
+    specctl models testbed"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.models import testbed
     from specctl.orchestrator.runtime import provision
@@ -411,7 +427,11 @@ def drafts(target: str, backend_name: str | None, models_dirs: tuple[Path, ...],
     family by its publisher, read without downloading weights); the catalog of known pairs; and
     draftless methods (the target's own MTP heads, n-gram). The filter is the
     backend's real rule (llama.cpp: same vocab type and BOS/EOS, sizes within 128, same tokens
-    from id 5; vLLM: identical vocabularies)."""
+    from id 5; vLLM: identical vocabularies).
+
+    \b
+    specctl drafts --target testbed:qwen-1.5b-f16
+    specctl drafts --target hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M --json"""
     from specctl.adapters import registry as backends
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render

@@ -216,7 +216,7 @@ def from_catalog(ref: ModelRef, default_quant: str) -> ModelInfo | None:
         layers=known.layers, heads=known.heads, kv_heads=known.kv_heads, head_dim=known.head_dim,
         vocab_size=known.vocab, vocab_type=known.vocab_type, tokenizer=known.tokenizer,
         params_b=known.params_b, quant=quant, size_bytes=size, family=known.family,
-        kind=known.kind,
+        kind=known.kind, spec_heads=known.spec_heads,
     )
 
 
