@@ -299,7 +299,8 @@ NOT_RUN_HERE = {"up", "bench", "logs", "worker up", "worker down", "service unin
 def _commands() -> list[tuple[str, Any]]:
     import click
 
-    from specctl.orchestrator.cli.main import cli
+    from specctl.orchestrator.cli.base import cli
+    from specctl.orchestrator.cli.main import main  # noqa: F401 (registers the commands)
 
     def walk(cmd: Any, path: list[str]) -> Any:
         if isinstance(cmd, click.Group):
