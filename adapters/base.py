@@ -11,6 +11,7 @@ The core calls the hooks below and names no backend.
 from __future__ import annotations
 
 import ipaddress
+import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from specctl.orchestrator.planning.plan import Plan
 
 Progress = Any  # Callable[[str], None]: a line of progress for long work
+_NUMBER = re.compile(r"-\d[\d.e+-]*")  # a negative number is a value, not a flag
 
 
 class Options(BaseModel):
@@ -225,6 +227,8 @@ class Adapter:
     moved_keys: ClassVar[Mapping[str, str]] = {}  # old profile key -> its key in this section
     knobs: ClassVar[frozenset[str]] = frozenset()  # tunable extras, e.g. "p_min"
     has_workers: ClassVar[bool] = False  # can lend this machine to a server elsewhere
+    # flags specctl sets from the plan (host, port, API key, model, draft): never passed through
+    owned_flags: ClassVar[frozenset[str]] = frozenset()
     authenticates: ClassVar[bool] = True  # checks an API key (without one: loopback only)
 
     @property
@@ -286,6 +290,30 @@ class Adapter:
         return compat.RULES[self.vocab_rule](target, draft, compat.file_tokens, False)
 
     # -- running -----------------------------------------------------------------------------
+    def owns(self, flag: str) -> bool:
+        """Does specctl set `flag` itself from the plan (or would it stop the server)?"""
+        return flag in self.owned_flags or flag in ("-h", "--help", "--version")
+
+    def extra_args(self, args: tuple[str, ...], installed: Installed) -> list[str]:
+        """Engine arguments passed through (a profile's `extra_args`, `-- ARGS`), each flag
+        checked against this installation's recorded flags; one line refusing the first that is
+        unknown there or that specctl sets from the plan."""
+        for arg in args:
+            if not arg.startswith("-") or _NUMBER.fullmatch(arg):
+                continue  # a value
+            flag = arg.split("=", 1)[0]
+            if self.owns(flag):
+                raise BackendError(f"{flag}: specctl sets it from the plan (host, port, API key, "
+                                   "model, context, draft); change the profile or use --host, "
+                                   "--port, --ctx, --draft instead")
+            if not installed.flags:
+                raise BackendError(f"{flag}: no flags are recorded for {self.name} "
+                                   f"{installed.version}, so extra arguments cannot be checked")
+            if flag not in installed.flags:
+                raise BackendError(f"{self.name} {installed.version} has no {flag} (its "
+                                   "`--help` lists what it takes)")
+        return list(args)
+
     def launch(self, plan: Plan, installed: Installed) -> Launch:
         raise NotImplementedError
 

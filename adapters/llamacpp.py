@@ -112,6 +112,12 @@ class LlamaCpp(Adapter):
         "cluster.worker_memory_gb": "worker_memory_gb", "cluster.draft_local": "draft_local"}
     knobs: ClassVar[frozenset[str]] = frozenset({"p_min"})
     has_workers: ClassVar[bool] = True
+    owned_flags: ClassVar[frozenset[str]] = frozenset({
+        "--host", "--port", "--api-key", "--api-key-file", "-m", "--model", "-hf", "-hfr",
+        "--hf-repo", "-hff", "--hf-file", "-c", "--ctx-size", "-np", "--parallel", "-a",
+        "--alias", "--metrics", "-md", "-hfd", "-hfrd", "-ngld", "-devd", "-ctkd", "-ctvd",
+        "--model-draft", "--hf-repo-draft", "--gpu-layers-draft", "--n-gpu-layers-draft",
+        "--device-draft", "--cache-type-k-draft", "--cache-type-v-draft", "--rpc"})
 
     def __init__(self, configured: Path | None = None, built: Path | None = None,
                  search_path: Iterable[Path] = HOMEBREW,
@@ -240,6 +246,7 @@ class LlamaCpp(Adapter):
             if installed.dialect == LEGACY_DIALECT:
                 a.add("-fa")  # a quantised V cache needs flash attention (2026 builds: auto)
         self._speculative(a, plan, opts, installed.dialect)
+        a.argv += self.extra_args(plan.extra_args, installed)
         env_from = {"LLAMA_API_KEY": plan.api_key_env} if plan.api_key_env else {}
         url = f"http://{_url_host(plan.host)}:{plan.port}"
         return Launch(argv=tuple(a.argv), env={}, health_url=f"{url}/health",
@@ -276,6 +283,9 @@ class LlamaCpp(Adapter):
             a.add(names["ctv_draft"], plan.cache_type)
         if opts.spec_synth_rates:
             a.add("--spec-synth-rates", ",".join(f"{r:g}" for r in opts.spec_synth_rates))
+
+    def owns(self, flag: str) -> bool:
+        return super().owns(flag) or flag.startswith(("--spec-", "--draft"))
 
     def rejecting(self, plan: Plan, installed: Installed) -> Plan | None:
         """`--spec-synth-rates 0,...`: the build drafts and verifies, then rejects every draft."""

@@ -7,6 +7,7 @@ what they use inside their functions, and the rich consoles are made on first us
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,20 +70,29 @@ def override_flags(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def model_or_profile(func: Callable[..., Any]) -> Callable[..., Any]:
-    """`[MODEL]` or `-p PROFILE`, and the flags that override any profile; the command gets
-    `ref` (one of the two, checked) and `flags`."""
+    """`[MODEL]` or `-p PROFILE`, the flags that override any profile, and `-- ARGS` (engine
+    arguments); the command gets `ref` (one of the two, checked) and `flags`."""
+    from dataclasses import replace
 
     @functools.wraps(func)
-    def wrapper(*args: Any, model: str | None, profile_ref: str | None, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, words: tuple[str, ...], profile_ref: str | None,
+                flags: Any, **kwargs: Any) -> Any:
+        model, extra = (None, words) if profile_ref else (words[0] if words else None, words[1:])
         if bool(model) == bool(profile_ref):
             raise click.UsageError(f"name {MODEL_OR_PROFILE}" if not model else
                                    "name a model or a profile (-p), not both")
-        return func(*args, ref=model or profile_ref, **kwargs)
+        if extra and "--" not in sys.argv:
+            raise click.UsageError(f"unexpected {' '.join(extra)}: name a model or a profile "
+                                   "(-p), not both; engine arguments go after `--`, e.g. "
+                                   "`specctl up MODEL -- --jinja`")
+        flags = replace(flags, extra=tuple(extra)) if extra else flags
+        return func(*args, ref=model or profile_ref, flags=flags, **kwargs)
 
     command = override_flags(wrapper)
     command = click.option("--profile", "-p", "profile_ref", metavar="NAME|FILE",
                            help="A profile name (`specctl profiles`) or a .toml file.")(command)
-    return click.argument("model", required=False, metavar="[MODEL]")(command)
+    return click.argument("words", nargs=-1, type=click.UNPROCESSED,
+                          metavar="[MODEL] [-- ENGINE-ARGS...]")(command)
 
 
 OVERRIDES = [

@@ -87,6 +87,7 @@ def _resolve_for_up(app: App, ref: str, flags: Flags, provide: bool, download: b
     say = err_console.print
     profile = app.load(ref, flags)
     resolved = app.resolve(profile)
+    resolved.launch()  # pure: the engine arguments are checked now, not after a build
     resolver = app.resolver()
     todo = preflight.check(resolved.plan, provision.testbed_keys(profile), resolved.backend,
                            resolved.installed.assumed, app.hub(), app.dirs.models, provide,

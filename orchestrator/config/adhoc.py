@@ -29,6 +29,7 @@ class Flags:
     ctx: int | None = None
     backend: tuple[str, ...] = ()
     draft: str | None = None
+    extra: tuple[str, ...] = ()  # `-- ARGS`: engine arguments
 
     def data(self) -> dict[str, Any]:
         """The overrides as profile data (nested like the TOML)."""
@@ -41,6 +42,8 @@ class Flags:
             out["backend"] = list(self.backend)
         if self.draft is not None:
             out["draft"] = self.draft
+        if self.extra:
+            out["extra_args"] = list(self.extra)
         return out
 
     def argv(self) -> list[str]:
@@ -52,7 +55,7 @@ class Flags:
                 words += [flag, str(value)]
         if self.backend:
             words += ["--backend", ",".join(self.backend)]
-        return words
+        return [*words, "--", *self.extra] if self.extra else words
 
 
 def bare_repo(text: str) -> bool:
@@ -117,6 +120,9 @@ def toml_for(ref: str, flags: Flags, name: str | None = None, description: str =
     else:
         lines += ["# backend = [\"NAME\"]   # preference order (`specctl backend list`); "
                   "default: by hardware"]
+    if "extra_args" in data:
+        lines += ["# engine arguments, checked against the installed engine's flags",
+                  f"extra_args = {_toml_value(data['extra_args'])}"]
     lines += ["", "[server]"]
     for key, default, note in (("host", "127.0.0.1", "a non-loopback host needs api_key_env"),
                                ("port", 8080, ""), ("context", 8192, "tokens; shrunk to fit "

@@ -129,6 +129,9 @@ class Profile(Strict):
     draft_method: Literal["draft", "eagle", "eagle3", "mtp", "medusa"] = "draft"
     k: int | Literal["auto"] = "auto"
     backend: list[str] = Field(default_factory=list, description="preference order")
+    extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, max_length=256, description="more engine arguments, each checked "
+        "against the installed engine's flags (never host, port, API key, model or draft flags)")
     server: Server = Server()
     memory: Memory = Memory()
     speculative: Speculative = Speculative()

@@ -41,6 +41,7 @@ class Plan:
     # batch size uses `k` (tuned for the profile's concurrency).
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
     options: Options = field(default_factory=Options)
+    extra_args: tuple[str, ...] = ()  # passed to the engine as given (its adapter checks them)
     reasons: tuple[str, ...] = ()
 
     @property
@@ -90,7 +91,7 @@ def plan_json(plan: Plan, installed: Installed, launch: Launch) -> dict[str, Any
         "target": model_json(plan.target), "draft": model_json(plan.draft),
         "method": plan.method, "k": plan.k, "k_source": plan.k_source, "p_min": plan.p_min,
         "context": plan.context, "options": plan.options.model_dump(mode="json"),
-        "argv": list(launch.argv), "env": dict(launch.env),
+        "extra_args": list(plan.extra_args), "argv": list(launch.argv), "env": dict(launch.env),
         "env_from": dict(launch.env_from), "url": launch.base_url, "model": launch.model,
         "memory": plan.memory.to_json(), "reasons": list(plan.reasons),
     }

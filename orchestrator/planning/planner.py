@@ -196,6 +196,7 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         parallel=srv.parallel, gpu_utilization=profile.memory.gpu_utilization,
         p_min=profile.speculative.p_min, ngram_min=profile.speculative.ngram_min,
         ngram_max=profile.speculative.ngram_max, api_key_env=srv.api_key_env, options=options,
+        extra_args=tuple(profile.extra_args),
     )
     try:
         found = tuned(plan, choice.installed) if profile.k == "auto" and method != "none" \
