@@ -330,3 +330,45 @@ def test_every_help_has_an_example_that_works_on_a_fresh_install(
     words = shlex.split(examples[0].split("  (")[0].split("   ")[0])[1:]
     code, _, err = run_main(monkeypatch, capsys, *words)
     assert code == 0, f"{examples[0]}: {err}"
+
+
+# --- README's "Use it with": the openai client snippet against a real `up` ---------------------
+
+
+def readme_snippet() -> str:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text[text.index("## Use it with"):]
+    return section[section.index("```python\n") + 10:section.index("\n```", section.index(
+        "```python\n"))]
+
+
+def test_the_readme_snippet_is_the_documented_one() -> None:
+    code = readme_snippet()
+    assert 'base_url="http://127.0.0.1:8090/v1"' in code and 'model="cpu-demo"' in code
+    compile(code, "README.md", "exec")
+
+
+@pytest.mark.server
+def test_the_readme_openai_snippet_works_against_a_real_up(tmp_path: Path) -> None:
+    """The snippet as README prints it, pointed at a real `up` (its port and model name)."""
+    import subprocess
+    import sys
+
+    from specctl.orchestrator.runtime.servers import free_port
+
+    port = free_port()
+    profile = tmp_path / "snippet.toml"
+    profile.write_text('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
+                       f'k = 3\n[server]\ncontext = 1024\nport = {port}\n')
+    env = {**os.environ, "NO_COLOR": "1"}
+    try:
+        done = specctl("up", "-p", str(profile), "--no-provision", env=env)
+        assert done.returncode == 0, done.stderr
+        code = readme_snippet().replace("127.0.0.1:8090", f"127.0.0.1:{port}").replace(
+            'model="cpu-demo"', 'model="snippet"')
+        ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=300, check=False)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip()
+    finally:
+        specctl("down", "snippet", env=env)
