@@ -372,3 +372,42 @@ def test_the_readme_openai_snippet_works_against_a_real_up(tmp_path: Path) -> No
         assert ran.stdout.strip()
     finally:
         specctl("down", "snippet", env=env)
+
+
+def test_up_asks_in_a_terminal_and_no_stops_before_any_work(tmp_path: Path) -> None:
+    """In a terminal `up` says what it will build and fetch and asks; "n" stops it (exit 130)
+    with nothing built or fetched."""
+    import pty
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "SPECCTL_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin",
+           "NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "200"}
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "specctl", "up", "-p", "cpu-demo"],
+                            stdin=follower, stdout=follower, stderr=follower, env=env,
+                            start_new_session=True)
+    os.close(follower)
+    seen, deadline = b"", time.monotonic() + 60
+    try:
+        while b"go ahead?" not in seen and time.monotonic() < deadline:
+            if select.select([leader], [], [], 1)[0]:
+                try:
+                    seen += os.read(leader, 4096)
+                except OSError:
+                    break
+        assert b"go ahead?" in seen, seen.decode(errors="replace")
+        os.write(leader, b"n\n")
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(leader)
+    text = seen.decode(errors="replace")
+    assert "up will build llama.cpp" in text and "up will fetch the test model" in text
+    assert not (tmp_path / "cache" / "backends").exists()
+    assert not (tmp_path / "cache" / "models").exists()
