@@ -11,6 +11,7 @@ The core calls the hooks below and names no backend.
 from __future__ import annotations
 
 import ipaddress
+import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from specctl.orchestrator.planning.plan import Plan
 
 Progress = Any  # Callable[[str], None]: a line of progress for long work
+_NUMBER = re.compile(r"-\d[\d.e+-]*")  # a negative number is a value, not a flag
 
 
 class Options(BaseModel):
@@ -270,6 +272,8 @@ class Adapter:
     # ways to keep part of the target in system RAM when the GPUs are too small, preferred
     # first: "experts" (an MoE's experts), "layers" (whole layers); see planning/memory
     spills: ClassVar[tuple[str, ...]] = ()
+    # flags specctl sets from the plan (host, port, API key, model, draft): never passed through
+    owned_flags: ClassVar[frozenset[str]] = frozenset()
     authenticates: ClassVar[bool] = True  # checks an API key (without one: loopback only)
     # what a service must carry to run this backend as the user runs it: its settings models
     # (SPECCTL_* variables) and the engine's own variables (see `environment`)
@@ -307,6 +311,11 @@ class Adapter:
 
     def install(self, dirs: Dirs, rebuild: bool, say: Progress) -> Installed:
         raise BackendError(f"specctl cannot install {self.name}; {self.install_hint}")
+
+    def install_check(self, hw: Hardware) -> tuple[str, str | None]:
+        """What installing this backend here does and costs (one line, said before it starts),
+        and why such an install could not serve a plan made for `hw` (None when it can)."""
+        return f"install {self.name}", None
 
     def store(self) -> ModelStore | None:
         """The backend's own model store, when it has one that other backends can read."""
@@ -349,6 +358,30 @@ class Adapter:
         return compat.RULES[self.vocab_rule](target, draft, compat.file_tokens, False)
 
     # -- running -----------------------------------------------------------------------------
+    def owns(self, flag: str) -> bool:
+        """Does specctl set `flag` itself from the plan (or would it stop the server)?"""
+        return flag in self.owned_flags or flag in ("-h", "--help", "--version")
+
+    def extra_args(self, args: tuple[str, ...], installed: Installed) -> list[str]:
+        """Engine arguments passed through (a profile's `extra_args`, `-- ARGS`), each flag
+        checked against this installation's recorded flags; one line refusing the first that is
+        unknown there or that specctl sets from the plan."""
+        for arg in args:
+            if not arg.startswith("-") or _NUMBER.fullmatch(arg):
+                continue  # a value
+            flag = arg.split("=", 1)[0]
+            if self.owns(flag):
+                raise BackendError(f"{flag}: specctl sets it from the plan (host, port, API key, "
+                                   "model, context, draft); change the profile or use --host, "
+                                   "--port, --ctx, --draft instead")
+            if not installed.flags:
+                raise BackendError(f"{flag}: no flags are recorded for {self.name} "
+                                   f"{installed.version}, so extra arguments cannot be checked")
+            if flag not in installed.flags:
+                raise BackendError(f"{self.name} {installed.version} has no {flag} (its "
+                                   "`--help` lists what it takes)")
+        return list(args)
+
     def launch(self, plan: Plan, installed: Installed) -> Launch:
         raise NotImplementedError
 

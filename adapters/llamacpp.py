@@ -125,6 +125,12 @@ class LlamaCpp(Adapter):
     knobs: ClassVar[frozenset[str]] = frozenset({"p_min"})
     has_workers: ClassVar[bool] = True
     spills: ClassVar[tuple[str, ...]] = ("experts", "layers")  # --n-cpu-moe, -ngl N
+    owned_flags: ClassVar[frozenset[str]] = frozenset({
+        "--host", "--port", "--api-key", "--api-key-file", "-m", "--model", "-hf", "-hfr",
+        "--hf-repo", "-hff", "--hf-file", "-c", "--ctx-size", "-np", "--parallel", "-a",
+        "--alias", "--metrics", "-md", "-hfd", "-hfrd", "-ngld", "-devd", "-ctkd", "-ctvd",
+        "--model-draft", "--hf-repo-draft", "--gpu-layers-draft", "--n-gpu-layers-draft",
+        "--device-draft", "--cache-type-k-draft", "--cache-type-v-draft", "--rpc"})
 
     def __init__(self, configured: Path | None = None, built: Path | None = None,
                  search_path: Iterable[Path] = HOMEBREW,
@@ -175,6 +181,17 @@ class LlamaCpp(Adapter):
         if found is None:
             raise BackendError(f"the build in {bindir} has no runnable llama-server")
         return found
+
+    def install_check(self, hw: Hardware) -> tuple[str, str | None]:
+        tc = _toolchain()
+        what = (f"build llama.cpp for {tc.accel.upper()} from source into the cache (downloads "
+                "the llama-cpp-python source, ~77 MB; compiles for ~6-13 min on 2 cores)")
+        if hw.kind == "cuda" and not shutil.which("nvcc"):
+            return what, ("this machine has an NVIDIA GPU but no CUDA compiler (nvcc), so the "
+                          "llama.cpp build would run on the CPU while the plan is for the GPU; "
+                          "install the CUDA toolkit (nvcc on PATH), or put a CUDA build of "
+                          "llama-server on PATH (or in SPECCTL_LLAMA_SERVER), then run again")
+        return what, None
 
     def tool(self, name: str) -> Path | None:
         if name != "quantize":
@@ -251,6 +268,7 @@ class LlamaCpp(Adapter):
             if installed.dialect == LEGACY_DIALECT:
                 a.add("-fa")  # a quantised V cache needs flash attention (2026 builds: auto)
         self._speculative(a, plan, opts, installed.dialect)
+        a.argv += self.extra_args(plan.extra_args, installed)
         env_from = {"LLAMA_API_KEY": plan.api_key_env} if plan.api_key_env else {}
         url = f"http://{_url_host(plan.host)}:{plan.port}"
         return Launch(argv=tuple(a.argv), env={}, health_url=f"{url}/health",
@@ -279,6 +297,9 @@ class LlamaCpp(Adapter):
 
     def placement(self, log: str) -> str:
         return llamacpp_placement.chosen(log)
+
+    def owns(self, flag: str) -> bool:
+        return super().owns(flag) or flag.startswith(("--spec-", "--draft"))
 
     def rejecting(self, plan: Plan, installed: Installed) -> Plan | None:
         """`--spec-synth-rates 0,...`: the build drafts and verifies, then rejects every draft."""

@@ -200,6 +200,9 @@ class Mlx(Adapter):
         "or MTP use llama.cpp or vLLM")
     options: ClassVar[type[Options]] = MlxOptions
     settings: ClassVar[tuple[type[BaseModel], ...]] = (_Settings,)
+    owned_flags: ClassVar[frozenset[str]] = frozenset({
+        "--model", "--host", "--port", "--draft-model", "--num-draft-tokens", "--kv-bits",
+        "--kv-group-size", "--quantized-kv-start", "--allowed-origins", "--prompt-cache-size"})
 
     def __init__(self, python: Path | None = None, timeout: float = 30.0) -> None:
         self.python, self.timeout = python, timeout
@@ -332,6 +335,7 @@ class Mlx(Adapter):
             "max_tokens": 1, "temperature": 0.0})
         # /health answers 200 before the model has loaded, and 503 (for good: the process stays
         # up) once loading failed; the 1-token request proves the model answers
+        a.argv += self.extra_args(plan.extra_args, installed)
         return Launch(argv=tuple(a.argv), env={"HF_HUB_OFFLINE": "1"},
                       health_url=f"{url}/health", health_failed=frozenset({503}),
                       base_url=f"{url}/v1", setup=(ready,), model=SERVED_MODEL)

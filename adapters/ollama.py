@@ -139,7 +139,15 @@ class Ollama(Adapter):
         return Installed(backend=NAME, version=".".join(map(str, DRAFT_SINCE)),
                          dialect="ollama", methods=methods_for("0.32.12"), assumed=True)
 
+    def extra_args(self, args: tuple[str, ...], installed: Installed) -> list[str]:
+        if args:
+            raise BackendError("Ollama's server takes no per-model engine arguments; set them "
+                               "in a Modelfile (PARAMETER ...) and serve that model, or serve "
+                               "its GGUF through llama.cpp (backend = [\"llamacpp\"])")
+        return []
+
     def launch(self, plan: Plan, installed: Installed) -> Launch:
+        self.extra_args(plan.extra_args, installed)
         if not is_loopback(plan.host):  # an API key would not help: Ollama checks none
             raise BackendError(f"Ollama has no authentication: on {plan.host} anyone who can "
                                "reach it could use it; bind it to 127.0.0.1 (server.host), and "

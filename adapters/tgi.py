@@ -301,7 +301,7 @@ def launcher_args(plan: Plan, opts: TgiOptions, model: str, host: str, port: int
     elif plan.cache_type not in ("f16", "bf16"):
         raise BackendError(f"TGI has no '{plan.cache_type}' KV cache; use cache_type = \"fp8\" "
                            "or \"auto\"")
-    return [*args, *opts.extra_args]
+    return [*args, *opts.extra_args, *plan.extra_args]
 
 
 def check_args(args: Sequence[str], container: bool) -> None:
@@ -318,6 +318,7 @@ def check_args(args: Sequence[str], container: bool) -> None:
 
 class Tgi(Adapter):
     name: ClassVar[str] = NAME
+    owned_flags: ClassVar[frozenset[str]] = OWN_FLAGS
     default_quant: ClassVar[str] = "BF16"
     vocab_rule: ClassVar[str] = "identical"  # no draft model in TGI anyway
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "fp8")
@@ -430,6 +431,7 @@ class Tgi(Adapter):
             raise BackendError(f"TGI has no '{plan.method}' speculation; it has "
                                f"{', '.join(sorted(installed.methods))}")
         opts = options_of(plan, TgiOptions)
+        self.extra_args(plan.extra_args, installed)  # checked here; launcher_args adds them
         engine = engine_of(opts, installed)
         program = installed.path if installed.path and _installed_kind(installed) == engine \
             else (LAUNCHER if engine == "native" else engine)

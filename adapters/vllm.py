@@ -6,11 +6,12 @@ The installed version decides which speculative methods exist (0.33 dropped `med
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import subprocess
 from collections.abc import Mapping
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -130,6 +131,11 @@ class Vllm(Adapter):
     vocab_rule: ClassVar[str] = "identical"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "fp8")
     preference: ClassVar[Mapping[str, int]] = {"cuda": 0}
+    owned_flags: ClassVar[frozenset[str]] = frozenset({
+        "--host", "--port", "--api-key", "--model", "--served-model-name", "--max-model-len",
+        "--max-num-seqs", "--gpu-memory-utilization", "--kv-cache-dtype", "--speculative-config",
+        "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
+        "--distributed-executor-backend", "--per-request-spec-decode-metrics"})
     formats: ClassVar[frozenset[str]] = frozenset({"hf"})
     draft_counters: ClassVar[bool] = True
     install_hint: ClassVar[str] = "`pip install 'specctl[vllm]'` (or set SPECCTL_VLLM_PYTHON)"
@@ -227,11 +233,20 @@ class Vllm(Adapter):
         if not version:
             return None
         return Installed(backend=NAME, version=version, dialect=f"vllm-{version}", path=program,
-                         methods=methods_for(version))
+                         methods=methods_for(version), flags=recorded_flags())
 
     def assumed(self) -> Installed:
         return Installed(backend=NAME, version=NEWEST, dialect=f"vllm-{NEWEST}",
-                         methods=methods_for(NEWEST), assumed=True)
+                         methods=methods_for(NEWEST), assumed=True, flags=recorded_flags())
+
+    def owns(self, flag: str) -> bool:
+        return super().owns(flag.split(".", 1)[0])  # --speculative-config.method too
+
+    def extra_args(self, args: tuple[str, ...], installed: Installed) -> list[str]:
+        """vLLM's dotted JSON form (`--compilation-config.level 3`) is its flag's."""
+        super().extra_args(tuple(a.split(".", 1)[0] if a.startswith("--") else a
+                                 for a in args), installed)
+        return list(args)
 
     def launch(self, plan: Plan, installed: Installed) -> Launch:
         if plan.method not in installed.methods:
@@ -269,6 +284,7 @@ class Vllm(Adapter):
             argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
             if has_per_request_metrics(installed.version):
                 argv += ["--per-request-spec-decode-metrics", "summary"]
+        argv += self.extra_args(plan.extra_args, installed)
         url = f"http://{'127.0.0.1' if plan.host == '0.0.0.0' else plan.host}:{plan.port}"
         env_from = {"VLLM_API_KEY": plan.api_key_env} if plan.api_key_env else {}
         return Launch(argv=tuple(argv), env=env, health_url=f"{url}/health",
@@ -315,6 +331,14 @@ def check_parallel(target: ModelInfo, draft: ModelInfo | None, tp: int, pp: int,
         notes.append(f"Tensor parallel {tp} spans nodes ({per_node} GPUs each): slow; prefer "
                      f"tensor {per_node} x pipeline {tp * pp // per_node}.")
     return notes
+
+
+@functools.cache
+def recorded_flags() -> frozenset[str]:
+    """`vllm serve`'s flags as recorded in dialects/vllm-serve.flags."""
+    text = (resources.files("specctl.adapters") / "dialects" / "vllm-serve.flags").read_text()
+    return frozenset(line.strip() for line in text.splitlines()
+                     if line.strip() and not line.startswith("#"))
 
 
 ADAPTER = Vllm

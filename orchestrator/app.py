@@ -14,11 +14,12 @@ from typing import Any
 
 from specctl.adapters import registry
 from specctl.adapters.base import Adapter, Installed, Launch
-from specctl.orchestrator.config import profiles
+from specctl.orchestrator.config import adhoc, profiles
+from specctl.orchestrator.config.adhoc import Flags
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.config.settings import Settings
-from specctl.orchestrator.errors import ModelError, SpecctlError
+from specctl.orchestrator.errors import ModelError, ProfileError, SpecctlError
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.measure import certificates, tuned, winners
@@ -69,7 +70,8 @@ class App:
         found = self._cache.get("hub")
         if not isinstance(found, Hub):
             offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
-            found = self._cache["hub"] = Hub(self.dirs.cache / "hub", offline=offline)
+            found = self._cache["hub"] = Hub(self.dirs.cache / "hub", offline=offline,
+                                             endpoint=os.environ.get("HF_ENDPOINT") or None)
         return found
 
     def backends(self) -> dict[str, Adapter]:
@@ -89,8 +91,17 @@ class App:
             found = self._cache["hardware"] = hardware.detect()
         return hardware.visible(found, visible)
 
-    def load(self, profile_ref: str) -> Profile:
-        return profiles.load(profile_ref, self.dirs)
+    def load(self, ref: str, flags: Flags | None = None) -> Profile:
+        """A profile by name or file, or one made for a model reference (`hf:ORG/REPO`, a
+        .gguf file, `ollama:NAME`); the command line's flags over it."""
+        flags = flags or Flags()
+        if adhoc.is_model_ref(ref):
+            return profiles.parse(adhoc.toml_for(ref, flags), name=adhoc.name_for(ref),
+                                  source=ref, cli=flags.data())
+        if adhoc.bare_repo(ref):
+            raise ProfileError(f"'{ref}' is neither a profile nor a file; did you mean "
+                               f"hf:{ref} (a model on the Hugging Face Hub)?")
+        return profiles.load(ref, self.dirs, flags.data())
 
     def tuned_key(self, plan: Plan, installed: Installed) -> str:
         return tuned.key(plan, installed.version, self.dirs.state / "model-sha256.json")
@@ -111,16 +122,20 @@ class App:
         """The losslessness certificate state of a run's recorded plan (`status`)."""
         return certificates.for_run(self.dirs.state, plan)
 
+    def model_folders(self, extra: tuple[Path, ...] = ()) -> list[tuple[Path, str]]:
+        """Folders of the user's models beyond specctl's cache: SPECCTL_MODELS_DIRS (and
+        `extra`), LM Studio's."""
+        home = Path.home()
+        return [*((f, "models-dir") for f in [*self.settings.model_folders(), *extra]),
+                (home / ".lmstudio" / "models", "lm-studio"),
+                (home / ".cache" / "lm-studio" / "models", "lm-studio")]
+
     def draft_candidates(self, target: ModelInfo, backend: Adapter,
                          extra: tuple[Path, ...] = (), methods: frozenset[str] = frozenset(),
                          room: int | None = None) -> list[drafts.Candidate]:
         """Every draft candidate for `target` on `backend` (on disk, on the Hub, in the catalog,
         and the draftless `methods`), judged by the backend's rule and ranked."""
-        home = Path.home()
-        folders = [(self.dirs.models, "specctl"), *((f, "models-dir") for f in
-                                                   [*self.settings.model_folders(), *extra]),
-                   (home / ".lmstudio" / "models", "lm-studio"),
-                   (home / ".cache" / "lm-studio" / "models", "lm-studio")]
+        folders = [(self.dirs.models, "specctl"), *self.model_folders(extra)]
         resolver = self.resolver()
         gguf = "gguf" in backend.formats
         try:

@@ -20,7 +20,7 @@ def test_short_bench_reports_raw_samples_that_recompute_the_speedups(tmp_path: P
                        'k = 3\n[server]\ncontext = 2048\n')
     out = tmp_path / "report.json"
     done = specctl("bench", "--profile", str(profile), "--suite", "code,summarize",
-                   "--prompts", "2", "--repeats", "2", "--max-tokens", "24", "--json", str(out))
+                   "--prompts", "2", "--repeats", "2", "--max-tokens", "24", "--output", str(out))
     assert done.returncode == 0, done.stderr
     assert "verdict:" in done.stdout
     report = json.loads(out.read_text())
@@ -43,7 +43,7 @@ def test_short_bench_reports_raw_samples_that_recompute_the_speedups(tmp_path: P
         assert mine["speedup_high"] <= mine["bound"] or "implausible" in mine
     assert report["conditions"]["sequential"] is False and report["conditions"]["cost"] > 0.5
     assert all(s["drafted"] == 0 for s in samples if s["config"] == "baseline")
-    saved = list((Path(done.stdout.split("raw samples:")[1].strip())).parent.glob("*.json"))
+    saved = list((Path(done.stderr.split("raw samples:")[1].strip())).parent.glob("*.json"))
     assert saved, "the report is also saved under the state dir"
 
 
@@ -59,7 +59,7 @@ def test_sampling_check_passes_speculation_and_flags_the_draft_alone(tmp_path: P
         out = tmp_path / f"{against}.json"
         done = specctl("bench", "--profile", str(profile), "--suite", "chat", "--prompts", "1",
                        "--repeats", "1", "--max-tokens", "8", "--quality", "--no-floor",
-                       "--samples", "24", "--quality-against", against, "--json", str(out))
+                       "--samples", "24", "--quality-against", against, "--output", str(out))
         assert done.returncode == 0, done.stderr
         found[against] = json.loads(out.read_text())["quality"]["categories"]["chat"]
     assert found["speculative"]["p_value"] > 0.001, found["speculative"]["message"]

@@ -165,7 +165,7 @@ def test_specctl_sigkill_leaves_a_group_that_the_next_command_cleans(
     assert done.returncode == 0, done.stderr
     assert procs.group_members(pgid) == []
     if then == "up":
-        assert "leftover" in done.stdout
+        assert "leftover" in done.stderr  # a note: stderr (the URL alone is stdout)
         assert read_state(env)["status"] == "running"
 
 
@@ -200,7 +200,7 @@ def test_state_file_garbage_is_set_aside(env: dict[str, str], smol: Path) -> Non
     (runs(env) / "smol.json").write_bytes(b"\x00\x01garbage")
     done = up(env, smol)
     assert done.returncode == 0, done.stderr
-    assert "unreadable" in done.stdout
+    assert "unreadable" in done.stderr
     assert read_state(env)["status"] == "running"
 
 

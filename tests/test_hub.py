@@ -184,7 +184,7 @@ def test_pull_resumes_after_the_server_is_killed_halfway_and_checks_the_file(
     assert local.stat().st_size == size
     assert testbed.sha256_file(local) == testbed.BY_KEY["smollm2-135m"].sha256
     again = specctl("models", "pull", ref, env=env)
-    assert again.returncode == 0 and "already on disk" in again.stdout
+    assert again.returncode == 0 and "already on disk" in again.stderr
 
 
 @pytest.mark.server
@@ -203,7 +203,7 @@ def test_up_pulls_a_draft_that_is_only_on_the_hub_and_serves_with_it(
         try:
             done = specctl("up", "--profile", str(profile), env=env)
             assert done.returncode == 0, done.stderr
-            assert "pulling hf:HuggingFaceTB/SmolLM2-135M-Instruct-GGUF" in done.stdout
+            assert "pulling hf:HuggingFaceTB/SmolLM2-135M-Instruct-GGUF" in done.stderr
             reply = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
                                   json={"messages": [{"role": "user", "content": "Count to 9"}],
                                         "max_tokens": 16, "temperature": 0}).json()

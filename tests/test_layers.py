@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LEAVES = {"errors", "files", "sizes"}
+LEAVES = {"errors", "files", "sizes", "humanize"}
 BASE = LEAVES | {"adapters.base", "adapters.registry"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),

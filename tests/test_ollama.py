@@ -243,7 +243,7 @@ def test_models_pull_goes_through_the_daemon(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         blob = Path(done.stdout.strip().splitlines()[-1].split(": ", 1)[1])
         assert blob.parent == store / "blobs" and blob.is_file()
-        assert "bytes" in done.stdout  # progress from the daemon's stream
+        assert "bytes" in done.stderr  # progress from the daemon's stream: stderr
         missing = specctl("models", "pull", "ollama:nosuch:7b", env=env)
         assert missing.returncode != 0
         assert missing.stderr.count("\n") == 1 and "file does not exist" in missing.stderr

@@ -117,7 +117,7 @@ def test_draft_none(tmp_path: Path) -> None:
     assert plan.k == 0
     assert not plan.speculative
     assert plan.memory.draft_bytes == 0
-    assert 'speculation off (draft = "none")' in plan.reasons[-1]
+    assert plan.reasons[-1] == 'Speculation off: draft = "none".'  # no stutter
     argv = LlamaCpp().launch(plan, installed).argv
     for flag in ("-md", "-hfd", "--spec-type", "--spec-draft-n-max"):
         assert flag not in argv

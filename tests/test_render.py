@@ -78,13 +78,13 @@ def candidates() -> list[Candidate]:
 def test_status_keeps_the_url_and_figures_whole(terminal: bool) -> None:
     text = rendered(lambda c: render.show_status(c, rows()), terminal)
     whole(text, URL, "http://127.0.0.1:18081/v1", "cuda-h100-llama70b-eagle3",
-          "87% (870/1000)", "121 min", "12")
+          "87% (870/1000)", "2 h 1 min", "12")
 
 
 def test_status_piped_prints_one_row_per_line() -> None:
     text = rendered(lambda c: render.show_status(c, rows()), terminal=False)
     line = line_with(text, URL)
-    for cell in ("cuda-h100-llama70b-eagle3", "running", "121 min", "12",
+    for cell in ("cuda-h100-llama70b-eagle3", "running", "2 h 1 min", "12",
                  "eagle3 draft Llama-3.3-70B-EAGLE3 k=5, p_min 0.75", "87% (870/1000)"):
         assert cell in line, line
     assert not set(text) & set("┃│━─┏┡└╇")

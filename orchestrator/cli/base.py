@@ -6,6 +6,9 @@ what they use inside their functions, and the rich consoles are made on first us
 
 from __future__ import annotations
 
+import functools
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +31,9 @@ class _LazyConsole:
 
             from specctl.orchestrator.sanitise import strip_control
 
-            self._console = Console(stderr=self._stderr, soft_wrap=True)
+            # prose wraps at words to the terminal's width (80 when piped, or $COLUMNS);
+            # data that must stay whole (argv, paths, error lines) is printed with soft_wrap
+            self._console = Console(stderr=self._stderr)
             self._console.push_render_hook(strip_control())  # no ESC from outside, ever
         return self._console
 
@@ -47,6 +52,64 @@ err_console: Any = _LazyConsole(stderr=True)
 
 PROFILE = click.option("--profile", "-p", "profile_ref", required=True, metavar="NAME|FILE",
                        help="A profile name (`specctl profiles`) or a path to a .toml file.")
+MODEL_OR_PROFILE = ("a model (hf:ORG/REPO[:QUANT], a .gguf file, a store's STORE:NAME) or a "
+                    "profile (-p NAME)")
+
+
+def override_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--port, --host, --ctx, --backend, --draft: the command gets them as `flags`."""
+    from specctl.orchestrator.config.adhoc import Flags
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, port: int | None, host: str | None, ctx: int | None,
+                backend_names: str | None, draft: str | None, **kwargs: Any) -> Any:
+        backends = tuple(n.strip() for n in (backend_names or "").split(",") if n.strip())
+        flags = Flags(port=port, host=host, ctx=ctx, backend=backends, draft=draft)
+        return func(*args, flags=flags, **kwargs)
+
+    for option in reversed(OVERRIDES):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def model_or_profile(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`[MODEL]` or `-p PROFILE`, the flags that override any profile, and `-- ARGS` (engine
+    arguments); the command gets `ref` (one of the two, checked) and `flags`."""
+    from dataclasses import replace
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, words: tuple[str, ...], profile_ref: str | None,
+                flags: Any, **kwargs: Any) -> Any:
+        model, extra = (None, words) if profile_ref else (words[0] if words else None, words[1:])
+        if bool(model) == bool(profile_ref):
+            raise click.UsageError(f"name {MODEL_OR_PROFILE}" if not model else
+                                   "name a model or a profile (-p), not both")
+        if extra and "--" not in sys.argv:
+            raise click.UsageError(f"unexpected {' '.join(extra)}: name a model or a profile "
+                                   "(-p), not both; engine arguments go after `--`, e.g. "
+                                   "`specctl up MODEL -- --jinja`")
+        flags = replace(flags, extra=tuple(extra)) if extra else flags
+        return func(*args, ref=model or profile_ref, flags=flags, **kwargs)
+
+    command = override_flags(wrapper)
+    command = click.option("--profile", "-p", "profile_ref", metavar="NAME|FILE",
+                           help="A profile name (`specctl profiles`) or a .toml file.")(command)
+    return click.argument("words", nargs=-1, type=click.UNPROCESSED,
+                          metavar="[MODEL] [-- ENGINE-ARGS...]")(command)
+
+
+OVERRIDES = [
+    click.option("--port", type=click.IntRange(1, 65535), help="Serve on this port."),
+    click.option("--host", metavar="ADDRESS", help="Bind this address (beyond 127.0.0.1 needs "
+                 "an API key: the profile's server.api_key_env)."),
+    click.option("--ctx", type=click.IntRange(256, 1 << 24), metavar="TOKENS",
+                 help="Context size (shrunk to fit memory when it does not)."),
+    click.option("--backend", "backend_names", metavar="NAME[,NAME]",
+                 help="Backend(s) in preference order (`specctl backend list`)."),
+    click.option("--draft", metavar="REF|auto|ngram|none",
+                 help="The draft: a model reference, auto, ngram or none."),
+]
+
 HARDWARE = click.option("--hardware", type=click.Path(path_type=Path), metavar="FILE.json",
                         help="Plan for a recorded machine instead of this one "
                              "(written by `specctl doctor --record`).")
@@ -60,6 +123,7 @@ def cli() -> None:
     \b
     specctl doctor                  what is here and what would run
     specctl plan -p cpu-demo        the resolved plan: backend, draft, k, memory, argv, why
-    specctl up -p cpu-demo          launch, wait until healthy, print the URL
+    specctl up hf:ORG/REPO[:QUANT]  run a Hub model with an automatic draft, print the URL
+    specctl up -p cpu-demo          launch a profile, wait until healthy, print the URL
     specctl status | logs | down
     """

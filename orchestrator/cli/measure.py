@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from specctl.orchestrator.cli.base import PROFILE, cli, console
+from specctl.orchestrator.cli.base import PROFILE, cli, console, err_console
 from specctl.orchestrator.errors import NotUsableError, SpecctlError
 
 if TYPE_CHECKING:
@@ -82,8 +82,10 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
               help="Also measure N concurrent streams per level (e.g. 1,2,4): aggregate "
                    "tokens/s, latency, and where speculation stops paying.")
 @click.option("--max-tokens", default=96, show_default=True)
-@click.option("--json", "json_out", type=click.Path(path_type=Path),
-              help="Also write the report here (it is always saved under the state dir).")
+@click.option("--output", "-o", "json_out", type=click.Path(path_type=Path), metavar="FILE",
+              help="Also write the report (JSON) here (it is always saved under the state dir).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as JSON on stdout instead of the tables.")
 @click.option("--plot", type=click.Path(path_type=Path), metavar="FILE.png",
               help="Plot tokens/s and speedup per category (needs matplotlib).")
 @click.option("--quality", is_flag=True,
@@ -116,7 +118,7 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
 def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeats: int,
           prompts_arg: str,
           mix: str | None, levels: str | None, max_tokens: int, json_out: Path | None,
-          plot: Path | None, quality: bool,
+          as_json: bool, plot: Path | None, quality: bool,
           quality_against: str, samples: int, temperature: float | None, top_p: float | None,
           floor: bool | None, precision: float | None, budget: str, sequential: bool,
           versus: str | None) -> None:
@@ -128,7 +130,11 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
     step, per-level figures with --concurrency, and how many greedy outputs were
     identical to the baseline's (against the floor: the target verifying drafts it always
     rejects). --quality then samples both servers and tests whether the output distributions
-    differ, per category, with a false-alarm rate of 5%."""
+    differ, per category, with a false-alarm rate of 5%.
+
+    \b
+    specctl bench -p cpu-demo --prompts 2          (after `specctl up -p cpu-demo` provided it)
+    specctl bench -p cpu-demo --json > report.json"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.measure import bench as bench_mod
@@ -143,7 +149,7 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
                                 "budget": _seconds(budget)}
     if versus:
         _versus(app, profile_ref, versus, _ints(ks), work, repeats, max_tokens, json_out,
-                how_long)
+                how_long, as_json)
         return
     resolved = app.resolve(profile_ref)
     plan = resolved.plan
@@ -155,7 +161,7 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
     how = lossless.Sampling(temperature or sampling.temperature, top_p or sampling.top_p,
                             samples=samples)
     notes: dict[str, Any] = {}
-    with render.progress_bar(console, "bench") as step:
+    with render.progress_bar(err_console, "bench") as step:
         measured = bench_mod.measure(configs, resolved.backend, resolved.installed, work,
                                      repeats, max_tokens, app.dirs.logs, step, concurrency,
                                      notes=notes, **how_long)
@@ -183,13 +189,17 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
     saved = reports.save(app.dirs.bench, resolved.plan.profile, result)
     if json_out:
         json_out.write_text(json.dumps(result, indent=2) + "\n")
-    render.show_bench(console, result)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        render.show_bench(console, result)
     if plot:
         reports.plot_bench(result, plot)
-        console.print(f"plot: {plot}")
-    console.print(f"raw samples: {saved}", highlight=False)
+        err_console.print(f"plot: {plot}", highlight=False)
+    err_console.print(f"raw samples: {saved}", highlight=False)
     if result.get("certificate"):
-        console.print(f"certificate: {result['certificate']}", highlight=False, markup=False)
+        err_console.print(f"certificate: {result['certificate']}", highlight=False,
+                          markup=False)
     if result["outcome"] in verdicts.PROBLEMS:
         bad = ", ".join(dict.fromkeys(f["config"] for f in result["findings"]))
         raise NotUsableError(f"{result['outcome']}: do not use {bad} (the verdict above says "
@@ -212,7 +222,7 @@ def _certify(app: App, resolved: Resolved, result: dict[str, Any]) -> str:
 
 def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workload,
             repeats: int, max_tokens: int, json_out: Path | None,
-            how_long: dict[str, Any]) -> None:
+            how_long: dict[str, Any], as_json: bool) -> None:
     """bench --backends: each backend measured in turn; the fastest saved for this machine."""
     from specctl.adapters import registry
     from specctl.orchestrator.cli import render
@@ -230,10 +240,10 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
         if got.installed.assumed:
             raise SpecctlError(f"{name} is not installed here; {got.backend.install_hint}")
         entries.append(versus.Entry(got.plan, got.backend, got.installed))
-    with render.progress_bar(console, "bench") as step:
+    with render.progress_bar(err_console, "bench") as step:
         found, speeds = versus.compare(entries, ks, work, repeats, max_tokens, app.dirs.logs,
                                        step, **how_long)
-    for result in found:
+    for result in [] if as_json else found:
         render.show_bench(console, result)
     hw = entries[0].plan.hardware
     winner = winners.Winner(profile=profile.name, machine=hw.name, speeds=tuple(speeds),
@@ -241,9 +251,13 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
                             report=str(reports.save(app.dirs.bench, profile.name,
                                                     {"backends": found})))
     path = winners.save(app.dirs.state / "backends", winner, hw.fingerprint())
+    data = {"backends": found, "winner": winner.model_dump()}
     if json_out:
-        json_out.write_text(json.dumps({"backends": found, "winner": winner.model_dump()},
-                                       indent=2) + "\n")
+        json_out.write_text(json.dumps(data, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        err_console.print(f"fastest: {winner.why()}; saved to {path}", highlight=False)
+        return
     for s in speeds:
         console.print(f"{s.backend:10} {s.tps:7.1f} tok/s ({s.setting}, {s.speedup:.2f}x its "
                       "baseline)", highlight=False, markup=False)
@@ -283,7 +297,7 @@ def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workloa
 @click.option("--sequential", is_flag=True,
               help="One server at a time, in alternating blocks (what happens by itself when "
                    "the baseline and a speculative server do not fit in memory together).")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: float | None,
          max_k: int, exhaustive: bool, show: bool, prompts_arg: str, mix: str | None,
          concurrency: int | None, max_tokens: int, quality: bool, precision: float,
@@ -300,7 +314,11 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
     did not reach the precision is not saved. On backends that switch k by batch size (vLLM) it
     also measures that schedule. Before saving, a short
     sampling check (--no-quality skips it) refuses a setting whose output at temperature > 0
-    differs from the target's alone; `bench --quality` is the full check."""
+    differs from the target's alone; `bench --quality` is the full check.
+
+    \b
+    specctl tune --what-if --alpha 0.8 --cost 0.1    (the cost model alone)
+    specctl tune -p cpu-demo                         (after `specctl up -p cpu-demo`)"""
     from dataclasses import replace
 
     from specctl.orchestrator.app import App
@@ -342,7 +360,7 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
         return
     work = _workload("code,chat,summarize", prompts_arg, mix)
     level = concurrency or resolved.plan.parallel
-    with render.progress_bar(console, "tune") as step:
+    with render.progress_bar(err_console, "tune") as step:
         runner = trials.Bench(resolved.backend, resolved.installed, work, max_tokens,
                               app.dirs.logs, step, level)
         per_batch = resolved.backend.k_per_batch(resolved.installed)
@@ -373,8 +391,8 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
     path = tuned_mod.save(app.dirs.tuned, result)
     click.echo(json.dumps(result.to_json(), indent=2)) if as_json else \
         render.show_tuned(console, result)
-    console.print(f"saved: {path}; `specctl plan -p {resolved.plan.profile}` now uses it",
-                  highlight=False)
+    err_console.print(f"saved: {path}; `specctl plan -p {resolved.plan.profile}` now uses it",
+                      highlight=False)
 
 
 def _gate(resolved: Resolved, result: tuned_mod.Result, work: Workload, logs: Path,

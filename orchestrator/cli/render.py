@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Iterator
+import textwrap
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from specctl.adapters.base import Installed, Launch
 from specctl.orchestrator import sanitise
 from specctl.orchestrator.cli import tables
 from specctl.orchestrator.cli.tables import Column
+from specctl.orchestrator.humanize import duration
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.measure.tuned import Measured
 from specctl.orchestrator.measure.tuned import Result as Tuned
@@ -26,24 +29,35 @@ if TYPE_CHECKING:
     from specctl.orchestrator.runs import Row
 
 
+def hanging(console: Console, rows: Iterable[tuple[str, str]], bold: bool = True) -> None:
+    """Key-value rows whose values wrap at spaces under themselves (a hanging indent) to the
+    console's width; a word longer than the line (a path) stays whole."""
+    rows = list(rows)
+    keys = max((len(k) for k, _ in rows), default=0)
+    room = max(console.width - keys - 1, 20)
+    for key, value in rows:
+        lines = textwrap.wrap(value, room, break_long_words=False, break_on_hyphens=False) or [""]
+        text = Text(key.ljust(keys) + " ", style="bold" if bold else "")
+        text.append(("\n" + " " * (keys + 1)).join(lines))
+        console.print(text, soft_wrap=True, highlight=False)
+
+
 def show_plan(console: Console, plan: Plan, installed: Installed, launch: Launch) -> None:
     m = plan.memory
-    for key, value in (
-            ("profile", plan.profile),
-            ("machine", f"{plan.hardware.name}: {plan.hardware.describe()}"),
-            ("backend", installed.describe()), ("target", plan.target.describe()),
-            ("draft", plan.draft.describe() if plan.draft else "-"),
-            ("speculation", plan.describe_spec()),
-            ("memory", "{} of {}: {}".format(*gib_pair(m.device_bytes, m.budget.limit),
-                                             m.breakdown())),
-            ("url", launch.base_url)):
-        console.print(f"[bold]{key:<11}[/bold] {escape(sanitise.line(value))}", highlight=False)
+    hanging(console, [(key, sanitise.line(value)) for key, value in (
+        ("profile", plan.profile),
+        ("machine", f"{plan.hardware.name}: {plan.hardware.describe()}"),
+        ("backend", installed.describe()), ("target", plan.target.describe()),
+        ("draft", plan.draft.describe() if plan.draft else "-"),
+        ("speculation", plan.describe_spec() if plan.speculative else "off"),
+        ("memory", "{} of {}: {}".format(*gib_pair(m.device_bytes, m.budget.limit),
+                                         m.breakdown())),
+        ("url", launch.base_url))])
     console.print("\n[bold]argv[/bold]")
     console.print(sanitise.line(shlex.join(launch.argv)), soft_wrap=True, highlight=False,
                   markup=False)
     console.print("\n[bold]why[/bold]")
-    for reason in plan.reasons:
-        console.print(f"- {sanitise.line(reason)}", highlight=False, markup=False)
+    hanging(console, [("-", sanitise.line(reason)) for reason in plan.reasons], bold=False)
 
 
 def status_json(row: Row) -> dict[str, Any]:
@@ -62,8 +76,8 @@ def show_status(console: Console, rows: list[Row]) -> None:
         rate = r.stats.acceptance_rate if r.stats else None
         acc = (f"{rate:.0%} ({r.stats.accepted}/{r.stats.drafted})" if r.stats and rate is not None
                else "-")
-        cells.append([r.profile, r.status, r.url, f"{r.uptime_s / 60:.0f} min", str(r.restarts),
-                      r.spec, acc])
+        cells.append([r.profile, r.status, r.url, duration(r.uptime_s) if r.uptime_s else "-",
+                      str(r.restarts), r.spec, acc])
     tables.show(console, [Column("profile"), Column("status"), Column("url"),
                           Column("uptime", right=True), Column("restarts", right=True),
                           Column("speculation", text=True), Column("acceptance", right=True)],

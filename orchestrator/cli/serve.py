@@ -12,16 +12,23 @@ from typing import TYPE_CHECKING
 import click
 
 from specctl.orchestrator import sanitise
-from specctl.orchestrator.cli.base import PROFILE, cli, console, err_console
-from specctl.orchestrator.errors import BackendError, SpecctlError
+from specctl.orchestrator.cli.base import (
+    PROFILE,
+    cli,
+    console,
+    err_console,
+    model_or_profile,
+)
+from specctl.orchestrator.errors import SpecctlError
 
 if TYPE_CHECKING:
     from specctl.orchestrator.app import App, Resolved
+    from specctl.orchestrator.config.adhoc import Flags
     from specctl.orchestrator.service import units
 
 
 @cli.command()
-@PROFILE
+@model_or_profile
 @click.option("--foreground", is_flag=True,
               help="Supervise in this process until stopped (for systemd/launchd).")
 @click.option("--no-provision", is_flag=True,
@@ -29,15 +36,23 @@ if TYPE_CHECKING:
 @click.option("--no-download", is_flag=True,
               help="Fail instead of pulling models that are only on the Hugging Face Hub "
                    "(also SPECCTL_NO_DOWNLOAD=1).")
+@click.option("--yes", "-y", is_flag=True,
+              help="Do not ask before a build or a download (runs without a terminal never ask).")
 @click.option("--handoff", type=click.Path(path_type=Path), hidden=True,
               help="The launch `up` resolved (internal: the detached supervisor reads it).")
-def up(profile_ref: str, foreground: bool, no_provision: bool, no_download: bool,
-       handoff: Path | None) -> None:
-    """Launch the profile's server, wait until healthy, print the OpenAI-compatible URL.
+def up(ref: str, flags: Flags, foreground: bool, no_provision: bool, no_download: bool,
+       yes: bool, handoff: Path | None) -> None:
+    """Serve a model (no profile needed) or a profile; wait until healthy; print the URL.
 
-    Without --foreground a detached supervisor keeps the server up (restarting it after a crash)
-    until `specctl down`. The plan is made once, here: what is printed is what runs. Models
-    that are only on the Hugging Face Hub are pulled first (size shown), unless --no-download."""
+    \b
+    specctl up hf:Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:Q4_K_M   a Hub model, draft and k auto
+    specctl up ./model.gguf --port 9000 --ctx 4096
+    specctl up -p cpu-demo                                       a profile (`specctl profiles`)
+
+    The plan is made and checked first (the model, memory, the draft, API key and Hub token), then
+    `up` says what it must build or download and how large, asks in a terminal (--yes skips),
+    and does it. Without --foreground a detached supervisor keeps the server up (restarting it
+    after a crash) until `specctl down`. The URL goes to stdout, progress to stderr."""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.runtime import handoff as handoff_mod
@@ -48,41 +63,52 @@ def up(profile_ref: str, foreground: bool, no_provision: bool, no_download: bool
     if handoff is not None:  # the detached supervisor: run what the parent resolved
         ready = handoff_mod.take(handoff, app.dirs.runs)
         sys.exit(runs.serve_foreground(app, ready, console.print))
-    resolved = _resolve_for_up(app, profile_ref, provide=not no_provision,
-                               download=not (no_download or app.settings.no_download))
+    resolved = _resolve_for_up(app, ref, flags, provide=not no_provision,
+                               download=not (no_download or app.settings.no_download), yes=yes)
     ready = runs.ready_of(app, resolved)
     if foreground:
-        sys.exit(runs.serve_foreground(app, ready, console.print))
-    console.print(f"starting {ready.name}: {ready.spec}", highlight=False)
-    run = runs.start_detached(app, ready, console.print)
-    console.print(f"[bold green]{run.profile} is up[/bold green] at {run.url}", highlight=False)
-    console.print(f"speculation: {run.spec}", highlight=False)
+        sys.exit(runs.serve_foreground(app, ready, err_console.print))
+    err_console.print(f"starting {ready.name}: {ready.spec}", highlight=False)
+    run = runs.start_detached(app, ready, err_console.print)
+    err_console.print(f"[bold green]{run.profile} is up[/bold green], speculation: {run.spec}",
+                      highlight=False)
     if run.plan.get("model"):
-        console.print(f"model name for requests: {run.plan['model']}", highlight=False)
-    console.print(f"logs: specctl logs {run.profile} -f    stop: specctl down {run.profile}")
+        err_console.print(f"model name for requests: {run.plan['model']}", highlight=False)
+    err_console.print(f"logs: specctl logs {run.profile} -f    stop: specctl down {run.profile}",
+                      highlight=False)
+    click.echo(run.url)
 
 
-def _resolve_for_up(app: App, profile_ref: str, provide: bool, download: bool) -> Resolved:
-    """Load the profile once, probe once, provide only what the chosen backend needs, plan,
-    then pull the plan's models that are only on the Hub."""
+def _resolve_for_up(app: App, ref: str, flags: Flags, provide: bool, download: bool,
+                    yes: bool) -> Resolved:
+    """Plan and check everything first (preflight), say what must be built or fetched and ask,
+    then install the backend, fetch the test models, plan again with what was installed, and
+    pull the plan's models that are only on the Hub."""
     from dataclasses import replace
 
-    from specctl.orchestrator.runtime import provision
+    from specctl.orchestrator.runtime import preflight, provision
 
-    profile = app.load(profile_ref)
-    choice = app.choose(profile)
-    if choice.installed.assumed:
-        backend = app.backends()[choice.name]
-        if not provide or not provision.installable(backend):
-            raise BackendError(f"{profile.name} runs on {choice.name}, which is not installed "
-                               f"here; install it with {backend.install_hint}")
-        console.print(f"{choice.name} is not installed: installing it", highlight=False)
-        provision.install(backend, app.dirs)
-        app.reprobe(choice.name)
-    if provide:
-        provision.missing_models(profile, app.dirs, app.backends(), console.print)
+    say = err_console.print
+    profile = app.load(ref, flags)
     resolved = app.resolve(profile)
-    plan = provision.remote_models(resolved.plan, app.resolver(), download, console.print)
+    resolved.launch()  # pure: the engine arguments are checked now, not after a build
+    resolver = app.resolver()
+    todo = preflight.check(resolved.plan, provision.testbed_keys(profile), resolved.backend,
+                           resolved.installed.assumed, app.hub(), app.dirs.models, provide,
+                           download, lambda r: resolver.how_to_get(resolver.ref(r)), os.environ)
+    if not todo.empty:
+        for line in todo.lines():
+            say(f"up will {line}", highlight=False, markup=False)
+        if not yes and sys.stdin.isatty() and sys.stderr.isatty():
+            click.confirm("go ahead?", default=True, abort=True, err=True)
+    if todo.install:
+        provision.install(resolved.backend, app.dirs)
+        app.reprobe(resolved.backend.name)
+    if todo.testbed:
+        provision.missing_models(profile, app.dirs, app.backends(), say)
+    if todo.install or todo.testbed:
+        resolved = app.resolve(profile)  # the installed dialect, the files now on disk
+    plan = provision.remote_models(resolved.plan, resolver, download, say)
     return replace(resolved, plan=plan)
 
 
@@ -90,24 +116,35 @@ def _resolve_for_up(app: App, profile_ref: str, provide: bool, download: bool) -
 @click.argument("name", required=False)
 @click.option("--all", "all_", is_flag=True, help="Stop every running profile.")
 def down(name: str | None, all_: bool) -> None:
-    """Stop a profile's server (the whole process group) and its supervisor."""
+    """Stop a profile's server (the whole process group) and its supervisor.
+
+    \b
+    specctl down cpu-demo
+    specctl down --all"""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.runtime import state
 
     app = App.from_env()
-    names = state.all_profiles(app.dirs.runs) if all_ else [name] if name else []
-    if not names:
+    if not all_ and not name:
         raise click.UsageError("name a profile, or pass --all")
+    names = state.all_profiles(app.dirs.runs) if all_ else [name or ""]
+    if not names:
+        err_console.print("nothing running")
+        return
     for profile in names:
         stopped = runs.down(app, profile)
         console.print(f"{profile}: {'stopped' if stopped else 'was not running'}")
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (stdout).")
 def status(as_json: bool) -> None:
-    """Running profiles: URL, uptime, restarts and the live draft acceptance rate."""
+    """Running profiles: URL, uptime, restarts and the live draft acceptance rate (`ps` too).
+
+    \b
+    specctl status
+    specctl status --json | jq '.[].url'"""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
@@ -119,9 +156,12 @@ def status(as_json: bool) -> None:
         click.echo(json.dumps([render.status_json(r) for r in rows], indent=2))
         return
     if not rows:
-        console.print("nothing running (`specctl up --profile NAME`)")
+        err_console.print("nothing running (`specctl up MODEL` or `specctl up -p NAME`)")
         return
     render.show_status(console, rows)
+
+
+cli.add_command(status, "ps")
 
 
 @cli.command()
@@ -130,7 +170,10 @@ def status(as_json: bool) -> None:
 @click.option("-n", "--lines", default=50, show_default=True, type=click.IntRange(min=0),
               help="Lines to show first (0: none).")
 def logs(name: str, follow: bool, lines: int) -> None:
-    """Print a profile's server log (under systemd: the unit's journal, via journalctl)."""
+    """Print a profile's server log (under systemd: the unit's journal, via journalctl).
+
+    \b
+    specctl logs cpu-demo -f"""
     from specctl.orchestrator.config.paths import Dirs
     from specctl.orchestrator.files import inside
     from specctl.orchestrator.runtime import procs
@@ -165,7 +208,10 @@ def worker() -> None:
 @click.option("--threads", type=int, help="CPU threads (default: the worker's own).")
 @click.option("--foreground", is_flag=True, help="Supervise in this process (for services).")
 def worker_up(port: int, host: str, threads: int | None, foreground: bool) -> None:
-    """Start a worker under supervision (restarted after a crash until `worker down`)."""
+    """Start a worker under supervision (restarted after a crash until `worker down`).
+
+    \b
+    specctl worker up --port 50052"""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
 
@@ -186,7 +232,10 @@ def worker_up(port: int, host: str, threads: int | None, foreground: bool) -> No
 @worker.command("down")
 @click.option("--port", type=click.IntRange(1, 65535), default=50052, show_default=True)
 def worker_down(port: int) -> None:
-    """Stop the worker on PORT."""
+    """Stop the worker on PORT.
+
+    \b
+    specctl worker down --port 50052"""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
 
@@ -219,7 +268,10 @@ def service_install(profile_ref: str, system: bool, manager: str | None, dry_run
                     enable: bool, user_name: str | None) -> None:
     """Write a unit running `specctl up --profile NAME --foreground` (restart on failure,
     whole-group stop, hardened). API keys go in <config>/service.env, never in the unit. A
-    --system service runs as a named user (User=), never as root."""
+    --system service runs as a named user (User=), never as root.
+
+    \b
+    specctl service install -p cpu-demo --dry-run"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.config import profiles as profiles_mod
     from specctl.orchestrator.service import manage as service_mod
@@ -272,7 +324,10 @@ def _named_service(name: str, system: bool,
 @SCOPE
 @MANAGER
 def service_uninstall(name: str, system: bool, manager: str | None) -> None:
-    """Stop, disable and remove a profile's service."""
+    """Stop, disable and remove a profile's service.
+
+    \b
+    specctl service uninstall cpu-demo"""
     from specctl.orchestrator.service import manage as service_mod
 
     spec, mgr = _named_service(name, system, manager)
@@ -286,7 +341,10 @@ def service_uninstall(name: str, system: bool, manager: str | None) -> None:
 @MANAGER
 def service_status(name: str, system: bool, manager: str | None) -> None:
     """The service's state, its restarts and last exit (the manager's, the one restart layer),
-    and the server's health and acceptance as `status` shows them."""
+    and the server's health and acceptance as `status` shows them.
+
+    \b
+    specctl service status cpu-demo"""
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render

@@ -5,24 +5,38 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
 
-from specctl.orchestrator.cli.base import HARDWARE, PROFILE, cli, console
+from specctl.orchestrator.cli.base import (
+    HARDWARE,
+    cli,
+    console,
+    err_console,
+    model_or_profile,
+    override_flags,
+)
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.sizes import gib
+from specctl.orchestrator.sizes import gib, in_gib
 
 if TYPE_CHECKING:
     from specctl.orchestrator.app import App, Resolved
+    from specctl.orchestrator.config.adhoc import Flags
+    from specctl.orchestrator.machine.hardware import Hardware
     from specctl.orchestrator.measure import certificates
 
 
 @cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON (stdout).")
 @click.pass_context
-def profiles(ctx: click.Context) -> None:
-    """List the profiles (shipped and yours), or show one."""
+def profiles(ctx: click.Context, as_json: bool) -> None:
+    """List the profiles (shipped and yours), show one, or write one for a model.
+
+    \b
+    specctl profiles
+    specctl profiles show cpu-demo"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import tables
     from specctl.orchestrator.cli.tables import Column
@@ -38,25 +52,66 @@ def profiles(ctx: click.Context) -> None:
         except SpecctlError as exc:
             desc = f"invalid: {exc}"
         source = "user" if path.is_relative_to(app.dirs.profiles) else "shipped"
-        rows.append([name, source, desc])
+        rows.append([name, source, desc, str(path)])
+    if as_json:
+        click.echo(json.dumps([dict(zip(("name", "source", "description", "path"), r,
+                                        strict=True)) for r in rows], indent=2))
+        return
+    rows = [r[:3] for r in rows]
     tables.show(console, [Column("profile"), Column("source"), Column("description", text=True)],
                 rows)
+
+
+@profiles.command("new")
+@click.argument("name")
+@click.argument("ref", metavar="FROM-REF")
+@override_flags
+@click.option("--force", is_flag=True, help="Replace a profile of that name.")
+def profiles_new(name: str, ref: str, flags: Flags, force: bool) -> None:
+    """Write the profile that `specctl up FROM-REF [flags]` runs, commented, to keep and edit.
+
+    \b
+    specctl profiles new coder hf:Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:Q4_K_M --port 9000
+    specctl plan -p coder          (plans what `specctl plan hf:... --port 9000` plans)"""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.config import adhoc
+    from specctl.orchestrator.config import profiles as profiles_mod
+    from specctl.orchestrator.files import inside, write_atomic
+
+    app = App.from_env()
+    if not adhoc.is_model_ref(ref):
+        hint = f"; did you mean hf:{ref}?" if adhoc.bare_repo(ref) else ""
+        raise SpecctlError(f"'{ref}' is not a model reference (hf:ORG/REPO[:QUANT], a .gguf "
+                           f"file, a store's STORE:NAME){hint}")
+    path = inside(app.dirs.profiles, name, ".toml", "profile name")
+    if path.exists() and not force:
+        raise SpecctlError(f"{path} exists; pick another name or pass --force")
+    text = adhoc.toml_for(ref, flags, name)
+    profiles_mod.parse(text, name=name, source=str(path))  # what is written is valid
+    app.dirs.profiles.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text)
+    click.echo(path)
+    err_console.print(f"plan it: specctl plan -p {name}    run it: specctl up -p {name}",
+                      highlight=False)
 
 
 @profiles.command("show")
 @click.argument("name")
 def profiles_show(name: str) -> None:
-    """Print a profile as TOML (the file) and as validated with defaults (JSON)."""
+    """Print a profile as TOML (the file) and as validated with defaults (JSON).
+
+    \b
+    specctl profiles show cpu-demo"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.config import profiles as profiles_mod
 
     app = App.from_env()
     profile = profiles_mod.load(name, app.dirs)
     path = Path(name) if name.endswith(".toml") else profiles_mod.available(app.dirs)[name]
-    console.print(f"# {path}", highlight=False)
-    console.print(path.read_text(), highlight=False, markup=False)
-    console.print("# resolved, with defaults and SPECCTL_* overrides")
-    console.print_json(profile.model_dump_json())
+    click.echo(f"# {path}")
+    click.echo(path.read_text())
+    click.echo("# resolved, with defaults and SPECCTL_* overrides")
+    click.echo(json.dumps(json.loads(profile.model_dump_json()), indent=2))
 
 
 @cli.command()
@@ -65,26 +120,33 @@ def profiles_show(name: str) -> None:
               help="Also report the Ray cluster at ADDRESS (host:port or auto): nodes and GPUs.")
 @click.option("--record", type=click.Path(path_type=Path), metavar="FILE.json",
               help="Write this machine's hardware to FILE for planning elsewhere.")
-def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) -> None:
-    """Show this machine, the backends found, and what would run."""
-    from rich.markup import escape
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stdout).")
+def doctor(hardware: Path | None, ray_address: str | None, record: Path | None,
+           as_json: bool) -> None:
+    """Show this machine, the backends found, and what would run.
 
+    \b
+    specctl doctor
+    specctl doctor --record my-box.json    (then `specctl plan -p NAME --hardware my-box.json`)"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.config import profiles as profiles_mod
 
     app = App.from_env()
     hw = app.hardware(hardware)
-    render.show_hardware(console, hw)
     if record:
         record.write_text(json.dumps(hw.to_json(), indent=2) + "\n")
-        console.print(f"recorded to {record}")
+        err_console.print(f"recorded to {record}", highlight=False)
+    if as_json:
+        click.echo(json.dumps(_doctor_json(app, hw, hardware is None), indent=2))
+        return
+    render.show_hardware(console, hw)
     console.print()
     registry = app.backends()
     probed = app.probe(registry)
-    for name, found in probed.items():
-        line = found.describe() if found else f"not found ({registry[name].install_hint})"
-        console.print(f"[bold]{name:9}[/bold] {escape(line)}", highlight=False)
+    render.hanging(console, [(f"{name:9}", found.describe() if found else
+                              f"not found ({registry[name].install_hint})")
+                             for name, found in probed.items()])
     for backend in registry.values():
         for tip in backend.tips(probed):
             console.print(f"tip: {tip}", highlight=False, markup=False)
@@ -93,6 +155,7 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) 
     if hardware:
         return
     console.print("\n[bold]what would run here[/bold]")
+    verdicts = []
     for name in profiles_mod.available(app.dirs):
         try:
             plan = app.resolve(name).plan
@@ -100,7 +163,31 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) 
                        f"{gib(plan.memory.device_bytes)}")
         except SpecctlError as exc:
             verdict = f"no: {exc}"
-        console.print(f"  {name:26} {escape(verdict)}", highlight=False)
+        verdicts.append((f"  {name}", verdict))
+    render.hanging(console, verdicts, bold=False)
+
+
+def _doctor_json(app: App, hw: Hardware, here: bool) -> dict[str, Any]:
+    from specctl.orchestrator.config import profiles as profiles_mod
+
+    registry = app.backends()
+    probed = app.probe(registry)
+    backends = [{"name": n, "installed": found is not None,
+                 "version": found.version if found else None,
+                 "dialect": found.dialect if found else None,
+                 "path": found.path if found else None, "install": registry[n].install_hint}
+                for n, found in probed.items()]
+    tips = [tip for b in registry.values() for tip in b.tips(probed)]
+    plans: list[dict[str, Any]] = []
+    for name in profiles_mod.available(app.dirs) if here else []:
+        try:
+            plan = app.resolve(name).plan
+            plans.append({"profile": name, "backend": plan.backend,
+                          "speculation": plan.describe_spec(),
+                          "memory_gib": in_gib(plan.memory.device_bytes)})
+        except SpecctlError as exc:
+            plans.append({"profile": name, "error": str(exc)})
+    return {"machine": hw.to_json(), "backends": backends, "tips": tips, "profiles": plans}
 
 
 def _show_ray(address: str) -> None:
@@ -116,17 +203,22 @@ def _show_ray(address: str) -> None:
 
 
 @cli.command()
-@PROFILE
+@model_or_profile
 @HARDWARE
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan(profile_ref: str, hardware: Path | None, as_json: bool) -> None:
-    """Resolve the launch plan for a profile without launching anything."""
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (stdout).")
+def plan(ref: str, flags: Flags, hardware: Path | None, as_json: bool) -> None:
+    """Resolve the launch plan for a model or a profile without launching anything.
+
+    \b
+    specctl plan -p cpu-demo
+    specctl plan hf:Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:Q4_K_M --ctx 4096
+    specctl plan -p m3-ultra-70b --hardware machine.json   (from `specctl doctor --record`)"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.planning.plan import plan_json
 
     app = App.from_env()
-    resolved = app.resolve(profile_ref, hardware)
+    resolved = app.resolve(app.load(ref, flags), hardware)
     launch = resolved.launch()
     found = _certificate(app, resolved) if hardware is None else None
     if as_json:
@@ -154,6 +246,34 @@ def backend() -> None:
     """Install and inspect serving backends."""
 
 
+@backend.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (stdout).")
+def backend_list(as_json: bool) -> None:
+    """The serving backends specctl knows, whether each is installed here, and how to get it.
+
+    \b
+    specctl backend list"""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.cli import tables
+    from specctl.orchestrator.cli.tables import Column
+
+    app = App.from_env()
+    registry = app.backends()
+    probed = app.probe(registry)
+    if as_json:
+        click.echo(json.dumps([{"name": n, "installed": f is not None,
+                                "version": f.version if f else None,
+                                "path": f.path if f else None,
+                                "install": registry[n].install_hint}
+                               for n, f in probed.items()], indent=2))
+        return
+    tables.show(console, [Column("backend"), Column("installed"), Column("version"),
+                          Column("where / how to install", text=True)],
+                [[n, "yes" if f else "no", f.version if f else "-",
+                  (f.path or "?") if f else registry[n].install_hint]
+                 for n, f in probed.items()])
+
+
 @backend.command("install")
 @click.argument("name")
 @click.option("--rebuild", is_flag=True, help="Build again even if a cached build exists.")
@@ -164,7 +284,10 @@ def backend_install(name: str, rebuild: bool) -> None:
     llama.cpp: uses an installed llama-server, or builds one from source (cached; ~6-13 min on
     2 cores): the llama.cpp tree inside the llama-cpp-python sdist on PyPI; Metal on macOS,
     CUDA when nvcc and an NVIDIA GPU are present, CPU otherwise; its RPC worker too.
-    Others print how to install them."""
+    Others print how to install them.
+
+    \b
+    specctl backend install llama.cpp"""
     from specctl.adapters import registry as backends
     from specctl.orchestrator.app import App
     from specctl.orchestrator.runtime import provision
@@ -183,7 +306,8 @@ def backend_install(name: str, rebuild: bool) -> None:
 
 @cli.group()
 def models() -> None:
-    """Models: pull from the Hugging Face Hub, and the real test models of this project."""
+    """Models: list what is here, pull from the Hugging Face Hub, remove, and the real test
+    models of this project."""
 
 
 @models.command("pull")
@@ -205,12 +329,13 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
     from specctl.orchestrator.models.info import parse_ref
 
     app = App.from_env()
+    say = err_console.print
     parsed = parse_ref(ref)
     resolver = app.resolver()
     if parsed.scheme in resolver.stores:  # another tool's model: through that tool
         store = resolver.stores[parsed.scheme]
-        path = store.pull(store.normalize(parsed.name), console.print)
-        console.print(f"{ref}: {path}", highlight=False)
+        path = store.pull(store.normalize(parsed.name), say)
+        click.echo(f"{ref}: {path}")
         return
     if parsed.scheme != "hf":
         raise SpecctlError(f"'{ref}': `models pull` fetches hf:org/repo[:QUANT] references "
@@ -221,10 +346,64 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
         app.hub().repo(parsed.name, refresh=True)
     info = resolver.resolve(ref, app.backends()[name].default_quant)
     if info.path is not None:
-        console.print(f"already on disk: {info.path}", highlight=False)
+        say("already on disk", highlight=False)
+        click.echo(f"{info.ref}: {info.path}")
         return
-    local = resolver.fetch(info, console.print)
-    console.print(f"{info.ref}: {local.path}", highlight=False)
+    local = resolver.fetch(info, say)
+    if local.path is None:  # known from the catalog only: nothing was fetched
+        raise SpecctlError(f"{ref}: nothing was downloaded: "
+                           f"{info.note or 'the Hub did not list its files'}")
+    click.echo(f"{info.ref}: {local.path}")
+
+
+@models.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (stdout).")
+def models_list(as_json: bool) -> None:
+    """Models on this machine with their sizes: specctl's cache, the Hugging Face cache, other
+    tools' stores, LM Studio's folders and SPECCTL_MODELS_DIRS.
+
+    \b
+    specctl models list
+    specctl models list --json"""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.cli import tables
+    from specctl.orchestrator.cli.tables import Column
+    from specctl.orchestrator.humanize import size
+    from specctl.orchestrator.models import inventory
+
+    app = App.from_env()
+    resolver = app.resolver()
+    found = inventory.held(app.dirs.models, resolver.hf_hub, resolver.stores.values(),
+                           app.model_folders())
+    if as_json:
+        click.echo(json.dumps([h.to_json() for h in found], indent=2))
+        return
+    if not found:
+        err_console.print("no models here yet (`specctl models pull hf:ORG/REPO:QUANT`)")
+        return
+    tables.show(console, [Column("model"), Column("where"), Column("size", right=True),
+                          Column("path")],
+                [[h.ref, h.where, size(h.size_bytes), str(h.path)] for h in found])
+
+
+@models.command("rm")
+@click.argument("ref", metavar="hf:ORG/REPO")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+def models_rm(ref: str, yes: bool) -> None:
+    """Remove a model repo from the Hugging Face cache (every revision and quantisation of it
+    that is cached), through huggingface_hub's cache API.
+
+    \b
+    specctl models rm hf:bartowski/Llama-3.2-1B-Instruct-GGUF"""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.humanize import size
+    from specctl.orchestrator.models import inventory
+
+    hub = App.from_env().resolver().hf_hub
+    if not yes and sys.stdin.isatty() and sys.stderr.isatty():
+        click.confirm(f"remove every cached file of {ref} from {hub}?", abort=True, err=True)
+    repo, freed = inventory.remove_hf(ref, hub)
+    click.echo(f"removed hf:{repo} ({size(freed)} freed)")
 
 
 @models.command("testbed")
@@ -232,7 +411,10 @@ def models_testbed() -> None:
     """Fetch the testbed GGUF models from PyPI, check their SHA-256, make the F16 target.
 
     Needs ~4.9 GiB in the cache dir; the F16 target needs a GGUF quantize tool from an installed
-    backend (`specctl backend install llama.cpp` builds one)."""
+    backend (`specctl backend install llama.cpp` builds one).
+
+    \b
+    specctl models testbed"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.models import testbed
     from specctl.orchestrator.runtime import provision
@@ -264,7 +446,11 @@ def drafts(target: str, backend_name: str | None, models_dirs: tuple[Path, ...],
     family by its publisher, read without downloading weights); the catalog of known pairs; and
     draftless methods (the target's own MTP heads, n-gram). The filter is the
     backend's real rule (llama.cpp: same vocab type and BOS/EOS, sizes within 128, same tokens
-    from id 5; vLLM: identical vocabularies)."""
+    from id 5; vLLM: identical vocabularies).
+
+    \b
+    specctl drafts --target testbed:qwen-1.5b-f16
+    specctl drafts --target hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M --json"""
     from specctl.adapters import registry as backends
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render

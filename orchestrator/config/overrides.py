@@ -2,13 +2,16 @@
 `SPECCTL_SERVER__PORT=9000`, `SPECCTL_LLAMACPP__N_MIN=2`.
 
 A variable whose first part names a profile field is an override, checked against the profile
-model: an unknown field is an error naming the variable, never ignored. Any other SPECCTL_*
-variable is a machine setting (config/settings.py, the adapters' own) and is left alone here.
+model: an unknown field is an error naming the variable, never ignored. So is a variable with
+`__` whose first part is no section (`SPECCTL_SERVR__PORT`): machine settings have no `__`.
+Any other SPECCTL_* variable is a machine setting (config/settings.py, the adapters' own) and
+is left alone here.
 Values are typed by the field they set, so the profile model validates them strictly.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import types
 import typing
@@ -89,6 +92,12 @@ def read(model: type[BaseModel], environ: Mapping[str, str]) -> Overrides:
         if not var.upper().startswith(PREFIX):
             continue
         path = tuple(var[len(PREFIX):].lower().split("__"))
+        if path[0] not in fields and len(path) > 1:  # `__` is a profile field's path, always
+            close = difflib.get_close_matches(path[0], [f for f in fields
+                                                        if _model(fields[f].annotation)], n=1)
+            hint = f" (did you mean {PREFIX}{close[0].upper()}__...?)" if close else ""
+            raise ProfileError(f"${var}: the profile has no section '{path[0]}'{hint}; fix or "
+                               "unset the variable")
         if path[0] not in fields or path[0] in NOT_OVERRIDDEN:
             continue  # a machine setting
         annotation = fields[path[0]].annotation

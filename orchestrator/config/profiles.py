@@ -137,6 +137,9 @@ class Profile(Strict):
         "draft"
     k: int | Literal["auto"] = "auto"
     backend: list[str] = Field(default_factory=list, description="preference order")
+    extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, max_length=256, description="more engine arguments, each checked "
+        "against the installed engine's flags (never host, port, API key, model or draft flags)")
     server: Server = Server()
     memory: Memory = Memory()
     speculative: Speculative = Speculative()
@@ -227,12 +230,15 @@ def available(dirs: Dirs) -> dict[str, Path]:
 
 
 def _format_validation(exc: ValidationError, source: str,
-                       over: overrides.Overrides | None = None) -> str:
+                       over: overrides.Overrides | None = None,
+                       cli: Mapping[str, Any] | None = None) -> str:
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]
     if loc and loc[-1] in ("int", "str", "float", "literal['auto']"):
         loc = loc[:-1]  # pydantic names the union member it tried; the user wrote the field
     where = ".".join(loc) or "(top level)"
+    if cli and _sets(cli, loc):
+        return f"'{where}' from the command line: {err['msg']}"
     var = over.blame(tuple(loc)) if over is not None else None
     if var is not None:
         return f"${var}: '{where}': {err['msg']}; fix or unset the variable"
@@ -244,21 +250,31 @@ def _format_validation(exc: ValidationError, source: str,
     return f"{source}: '{where}': {err['msg']}"
 
 
-def parse(text: str, name: str, source: str) -> Profile:
+def _sets(data: Mapping[str, Any], loc: list[str]) -> bool:
+    """Does nested `data` set the field at `loc` (or the section holding it)?"""
+    if not loc or loc[0] not in data:
+        return False
+    inner = data[loc[0]]
+    return not isinstance(inner, Mapping) or len(loc) == 1 or _sets(inner, loc[1:])
+
+
+def parse(text: str, name: str, source: str, cli: Mapping[str, Any] | None = None) -> Profile:
+    """A profile from TOML text; the SPECCTL_* overrides, then the command line's (`cli`, nested
+    like the TOML) merged over it."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{source}: not valid TOML ({exc})") from None
     over = env_overrides()
-    data = _merge(data, over.data)
+    data = _merge(_merge(data, over.data), cli or {})
     data.setdefault("name", name)
     try:
         return profile_model().model_validate(data)
     except ValidationError as exc:
-        raise ProfileError(_format_validation(exc, source, over)) from None
+        raise ProfileError(_format_validation(exc, source, over, cli)) from None
 
 
-def load(ref: str, dirs: Dirs) -> Profile:
+def load(ref: str, dirs: Dirs, cli: Mapping[str, Any] | None = None) -> Profile:
     """Load by name (user dir, then shipped) or by path to a .toml file."""
     path = Path(ref).expanduser()
     if ref.endswith(".toml") or path.is_file():
@@ -278,4 +294,4 @@ def load(ref: str, dirs: Dirs) -> Profile:
         raise ProfileError(f"profile {exc}; save it as UTF-8 TOML") from None
     except OSError as exc:
         raise ProfileError(f"cannot read profile {path}: {exc.strerror or exc}") from None
-    return parse(text, name=path.stem, source=str(path))
+    return parse(text, name=path.stem, source=str(path), cli=cli)

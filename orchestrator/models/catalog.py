@@ -25,6 +25,7 @@ class Known:
     kind: str = "model"  # "model", "eagle3" (a head for its target), "mtp" (built-in heads)
     context: int = 131072
     expert_share: float = 0.0  # MoE: share of the weights in experts (total - active math)
+    spec_heads: int = 0  # built-in speculative heads (Medusa heads, MTP layers)
 
 
 CATALOG: tuple[Known, ...] = (
@@ -70,6 +71,12 @@ CATALOG: tuple[Known, ...] = (
           vocab_type="spm"),
     Known("gemma-3-1b-it", "gemma3", "gemma3", 1.0, 26, 1, 256, 4, 262144, "gemma3",
           vocab_type="spm", context=32768),
+    # the shipped TGI profile's model: Vicuna 7B v1.3 (Llama 1, 2048 positions) and its repo of
+    # 5 Medusa heads on it (13.5 GB base + 1.3 GB heads in BF16), so it plans with no network
+    Known("vicuna-7b-v1.3", "vicuna", "llama", 6.74, 32, 32, 128, 32, 32000, "llama2",
+          vocab_type="spm", context=2048),
+    Known("medusa-vicuna-7b-v1.3", "vicuna", "llama", 7.41, 32, 32, 128, 32, 32000, "llama2",
+          vocab_type="spm", kind="medusa", context=2048, spec_heads=5),
     Known("SmolLM2-135M-Instruct", "smollm2", "llama", 0.135, 30, 3, 64, 9, 49152, "smollm2",
           context=8192),
 )

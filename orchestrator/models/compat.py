@@ -23,7 +23,7 @@ Tokens = Callable[[ModelInfo], list[str] | None]
 def file_tokens(info: ModelInfo) -> list[str] | None:
     """The token texts, from the model file or folder, or from its metadata read off the Hub."""
     where = info.path or info.meta_file
-    if where is None:
+    if where is None or not where.exists():  # a test model not fetched yet: catalog tokenizers
         return None
     if where.is_dir():
         return hf_meta.read_tokens(where) if (where / "tokenizer.json").is_file() else None

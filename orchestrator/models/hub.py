@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -83,6 +86,23 @@ def sidecar_kind(path: str) -> str | None:
     """'mtp' for 'mtp-gemma-4-E4B-it.gguf' or 'MTP/x.gguf'; None for a model file."""
     m = _SIDECAR.search(path)
     return m.group(1).lower() if m and path.endswith(".gguf") else None
+REACH_TIMEOUT = 5.0  # seconds to connect to the Hub's host before calling it unreachable
+_PROXIES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _no_answer(why: str) -> str:
+    return (f"cannot reach the Hugging Face Hub (no answer: {why}); check the network or "
+            "HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use what is cached")
+
+
+def _http_error(name: str, what: str, exc: Exception) -> ModelError:
+    """An HTTP error status from the Hub as one line: 401 is the token, the rest may pass."""
+    response = getattr(exc, "response", None)
+    status = response.status_code if response is not None else "an error"
+    if status == 401:
+        return ModelError(f"{name}: the Hub refused the Hugging Face token (401): it is wrong or "
+                          "revoked; fix HF_TOKEN or log in again (`hf auth login`)")
+    return ModelError(f"{name}: the Hub answered {status} for {what}; try again later")
 
 
 class RepoFile(BaseModel):
@@ -171,7 +191,8 @@ class Hub:
     def __init__(self, root: Path, endpoint: str | None = None, offline: bool = False) -> None:
         self.root, self.endpoint, self.offline = root, endpoint, offline
         self.requests = 0  # made by this object (tests and `plan` timing read it)
-        self.unreachable: str | None = None  # why the Hub did not answer, once it did not
+        self.unreachable = ""  # why the Hub could not be reached, once found (fail fast after)
+        self._reached = False
 
     # -- the cache ---------------------------------------------------------------------------
     def _dir(self, name: str) -> Path:
@@ -212,12 +233,12 @@ class Hub:
             raise ModelError(f"{name}: {what} is not in specctl's cache and HF_HUB_OFFLINE is "
                              "set; run once with network (or `specctl models pull hf:"
                              f"{name}`), or unset HF_HUB_OFFLINE")
+        self._check_reachable()
         self.requests += 1
         try:
             yield
-        except errors.GatedRepoError:
-            raise ModelError(f"{name} is gated: accept its terms on its Hugging Face page, then "
-                             "log in (`hf auth login` or HF_TOKEN)") from None
+        except errors.GatedRepoError as exc:
+            raise self._gated(name, exc) from None
         except errors.RepositoryNotFoundError:
             raise ModelError(f"no Hugging Face repo {name} (or it is private): check the name, "
                              "or log in (`hf auth login` or HF_TOKEN)") from None
@@ -229,9 +250,7 @@ class Hub:
             raise ModelError(f"{name}: {what} is not in specctl's cache and HF_HUB_OFFLINE is "
                              "set; run once with network") from None
         except errors.HfHubHTTPError as exc:
-            status = exc.response.status_code if exc.response is not None else "an error"
-            raise ModelError(f"{name}: the Hub answered {status} for {what}; try again later"
-                             ) from None
+            raise _http_error(name, what, exc) from None
         except (OSError, ValueError) as exc:  # connection refused, DNS, timeouts (httpx errors)
             if getattr(exc, "errno", None) == errno.EROFS:  # writing the cache, not the network
                 raise ReadOnlyError(getattr(exc, "filename", None) or self.root) from None
@@ -251,20 +270,18 @@ class Hub:
         never answers costs one deadline, not one per candidate); an answer of the wrong shape
         (model info that is a list, siblings that are text) is one line."""
         if self.unreachable:
-            raise ModelError(f"{name}: cannot reach the Hugging Face Hub for {what} (no answer "
-                             f"earlier: {self.unreachable}); check the network or HF_ENDPOINT, "
-                             "or set HF_HUB_OFFLINE=1 to use what is cached")
+            raise ModelError(f"{name}: {what}: {self.unreachable}")
         try:
             yield
         except OSError as exc:  # TimeoutError, connection refused
-            self.unreachable = type(exc).__name__
+            self.unreachable = _no_answer(type(exc).__name__)
             raise
         except (TypeError, KeyError, AttributeError, IndexError) as exc:
             raise ModelError(f"{name}: the Hub's answer for {what} is not what the Hub sends "
                              f"({type(exc).__name__}); check HF_ENDPOINT") from None
         except Exception as exc:
             if type(exc).__module__.startswith(("httpx", "httpcore")):
-                self.unreachable = type(exc).__name__
+                self.unreachable = _no_answer(type(exc).__name__)
             raise
 
     def _ask(self, name: str, what: str, call: Callable[[], T],
@@ -272,6 +289,35 @@ class Hub:
         """One call to the Hub: its errors mapped to one line, within `seconds`."""
         with self._asking(name, what), self._guarded(name, what):
             return within(seconds, call)
+
+    def _gated(self, name: str, exc: Exception) -> ModelError:
+        """A gated repo: 401 without a token (or one the Hub does not know), 403 with a token
+        that has no access yet; both say where access is requested."""
+        page = f"{(self.endpoint or 'https://huggingface.co').rstrip('/')}/{name}"
+        response = getattr(exc, "response", None)
+        if response is not None and response.status_code == 403:
+            return ModelError(f"{name} is gated and your token has no access yet: request access "
+                              f"on {page} (granted per account), then run again")
+        return ModelError(f"{name} is gated: request access on {page}, then log in with an "
+                          "account that has it (`hf auth login` or HF_TOKEN)")
+
+    def _check_reachable(self) -> None:
+        """Fail fast, once per command, when the Hub's host cannot be reached: the client would
+        spend ~24 s in retries of each search (a proxy, when set, is left to the client)."""
+        if self.unreachable:
+            raise ModelError(self.unreachable)
+        if self._reached or any(os.environ.get(v) for v in _PROXIES):
+            return
+        url = urlsplit(self.endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            socket.create_connection((url.hostname or "", port), timeout=REACH_TIMEOUT).close()
+        except OSError as exc:
+            self.unreachable = (f"cannot reach the Hugging Face Hub at {url.netloc} "
+                                f"({exc.strerror or type(exc).__name__}); check the network or "
+                                "HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use what is cached")
+            raise ModelError(self.unreachable) from None
+        self._reached = True
 
     def repo(self, name: str, refresh: bool = False) -> Repo:
         """The repo at `main`: from the cache, else from the Hub (and then cached)."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import catalog, hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import (
     ArrayInfo,
@@ -20,7 +21,6 @@ from specctl.orchestrator.models.gguf_meta import (
     token_id,
 )
 from specctl.orchestrator.models.hub import RepoFile
-from specctl.orchestrator.sizes import gib
 
 _STORE_SCHEME = re.compile(r"[a-z][a-z0-9]+")  # another tool's store, e.g. `NAME:model:tag`
 VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
@@ -113,7 +113,7 @@ class ModelInfo:
 
     def describe(self) -> str:
         where = f" (on the Hub: {self.remote.short})" if self.remote else " (not on disk)"
-        size = gib(self.size_bytes) + ("" if self.path else where)
+        size = human_size(self.size_bytes) + ("" if self.path else where)
         return f"{self.name} [{self.quant or '?'}] {size}"
 
 
@@ -222,7 +222,7 @@ def from_catalog(ref: ModelRef, default_quant: str) -> ModelInfo | None:
         layers=known.layers, heads=known.heads, kv_heads=known.kv_heads, head_dim=known.head_dim,
         vocab_size=known.vocab, vocab_type=known.vocab_type, tokenizer=known.tokenizer,
         params_b=known.params_b, quant=quant, size_bytes=size, family=known.family,
-        kind=known.kind, expert_share=known.expert_share,
+        kind=known.kind, spec_heads=known.spec_heads, expert_share=known.expert_share,
     )
 
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specctl.adapters.base import ModelStore
+from specctl.orchestrator.config.adhoc import bare_repo
 from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import read_metadata
 from specctl.orchestrator.models.hub import SIDECARS, Hub, Repo, RepoFile, pick_quant
@@ -31,7 +33,6 @@ from specctl.orchestrator.models.info import (
     from_hf_dir,
     parse_ref,
 )
-from specctl.orchestrator.sizes import gib
 
 
 def hf_cache_dir(env: dict[str, str] | None = None) -> Path:
@@ -75,6 +76,7 @@ class Resolver:
     stores: Mapping[str, ModelStore] = field(default_factory=dict)  # scheme -> store
     default_quant: str = "Q4_K_M"
     hub: Hub | None = None  # Hugging Face Hub metadata (None: local files and catalog only)
+    _said: set[str] = field(default_factory=set, compare=False, repr=False)  # notes given
 
     def ref(self, text: str) -> ModelRef:
         """A parsed reference, in its store's spelling; an unknown scheme is a clear error."""
@@ -103,11 +105,16 @@ class Resolver:
     def resolve(self, text: str, default_quant: str | None = None) -> ModelInfo:
         ref = self.ref(text)
         path = self.locate(ref, default_quant or self.default_quant)
+        if ref.scheme == "gguf" and path is not None and bare_repo(ref.name):
+            raise ModelError(f"no file '{text}' here; did you mean hf:{text} (a model on the "
+                             "Hugging Face Hub)?")
         if path is not None and hf_meta.is_hf_dir(path):
             return from_hf_dir(path, str(ref))
         if path is not None and (path.exists() or ref.scheme == "gguf"):
             return from_gguf(path, str(ref))
         quant = ref.quant or default_quant or self.default_quant
+        if ref.scheme == "testbed":
+            return self._testbed_unfetched(ref, path)
         unreachable = ""
         if ref.scheme == "hf" and self.hub is not None:
             try:
@@ -121,9 +128,23 @@ class Resolver:
             raise ModelError(unreachable or f"model '{text}' is not on disk and not in the "
                              f"catalog; {self.how_to_get(ref)}")
         if unreachable:
+            why = "as above" if self._said else unreachable  # one offline note per command
+            self._said.add("offline")
             return replace(info, note=f"{info.name}: metadata from the built-in catalog (the "
-                                      f"Hub could not be asked: {unreachable})")
+                                      f"Hub could not be asked: {why})")
         return info
+
+    def _testbed_unfetched(self, ref: ModelRef, path: Path | None) -> ModelInfo:
+        """A test model not fetched yet: planned from the catalog at the path it will have
+        (`up` fetches it first; the note says so)."""
+        model = testbed.BY_KEY[ref.name]
+        info = from_catalog(ModelRef("testbed", model.filename), "F16")
+        if info is None or path is None:
+            raise ModelError(f"{ref} is not on disk; {self.how_to_get(ref)}")
+        size = model.size or info.size_bytes
+        return replace(info, ref=str(ref), path=path, size_bytes=size, note=(
+            f"{ref} is not fetched yet ({human_size(size)}): `specctl up` fetches it first "
+            "(or `specctl models testbed`)"))
 
     def how_to_get(self, ref: ModelRef) -> str:
         if ref.scheme == "testbed":
@@ -142,7 +163,7 @@ class Resolver:
         if self.hub is None:
             raise ModelError(f"{info.ref} is not on disk and the Hub is not available here")
         remote = info.remote
-        say(f"pulling {remote.short} ({gib(remote.size_bytes)}, "
+        say(f"pulling {remote.short} ({human_size(remote.size_bytes)}, "
             f"{len(remote.files)} file(s)) into the Hugging Face cache")
         paths = [self.hub.fetch(remote.repo, remote.revision, f) for f in remote.files]
         local = paths[0] if remote.gguf else next(
@@ -181,7 +202,7 @@ def from_hub(hub: Hub, ref: ModelRef, quant: str, via: tuple[str, ...] = ()) -> 
                        params_b=base.params_b or _params_from(header),
                        remote=_remote(repo, files, gguf=True),
                        note=f"{base.name}: metadata from the Hub ({repo.name}, {files[0].path}, "
-                            f"{gib(size)}, revision {repo.revision[:7]})")
+                            f"{human_size(size)}, revision {repo.revision[:7]})")
     folder = hub.small_files(repo)
     base = from_hf_dir(folder, str(ref))
     if base.name == folder.name:  # named after the cache folder: the repo names it better
@@ -201,7 +222,7 @@ def from_hub(hub: Hub, ref: ModelRef, quant: str, via: tuple[str, ...] = ()) -> 
     return replace(base, path=None, meta_file=folder, size_bytes=size, source="hub",
                    params_b=params, remote=_remote(repo, keep, gguf=False),
                    note=f"{base.name}: metadata from the Hub ({repo.name}, {len(weights)} "
-                        f"safetensors files, {gib(size)}, revision {repo.revision[:7]})")
+                        f"safetensors files, {human_size(size)}, revision {repo.revision[:7]})")
 
 
 def _heads_on(hub: Hub, parent: ModelInfo, heads: ModelInfo, repo: Repo) -> ModelInfo:
@@ -212,7 +233,7 @@ def _heads_on(hub: Hub, parent: ModelInfo, heads: ModelInfo, repo: Repo) -> Mode
                    spec_heads=heads.spec_heads, size_bytes=size,
                    note=f"{repo.name}: {heads.spec_heads} {heads.kind} heads on "
                         f"{parent.remote.repo if parent.remote else parent.name} ("
-                        f"{gib(size)} in all, from the Hub)")
+                        f"{human_size(size)} in all, from the Hub)")
 
 
 def _remote(repo: Repo, files: list[RepoFile], gguf: bool) -> Remote:

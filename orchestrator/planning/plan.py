@@ -62,6 +62,7 @@ class Plan:
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
     chain: tuple[Step, ...] = ()  # more methods after `method` (llama.cpp: --spec-type a,b)
     options: Options = field(default_factory=Options)
+    extra_args: tuple[str, ...] = ()  # passed to the engine as given (its adapter checks them)
     reasons: tuple[str, ...] = ()
 
     @property
@@ -97,9 +98,9 @@ class Plan:
             return f"n-gram prompt lookup, k={self.k}{chained}"
         if self.method in NGRAMS:
             return f"{Step(self.method, self.k).describe()} ({self.k_source}){chained}"
-        what = self.draft.name if self.draft else self.method
+        what = f"{self.method} {self.draft.name}" if self.draft else self.method  # no "mtp mtp"
         extra = f", p-min {self.p_min}" if self.p_min is not None else ""
-        return f"{self.method} {what}, k={self.k} ({self.k_source}){extra}{chained}"
+        return f"{what}, k={self.k} ({self.k_source}){extra}{chained}"
 
     def short(self) -> str:
         """The methods as a list: 'draft k=4 + ngram-mod k=16'."""
@@ -130,7 +131,7 @@ def plan_json(plan: Plan, installed: Installed, launch: Launch) -> dict[str, Any
         "chain": [{"method": s.method, "k": s.k} for s in plan.chain],
         "k": plan.k, "k_source": plan.k_source, "p_min": plan.p_min,
         "context": plan.context, "options": plan.options.model_dump(mode="json"),
-        "argv": list(launch.argv), "env": dict(launch.env),
+        "extra_args": list(plan.extra_args), "argv": list(launch.argv), "env": dict(launch.env),
         "env_from": dict(launch.env_from), "url": launch.base_url, "model": launch.model,
         "memory": plan.memory.to_json(), "reasons": list(plan.reasons),
     }

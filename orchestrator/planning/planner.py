@@ -84,8 +84,11 @@ def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: M
         raise IncompatibleDraftError(
             f"draft {draft.name} cannot speculate for {target.name} on {backend.name}: {reason}; "
             "pick a draft of the same model family (`specctl drafts --target ...`)")
-    how = ("token lists compared" if (target.path or target.meta_file) and
-           (draft.path or draft.meta_file) else "catalog tokenizers")
+    def read(m: ModelInfo) -> bool:
+        where = m.path or m.meta_file
+        return where is not None and where.exists()
+
+    how = "token lists compared" if read(target) and read(draft) else "catalog tokenizers"
     if _same_model(target, draft):  # valid (tests use it), never faster: said, not hidden
         return (f"Draft {draft.name} is the target itself: each drafted token costs a full "
                 "target step, so this is slower than without a draft (a smoke test at best); "
@@ -278,6 +281,7 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         p_min=profile.speculative.p_min, ngram_min=profile.speculative.ngram_min,
         ngram_max=profile.speculative.ngram_max, api_key_env=srv.api_key_env, options=options,
         chain=_chain(profile, method, choice.installed, reasons),
+        extra_args=tuple(profile.extra_args),
     )
     try:
         found = tuned(plan, choice.installed) if profile.k == "auto" and method != "none" \
@@ -292,8 +296,9 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
                         k_source="tuned", k_by_batch=found.k_by_batch, chain=found.chain)
         why = f"`specctl tune` on this machine: {found.summary}"
     if profile.draft == "none":
-        why = "speculation off (draft = \"none\")"
+        why = "draft = \"none\""
     elif method == "none":
         why = "see above"
-    reasons.append(f"Speculation: {plan.describe_spec()}; {why}.")
+    reasons.append(f"Speculation: {plan.describe_spec()}; {why}." if plan.speculative
+                   else f"Speculation off: {why}.")
     return plan.but(reasons=tuple(reasons)), choice.installed

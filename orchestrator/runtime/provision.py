@@ -10,21 +10,23 @@ from specctl.adapters.base import Adapter, Installed
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import BackendError, ModelError
+from specctl.orchestrator.humanize import size
 from specctl.orchestrator.models import testbed
 from specctl.orchestrator.models.info import ModelInfo, parse_ref
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning.plan import Plan
-from specctl.orchestrator.sizes import gib
 
 Say = Callable[[str], None]
 
 
 def install(backend: Adapter, dirs: Dirs, rebuild: bool = False) -> Installed:
     """Install (or reuse the cached install of) a backend, with a progress bar."""
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                  "{task.total}"), TimeElapsedColumn(), transient=False) as bar:
+                  "{task.total}"), TimeElapsedColumn(), transient=False,
+                  console=Console(stderr=True)) as bar:
         task = bar.add_task(f"installing {backend.name}", total=None)
 
         def progress(msg: str, done: int, total: int) -> None:
@@ -58,7 +60,7 @@ def remote_models(plan: Plan, resolver: Resolver, allow: bool, say: Say) -> Plan
     missing = [m for m in (plan.target, plan.draft) if m is not None and m.path is None
                and m.remote is not None]
     if missing and not allow:
-        what = ", ".join(f"{m.ref} ({gib(m.size_bytes)})" for m in missing)
+        what = ", ".join(f"{m.ref} ({size(m.size_bytes)})" for m in missing)
         how = resolver.how_to_get(resolver.ref(missing[0].ref))
         raise ModelError(f"{what} not on disk and downloads are off (--no-download or "
                          f"SPECCTL_NO_DOWNLOAD); {how}")
