@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.runtime import state
 from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import ROOT
 from tests.real_systemd import Manager, why_not
@@ -93,15 +94,15 @@ def test_a_unit_serves_survives_kill_9_once_and_stops_clean(manager: Manager) ->
                         "--user-name", USER, "--manager", "systemd", "--enable")
     assert code == 0, out
     url = f"http://127.0.0.1:{port}/health"
-    wait_for(lambda: _ok(url), "the service serves")
+    wait_for(lambda: _ok(url) and _running(rw), "the service serves")
     first = int(show("MainPID"))
     environ = manager.run(["cat", f"/proc/{first}/environ"]).stdout.split("\0")
     assert f"HF_TOKEN={TOKEN}" in environ  # systemd read the file exactly as written
     assert TOKEN not in manager.run(["systemctl", "cat", UNIT]).stdout
     server = _server_pid(manager)
     assert manager.run(["kill", "-9", str(server)]).returncode == 0
-    wait_for(lambda: show("NRestarts") == "1" and _ok(url) and _server_pid(manager) != server,
-             "systemd restarted it")
+    wait_for(lambda: show("NRestarts") == "1" and _ok(url) and _running(rw)
+             and _server_pid(manager) != server, "systemd restarted it")
     assert int(show("MainPID")) != first  # the whole service restarted: systemd's layer
     time.sleep(3)
     assert show("NRestarts") == "1"  # once: nothing else restarted it
@@ -123,6 +124,12 @@ def _ok(url: str) -> bool:
         return requests.get(url, timeout=2).status_code == 200
     except requests.RequestException:
         return False
+
+
+def _running(rw: Path) -> bool:
+    """The supervisor says it serves (healthy and set up), not only the server."""
+    found = state.load(rw / "state" / "runs", "smol")
+    return found is not None and found.status == "running"
 
 
 def _server_pid(manager: Manager) -> int:
