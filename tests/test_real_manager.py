@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.runtime import state
 from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import ROOT
 from tests.real_systemd import Manager, why_not
@@ -56,39 +57,52 @@ def wait_for(check: Callable[[], object], what: str, timeout: float = 180) -> ob
 
 
 @pytest.mark.server
+def service_env(rw: Path) -> dict[str, str]:
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+            # nobody's home: the dirs below stay where they are for the service user
+            "HOME": "/nonexistent", "SPECCTL_STATE_DIR": str(rw / "state"),
+            "SPECCTL_CONFIG_DIR": str(rw / "config"), "HF_HOME": str(rw / "hf"),
+            "SPECCTL_CACHE_DIR": str(Dirs.from_env().cache),  # the testbed build and models
+            "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", "COLUMNS": "250",
+            "HF_TOKEN": TOKEN}  # a secret: only in the environment file, read by systemd
+
+
+def specctl_in(manager: Manager, env: dict[str, str], *args: str) -> tuple[int, str]:
+    done = manager.run(["env", "-C", str(ROOT), sys.executable, "-m", "specctl", *args],
+                       env=env)
+    return done.returncode, done.stdout + done.stderr
+
+
+def show_of(manager: Manager, prop: str) -> str:
+    return manager.run(["systemctl", "show", "-p", prop, "--value", UNIT]).stdout.strip()
+
+
+@pytest.mark.server
 def test_a_unit_serves_survives_kill_9_once_and_stops_clean(manager: Manager) -> None:
     rw, port = manager.rw, free_port()
     profile = rw / "smol.toml"
     profile.write_text(SMOL + f"[server]\nport = {port}\ncontext = 1024\n")
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
-           # nobody's home: the dirs below stay where they are for the service user
-           "HOME": "/nonexistent", "SPECCTL_STATE_DIR": str(rw / "state"),
-           "SPECCTL_CONFIG_DIR": str(rw / "config"), "HF_HOME": str(rw / "hf"),
-           "SPECCTL_CACHE_DIR": str(Dirs.from_env().cache),  # the testbed build and models
-           "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", "COLUMNS": "250",
-           "HF_TOKEN": TOKEN}  # a secret: only in the environment file, read by systemd
+    env = service_env(rw)
 
     def specctl(*args: str) -> tuple[int, str]:
-        done = manager.run(["env", "-C", str(ROOT), sys.executable, "-m", "specctl", *args],
-                           env=env)
-        return done.returncode, done.stdout + done.stderr
+        return specctl_in(manager, env, *args)
 
     def show(prop: str) -> str:
-        return manager.run(["systemctl", "show", "-p", prop, "--value", UNIT]).stdout.strip()
+        return show_of(manager, prop)
 
     code, out = specctl("service", "install", "--profile", str(profile), "--system",
                         "--user-name", USER, "--manager", "systemd", "--enable")
     assert code == 0, out
     url = f"http://127.0.0.1:{port}/health"
-    wait_for(lambda: _ok(url), "the service serves")
+    wait_for(lambda: _ok(url) and _running(rw), "the service serves")
     first = int(show("MainPID"))
     environ = manager.run(["cat", f"/proc/{first}/environ"]).stdout.split("\0")
     assert f"HF_TOKEN={TOKEN}" in environ  # systemd read the file exactly as written
     assert TOKEN not in manager.run(["systemctl", "cat", UNIT]).stdout
     server = _server_pid(manager)
     assert manager.run(["kill", "-9", str(server)]).returncode == 0
-    wait_for(lambda: show("NRestarts") == "1" and _ok(url) and _server_pid(manager) != server,
-             "systemd restarted it")
+    wait_for(lambda: show("NRestarts") == "1" and _ok(url) and _running(rw)
+             and _server_pid(manager) != server, "systemd restarted it")
     assert int(show("MainPID")) != first  # the whole service restarted: systemd's layer
     time.sleep(3)
     assert show("NRestarts") == "1"  # once: nothing else restarted it
@@ -110,6 +124,12 @@ def _ok(url: str) -> bool:
         return requests.get(url, timeout=2).status_code == 200
     except requests.RequestException:
         return False
+
+
+def _running(rw: Path) -> bool:
+    """The supervisor says it serves (healthy and set up), not only the server."""
+    found = state.load(rw / "state" / "runs", "smol")
+    return found is not None and found.status == "running"
 
 
 def _server_pid(manager: Manager) -> int:
@@ -142,3 +162,25 @@ def test_systemd_reads_the_secrets_file_exactly_as_written(manager: Manager) -> 
     assert done.returncode == 0, done.stderr
     got = dict(v.split("=", 1) for v in out.read_text().split("\0") if "=" in v)
     assert {k: got.get(k) for k in secrets} == secrets
+
+
+def test_a_crash_loop_is_systemds_alone_and_reported_once(manager: Manager) -> None:
+    """A profile broken after install: every start fails (exit 2); systemd restarts it up to
+    StartLimitBurst=5 starts and stops; `service status` reports the count and last exit."""
+    rw = manager.rw
+    profile = rw / "smol.toml"
+    profile.write_text(SMOL)
+    env = service_env(rw)
+    code, out = specctl_in(manager, env, "service", "install", "--profile", str(profile),
+                           "--system", "--user-name", USER, "--manager", "systemd", "--enable")
+    assert code == 0, out
+    profile.write_text(SMOL + "k = 0\n")  # now invalid: `up` exits 2 at once
+    wait_for(lambda: show_of(manager, "ActiveState") == "failed", "systemd gave up", 150)
+    # StartLimitBurst=5: five starts ran, the fifth restart was refused
+    assert show_of(manager, "NRestarts") == "5"
+    code, out = specctl_in(manager, env, "service", "status", "smol", "--system")
+    assert code == 0, out
+    assert (f"systemd {UNIT}: failed (failed, exit-code), 5 restarts by systemd, "
+            "last exit status 2") in out, out
+    code, out = specctl_in(manager, env, "logs", "smol", "-n", "200")
+    assert out.count("not valid TOML") == 5, out  # each start's one line, in the journal

@@ -176,14 +176,21 @@ def logs(name: str, follow: bool, lines: int) -> None:
     specctl logs cpu-demo -f"""
     from specctl.orchestrator.config.paths import Dirs
     from specctl.orchestrator.files import inside
-    from specctl.orchestrator.runtime import procs
+    from specctl.orchestrator.runtime import procs, state
     from specctl.orchestrator.service import observe
 
     dirs = Dirs.from_env()
     path = inside(dirs.logs, name, ".log", "profile name")
-    journal = observe.journal_argv(name, dirs, path, lines, follow)
-    if journal is not None:
-        sys.exit(subprocess.run(journal, check=False).returncode)
+    try:
+        run = state.load(dirs.runs, name)
+    except SpecctlError:
+        run = None
+    # under systemd the log is the unit's journal: the run says so, or there is no run and
+    # no log file but an installed unit
+    if (run.log == procs.JOURNAL) if run is not None else not path.is_file():
+        journal = observe.journal_argv(name, dirs, lines, follow)
+        if journal is not None:
+            sys.exit(subprocess.run(journal, check=False).returncode)
     if not path.is_file():
         raise SpecctlError(f"no log for {name} in {path.parent}; has it been started?")
     if lines:  # server output: its control characters escaped

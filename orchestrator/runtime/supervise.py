@@ -124,6 +124,8 @@ class Supervisor:
                 self._set(status="running", error=None, **self._server_identity())
                 self.say(f"serving {self.run.profile} at {self.launch.base_url}")
                 rc = self._wait_exit()
+                if self.stopping:  # a manager's stop signals the whole group at once
+                    raise Stopping
                 if time.monotonic() - healthy_at > self.policy.stable_after:
                     crashes = 0
             else:
@@ -149,11 +151,15 @@ class Supervisor:
         exit with the server's status, which the manager then reports."""
         code = exit_status(rc)
         msg = (f"server exited with status {code}; not restarted here (SPECCTL_MAX_RESTARTS=0: "
-               f"restarts are the service manager's). Last log lines:\n"
-               f"{procs.tail(self.run.log)}")
+               f"restarts are the service manager's). {self._last_lines()}")
         self._set(status="failed", error=msg)
         self.say(msg)
         return code
+
+    def _last_lines(self, skip: str = "") -> str:
+        if self.run.log == procs.JOURNAL:  # the server's output went to the journal
+            return f"Its log is in the journal: `specctl logs {self.run.profile}`"
+        return f"Last log lines of {self.run.log}:\n{procs.tail(self.run.log, skip=skip)}"
 
     def _setup(self, first: bool) -> bool:
         """The backend's post-start requests; one that fails is a failed start."""
@@ -217,8 +223,7 @@ class Supervisor:
 
     def _fail(self, what: str, first: bool) -> None:
         skip = urlsplit(self.launch.health_url).path or ""
-        msg = (f"{what}. Last log lines of {self.run.log}:\n"
-               f"{procs.tail(self.run.log, skip=skip if skip not in ('', '/') else '')}")
+        msg = f"{what}. {self._last_lines(skip if skip not in ('', '/') else '')}"
         if first:
             self._set(status="failed", error=msg)
             raise ServerError(msg)

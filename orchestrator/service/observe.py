@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.service import manage, units
 
 if TYPE_CHECKING:
@@ -141,19 +140,10 @@ def annotate(rows: list[Row], dirs: Dirs) -> list[Row]:
             if r.profile in seen else r for r in rows]
 
 
-def journal_argv(name: str, dirs: Dirs, log_file: Path, lines: int,
-                 follow: bool) -> list[str] | None:
-    """`journalctl` for profile `name`'s log when it runs under systemd (its run says the
-    journal, or it has no run and no log file but an installed unit); None: read the file."""
-    from specctl.orchestrator.runtime import procs, state
-
-    try:
-        run = state.load(dirs.runs, name)
-    except SpecctlError:
-        run = None
+def journal_argv(name: str, dirs: Dirs, lines: int, follow: bool) -> list[str] | None:
+    """`journalctl` for profile `name`'s log when it is installed as a systemd unit."""
     where = installed(name, dirs, manager="systemd")
-    if where is None or (run is not None and run.log != procs.JOURNAL) or (
-            run is None and log_file.is_file()):
+    if where is None:
         return None
     spec = where[0]
     ctl = ["journalctl"] if spec.system else ["journalctl", "--user"]
