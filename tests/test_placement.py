@@ -143,6 +143,7 @@ def test_two_rtx3090s_split_the_70b_by_free_memory(tmp_path: Path) -> None:
     # by hand, per GPU: min(24576 MiB x 0.9, 24576 MiB - used) = 22118.4 MiB on both
     share = round(24576 * MIB * 0.9)
     assert m.budget.per_device == (share, share) and m.budget.devices == 2
+    assert "in use" not in m.budget.why  # the utilisation share binds, not what others use
     assert m.split == (0.5, 0.5)
     # 39.8 GiB of weights + 1.2 GiB draft do not fit one GPU's 21.6 GiB; both hold them at
     # 4096 tokens with a q8_0 cache (42.6 of 43.2 GiB), no layer in system RAM
@@ -371,3 +372,20 @@ def test_status_reads_the_end_of_a_regular_log_only(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     assert runs._log_head(str(fifo)) == ""  # never blocks on a FIFO
     assert runs._log_head(str(tmp_path / "missing.log")) == ""
+
+
+def test_plan_output_keeps_the_reasons_whole(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from specctl.orchestrator.cli import render
+
+    plan, installed = plan_for(llama(), "linux_1x_rtx3090_24g", tmp_path)
+    out = io.StringIO()
+    render.show_plan(Console(file=out, width=200), plan, installed,
+                     LlamaCpp().launch(plan, installed))
+    text = out.getvalue()
+    assert '([llamacpp] fit = "off" passes specctl\'s own)' in text
+    assert "memory      21.4 GiB of 21.6 GiB: target 39.8 GiB" in text
+    assert " GB" not in text

@@ -41,7 +41,7 @@ def show_plan(console: Console, plan: Plan, installed: Installed, launch: Launch
     console.print(shlex.join(launch.argv), soft_wrap=True, highlight=False)
     console.print("\n[bold]why[/bold]")
     for reason in plan.reasons:
-        console.print(f"- {reason}", highlight=False)
+        console.print(f"- {escape(reason)}", highlight=False)
 
 
 def status_json(row: Row) -> dict[str, Any]:
