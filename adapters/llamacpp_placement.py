@@ -96,13 +96,16 @@ def draft_flags(plan: Plan, rpc: bool, draft_local: bool) -> list[Flag]:
     return out
 
 
-# What llama-server logs as it loads (llama.cpp's own words; the target is loaded first).
+# What llama-server logs as it loads (llama.cpp's own words; the target is loaded first). At the
+# default verbosity (3) the 2026 builds say the slots and their context, and --fit's warnings; the
+# layers and buffers only at -lv 4, or in older builds.
+_SLOTS = re.compile(r"load_model: initializing, n_slots = (\d+), n_ctx_slot = (\d+)")
 _OFFLOADED = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
 _N_CTX = re.compile(r"llama_context: n_ctx\s*=\s*(\d+)")
 _BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 _KV = re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
 _FIT_FAILED = re.compile(r"failed to fit params to free device memory: (.*)")
-_START = re.compile(r"common_params_print_info: |build: \d+ |system info:")  # each start
+_START = re.compile(r"llama_server: initializing|build: \d+ |system info:")  # each start
 
 
 def chosen(log: str) -> str:
@@ -111,11 +114,14 @@ def chosen(log: str) -> str:
     starts = [m.start() for m in _START.finditer(log)]
     text = log[starts[-1]:] if starts else log
     parts = []
-    layers = _OFFLOADED.search(text)
-    if layers:
-        parts.append(f"{layers.group(1)}/{layers.group(2)} layers on the GPU")
-    ctx = _N_CTX.search(text)
-    if ctx:
+    layers, devices = _OFFLOADED.search(text), _BUFFER.findall(text)
+    if layers and any(not name.startswith("CPU") for name, _ in devices):  # a CPU build says
+        parts.append(f"{layers.group(1)}/{layers.group(2)} layers on the GPU")  # it too
+    ctx, slots = _N_CTX.search(text), _SLOTS.search(text)
+    if slots:
+        parts.append(f"context {slots.group(2)} x {slots.group(1)} slot"
+                     + ("s" if slots.group(1) != "1" else ""))
+    elif ctx:
         parts.append(f"context {ctx.group(1)}")
     buffers = _sizes(_BUFFER, text)
     if buffers:

@@ -143,6 +143,7 @@ def test_two_rtx3090s_split_the_70b_by_free_memory(tmp_path: Path) -> None:
     # by hand, per GPU: min(24576 MiB x 0.9, 24576 MiB - used) = 22118.4 MiB on both
     share = round(24576 * MIB * 0.9)
     assert m.budget.per_device == (share, share) and m.budget.devices == 2
+    assert "in use" not in m.budget.why  # the utilisation share binds, not what others use
     assert m.split == (0.5, 0.5)
     # 39.8 GiB of weights + 1.2 GiB draft do not fit one GPU's 21.6 GiB; both hold them at
     # 4096 tokens with a q8_0 cache (42.6 of 43.2 GiB), no layer in system RAM
@@ -288,26 +289,24 @@ def test_cuda_visible_devices_plans_on_the_gpus_left(monkeypatch: pytest.MonkeyP
         App.from_env().resolve(profile, machine)
 
 
-# What llama-server logs while it loads, in the words of llama.cpp's source (load_tensors in
-# src/llama-model.cpp, llama_context, llama_kv_cache, common_fit_params), for the cpu-demo pair on
-# a CPU build, after an earlier start that the read-back must skip. The real log is read in the
-# `server` test (tests/test_server.py).
+# What the installed llama-server (0c1e570, CPU build) logged serving the 0.5B testbed model:
+# an earlier start at the default verbosity (-np 4), then one at -lv 4, which also names the
+# layers and buffers; the read-back takes the last start only.
 SERVER_LOG = """\
-common_params_print_info: verbosity = 3 (adjust with the `-lv N` CLI arg)
-load_tensors: offloaded 0/29 layers to GPU
-llama_context: n_ctx                 = 8192
-common_params_print_info: verbosity = 3 (adjust with the `-lv N` CLI arg)
-llama_model_loader: loaded meta data with 29 key-value pairs
-load_tensors:   CPU_Mapped model buffer size =  3395.08 MiB
-llama_context: constructing llama_context
-llama_context: n_ctx                 = 4096
-llama_kv_cache:        CPU KV buffer size =   112.00 MiB
-common_fit_params: failed to fit params to free device memory: n_gpu_layers already set by \
-user to 0, abort
-load_tensors:   CPU_Mapped model buffer size =   462.47 MiB
-llama_context: n_ctx                 = 4096
-llama_kv_cache:        CPU KV buffer size =    48.00 MiB
-srv    load_model: model loaded
+0.00.002.997 I srv  llama_server: initializing ...
+0.00.004.305 I cmn  common_param: common_params_print_info: verbosity = 3 (adjust with the `-lv N` \
+CLI arg)
+0.13.336.795 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 4096, kv_unified = 'true'
+0.16.977.392 I srv  llama_server: model loaded
+0.00.001.146 I srv  llama_server: initializing ...
+0.00.029.792 I cmn  common_init_: fitting params to device memory ...
+0.02.299.055 I common_fit_params: successfully fit params to free device memory
+0.04.025.572 I load_tensors: offloaded 25/25 layers to GPU
+0.04.025.581 I load_tensors:   CPU_Mapped model buffer size =   462.96 MiB
+0.04.025.583 I load_tensors:   CPU_REPACK model buffer size =    28.05 MiB
+0.04.251.277 I llama_context: n_ctx                 = 4096
+0.04.251.432 I llama_kv_cache:        CPU KV buffer size =    48.00 MiB
+0.12.283.468 I srv    load_model: initializing, n_slots = 1, n_ctx_slot = 4096, kv_unified = 'false'
 """
 
 
@@ -315,9 +314,15 @@ def test_what_llamacpp_chose_is_read_from_its_log() -> None:
     from specctl.adapters.llamacpp_placement import chosen
 
     said = chosen(SERVER_LOG)
-    assert said == ("context 4096, weights CPU_Mapped 3.32 GiB, KV CPU 0.11 GiB, --fit gave up "
-                    "(n_gpu_layers already set by user to 0, abort)")
-    gpu = ("common_params_print_info: verbosity = 3\n"
+    # a CPU build says "offloaded 25/25 layers to GPU" too: not shown without a GPU buffer
+    assert said == "context 4096 x 1 slot, weights CPU_Mapped 0.45 GiB + CPU_REPACK 0.03 GiB, " \
+                   "KV CPU 0.05 GiB"
+    first = SERVER_LOG[:SERVER_LOG.index("model loaded")]
+    assert chosen(first) == "context 4096 x 4 slots"
+    warned = first + ("0.02.1 W common_fit_params: failed to fit params to free device memory: "
+                      "n_gpu_layers already set by user to 0, abort\n")
+    assert chosen(warned).endswith("--fit gave up (n_gpu_layers already set by user to 0, abort)")
+    gpu = ("0.00.001 I srv  llama_server: initializing ...\n"
            "load_tensors: offloaded 37/81 layers to GPU\n"
            "load_tensors:        CUDA0 model buffer size = 10240.00 MiB\n"
            "load_tensors:        CUDA1 model buffer size = 10240.00 MiB\n"
@@ -366,8 +371,25 @@ def test_status_reads_the_end_of_a_regular_log_only(tmp_path: Path) -> None:
     log.write_text("x" * (runs.LOG_READ + 10) + SERVER_LOG)
     head = runs._log_head(str(log))
     assert len(head.encode()) == runs.LOG_READ and head.endswith(SERVER_LOG)
-    assert LlamaCpp().placement(head).startswith("context 4096")
+    assert LlamaCpp().placement(head).startswith("context 4096 x 1 slot")
     fifo = tmp_path / "fifo.log"
     os.mkfifo(fifo)
     assert runs._log_head(str(fifo)) == ""  # never blocks on a FIFO
     assert runs._log_head(str(tmp_path / "missing.log")) == ""
+
+
+def test_plan_output_keeps_the_reasons_whole(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from specctl.orchestrator.cli import render
+
+    plan, installed = plan_for(llama(), "linux_1x_rtx3090_24g", tmp_path)
+    out = io.StringIO()
+    render.show_plan(Console(file=out, width=200), plan, installed,
+                     LlamaCpp().launch(plan, installed))
+    text = out.getvalue()
+    assert '([llamacpp] fit = "off" passes specctl\'s own)' in text
+    assert "memory      21.4 GiB of 21.6 GiB: target 39.8 GiB" in text
+    assert " GB" not in text

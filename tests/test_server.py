@@ -70,8 +70,7 @@ def test_llamacpp_fits_the_placement_and_status_shows_what_it_chose(
     assert argv[argv.index("-c") + 1] == argv[argv.index("--fit-ctx") + 1] == "4096"
     assert "-ngl" not in argv and "--tensor-split" not in argv
     chose = status_row(env, "cpu-demo")["placement"]
-    assert isinstance(chose, str) and "context 4096" in chose, chose
-    assert "weights CPU" in chose and "KV CPU" in chose, chose
+    assert chose == "context 4096 x 1 slot"  # what llama.cpp says at its default verbosity
     done = specctl("status", env={**env, "COLUMNS": "200"})
     assert f"cpu-demo: the engine chose {chose}" in done.stdout
 

@@ -134,10 +134,11 @@ def budget_for(hw: Hardware, mem: Memory, devices: int = 0) -> Budget:
     host = hw.cpu.ram_bytes - from_gib(mem.ram_reserve_gb)
     if hw.kind == "cuda":
         used = hw.gpus[: devices or len(hw.gpus)]
-        per = tuple(max(min(round(g.memory_bytes * mem.gpu_utilization),
-                            g.free_bytes - (SHARED_RESERVE if g.used_bytes else 0)), 0)
-                    for g in used)
-        taken = sum(g.used_bytes for g in used)
+        share = [round(g.memory_bytes * mem.gpu_utilization) for g in used]
+        free = [g.free_bytes - (SHARED_RESERVE if g.used_bytes else 0) for g in used]
+        per = tuple(max(min(s, f), 0) for s, f in zip(share, free, strict=True))
+        # what others use matters where it leaves less than the utilisation share
+        taken = sum(g.used_bytes for g, s, f in zip(used, share, free, strict=True) if f < s)
         limit, why = sum(per), (
             f"{len(used)}x {used[0].name}: {gib(sum(g.memory_bytes for g in used))} x "
             f"{mem.gpu_utilization} utilisation" + (
