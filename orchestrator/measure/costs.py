@@ -25,10 +25,12 @@ class Costs:
         self.cost = 0.0
 
     def time(self, configs: Sequence[Config]) -> None:
-        """COST_BLOCKS short requests per prompt and configuration: interleaved with every
-        server up, else all of one server's in one block (a server starts once)."""
+        """COST_BLOCKS short requests per prompt and configuration (and the baseline, the first
+        time): interleaved with every server up, else all of one server's in one block (a
+        server starts once)."""
         prompts = list(range(len(self.lab.workload.prompts)))
-        everyone = [self.baseline, *configs]
+        timed = any(t.label == self.baseline[0] for t in self.samples)
+        everyone = [*configs] if timed else [self.baseline, *configs]  # its time is known
         if self.sequential or not self.lab.fits([p for _, p in everyone]):
             self.samples += rounds(self.lab, everyone, prompts * COST_BLOCKS, SHORT_TOKENS, 0,
                                    True)
