@@ -12,7 +12,7 @@ import pytest
 
 from tests.cli import specctl
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.timeout(1800)]  # two benches, a busy machine
 
 
 def test_sequential_blocks_report_drift_and_agree_with_paired(tmp_path: Path) -> None:
@@ -23,8 +23,9 @@ def test_sequential_blocks_report_drift_and_agree_with_paired(tmp_path: Path) ->
     for mode in ("paired", "sequential"):
         out = tmp_path / f"{mode}.json"
         done = specctl("bench", "--profile", str(profile), "--suite", "code,chat",
-                       "--prompts", "2", "--repeats", "3", "--max-tokens", "32",
-                       *(["--sequential"] if mode == "sequential" else []), "--json", str(out))
+                       "--prompts", "1", "--repeats", "3", "--max-tokens", "24",
+                       *(["--sequential"] if mode == "sequential" else []), "--json", str(out),
+                       timeout=900)
         assert done.returncode == 0, done.stderr
         found[mode] = (json.loads(out.read_text()), done.stdout)
     paired, _ = found["paired"]

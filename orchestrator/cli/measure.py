@@ -104,7 +104,7 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
               help="Measure the greedy numerics floor (default: with --quality).")
 @click.option("--precision", type=_Finite(0.005, 0.5), metavar="FRACTION",
               help="Keep measuring (more passes than --repeats) until every configuration's "
-                   "95%% interval is within this, e.g. 0.05 for +-5%%, or --budget is spent.")
+                   "95% interval is within this, e.g. 0.05 for +-5%, or --budget is spent.")
 @click.option("--budget", default="10m", show_default=True, metavar="DURATION",
               help="With --precision: the most time to spend (e.g. 90s, 10m).")
 @click.option("--sequential", is_flag=True,
@@ -347,6 +347,7 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
         return
     if not profile_ref:
         raise click.UsageError("--profile is required (or use --what-if)")
+    seconds_budget = _seconds(budget)  # a bad duration is said before anything starts
     app = App.from_env()
     resolved = app.resolve(profile_ref, use_tuned=False)
     key = app.tuned_key(resolved.plan, resolved.installed)
@@ -371,7 +372,7 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
                                                         range(1, max_k + 1))
         else:
             result = _tuned(resolved, work, app.dirs.logs, step, max_k, max_tokens, precision,
-                            _seconds(budget), sequential)
+                            seconds_budget, sequential)
             if per_batch and level > 1 and result.method == "draft":
                 levels = sorted({1, level, *(2 ** n for n in range(9) if 2 ** n < level)})
                 ks = sorted({max(1, result.k // 2), result.k})

@@ -12,7 +12,8 @@ from specctl.orchestrator.measure.intervals import LOW_Q, quantile
 from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
 
 SHORT_TOKENS = 16  # the short requests that time the costs
-COST_BLOCKS = 2  # short requests per prompt and configuration
+COST_BLOCKS = 2  # short requests per prompt and configuration...
+MIN_SAMPLES = 8  # ...and at least this many per configuration (few prompts: more rounds)
 
 
 class Costs:
@@ -25,15 +26,18 @@ class Costs:
         self.cost = 0.0
 
     def time(self, configs: Sequence[Config]) -> None:
-        """COST_BLOCKS short requests per prompt and configuration: interleaved with every
-        server up, else all of one server's in one block (a server starts once)."""
-        prompts = list(range(len(self.lab.workload.prompts)))
-        everyone = [self.baseline, *configs]
+        """Short requests, COST_BLOCKS per prompt and configuration and at least MIN_SAMPLES
+        (and the baseline's, the first time): interleaved with every server up, else all of
+        one server's in one block (a server starts once)."""
+        n = len(self.lab.workload.prompts)
+        prompts = list(range(n))
+        blocks = max(COST_BLOCKS, -(-MIN_SAMPLES // n))
+        timed = any(t.label == self.baseline[0] for t in self.samples)
+        everyone = [*configs] if timed else [self.baseline, *configs]  # its time is known
         if self.sequential or not self.lab.fits([p for _, p in everyone]):
-            self.samples += rounds(self.lab, everyone, prompts * COST_BLOCKS, SHORT_TOKENS, 0,
-                                   True)
+            self.samples += rounds(self.lab, everyone, prompts * blocks, SHORT_TOKENS, 0, True)
             return
-        for block in range(COST_BLOCKS):
+        for block in range(blocks):
             self.samples += rounds(self.lab, everyone, prompts, SHORT_TOKENS, block, False)
 
     def per_token(self, label: str) -> float:

@@ -9,7 +9,9 @@ Decisions rest on intervals (95%, measure/intervals.py), never on one sample:
   bottom is above the leader's point;
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
 - a pair above the physical bound is discarded as noise (and counted).
-The leader is measured at least MIN_BLOCKS blocks before anything is settled.
+The leader is measured at least MIN_BLOCKS blocks before anything is settled; every decision
+rests on a 95% interval over all the requests so far (a block is one request per prompt of the
+workload on each side), never on one request.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from specctl.orchestrator.measure import intervals
 from specctl.orchestrator.measure.intervals import Interval
 from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
 
-MIN_BLOCKS = 2
+MIN_BLOCKS = 1  # a block: one request per prompt of the workload, both sides
 
 
 @dataclass

@@ -40,7 +40,7 @@ from specctl.orchestrator.measure.costs import Costs
 from specctl.orchestrator.measure.fit import Estimates, fit_alpha
 from specctl.orchestrator.measure.intervals import LOW_Q, Interval, quantile
 from specctl.orchestrator.measure.lab import Config, Lab, Timed
-from specctl.orchestrator.measure.race import Entry, Race
+from specctl.orchestrator.measure.race import MIN_BLOCKS, Entry, Race
 from specctl.orchestrator.measure.trials import Bench, Measurer, measured, speedup
 from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag, chain_of
 from specctl.orchestrator.planning import costmodel
@@ -227,7 +227,8 @@ def _guard(plan: Plan, lab: Lab, race: Race, lead: Entry, slowed: dict[str, Inte
         entries += extra
     fair = []
     for e in entries:
-        if e.interval is None or e.drafted == 0 or e.blocks < 2 or e.interval.point > e.bound:
+        if e.interval is None or e.drafted == 0 or e.blocks < MIN_BLOCKS \
+                or e.interval.point > e.bound:
             continue
         if e.interval.point > 1 + margin and all(iv.high >= GUARD for iv in
                                                   race.categories(e).values()):
@@ -247,7 +248,7 @@ def _row(race: Race, e: Entry, note: str = "") -> Measured:
         flag = (flag + "; " if flag else "") + (f"{e.discarded} pair(s) above the bound "
                                                 "discarded as noise")
     label = e.label + (note or (f" ({e.blocks} block{'s' if e.blocks > 1 else ''})"
-                                if e.dropped or e.blocks < 2 else ""))
+                                if e.dropped else ""))
     limit = round(e.bound, 4) if math.isfinite(e.bound) else None
     return Measured(
         label=label, method=plan.method, k=plan.k, p_min=plan.p_min, chain=chain_of(plan.chain),
