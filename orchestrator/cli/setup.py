@@ -62,16 +62,18 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) 
     """Show this machine, the backends found, and what would run."""
     from rich.markup import escape
 
+    from specctl.orchestrator import sanitise
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.config import profiles as profiles_mod
+    from specctl.orchestrator.files import write_output
 
     app = App.from_env()
     hw = app.hardware(hardware)
     render.show_hardware(console, hw)
     if record:
-        record.write_text(json.dumps(hw.to_json(), indent=2) + "\n")
-        console.print(f"recorded to {record}")
+        write_output(record, json.dumps(hw.to_json(), indent=2) + "\n")
+        console.print(f"recorded to {sanitise.line(record)}", highlight=False, markup=False)
     console.print()
     registry = app.backends()
     probed = app.probe(registry)
@@ -92,7 +94,7 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None) 
             verdict = f"{plan.backend}: {plan.describe_spec()}, {plan.memory.total_gb:.1f} GB"
         except SpecctlError as exc:
             verdict = f"no: {exc}"
-        console.print(f"  {name:26} {escape(verdict)}", highlight=False)
+        console.print(f"  {escape(sanitise.line(f'{name:26} {verdict}'))}", highlight=False)
 
 
 def _show_ray(address: str) -> None:

@@ -15,12 +15,14 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import psutil
 import requests
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from specctl.orchestrator.errors import ServerError
+from specctl.orchestrator.files import open_private
 
 TOLERANCE_S = 1.0  # create times are recorded to the clock tick
 
@@ -186,7 +188,7 @@ def follow(path: str, emit: Callable[[str], None], sleep: Callable[[float], None
 def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: str,
           header: str) -> subprocess.Popen[bytes]:
     """Start a server in its own session/process group, output appended to `log_path`."""
-    with open(log_path, "ab") as log:
+    with os.fdopen(open_private(Path(log_path)), "ab") as log:  # 0600: a log may hold prompts
         log.write(f"\n=== specctl: {header} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
         log.flush()
         return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log,
