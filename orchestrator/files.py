@@ -9,11 +9,12 @@ the same model as fresh values; what fails is set aside (`set_aside`) and report
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -150,6 +151,41 @@ def inside(folder: Path, name: str, suffix: str = "", what: str = "name",
     if path.parent != folder or not real.is_relative_to(base):
         raise NameRefusedError(f"{what} {name!r} leads outside {folder}")
     return path
+
+
+MAX_DEPTH = 12  # folders below a models dir (the HF cache's snapshots are 4 deep)
+MAX_ENTRIES = 200_000  # entries looked at per models dir
+
+
+def walk(folder: Path, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES
+         ) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
+    """Each folder under `folder` (itself first; links to folders not followed) with its
+    entries, sorted: at most `max_depth` deep and `max_entries` in all, an unreadable folder
+    skipped. A models dir 1500 levels deep or a huge one is walked so far, never into a
+    RecursionError, a name too long or a hang."""
+    pending, seen = [(folder, 0)], 0
+    while pending and seen < max_entries:
+        here, depth = pending.pop()
+        try:
+            with os.scandir(here) as it:
+                entries = sorted(itertools.islice(it, max_entries - seen), key=lambda e: e.name)
+        except (OSError, ValueError):
+            continue
+        seen += len(entries)
+        yield here, entries
+        if depth < max_depth:
+            for entry in reversed(entries):
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append((Path(entry.path), depth + 1))
+
+
+def is_file(entry: os.DirEntry[str]) -> bool:
+    """A regular file, or a link to one (the HF cache links snapshots into blobs)."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
 
 
 def _kind(mode: int) -> str:

@@ -713,3 +713,26 @@ def test_8_health_answers_on_ipv6_loopback() -> None:
         assert procs.healthy(f"tcp://[::1]:{server.server_address[1]}")
     finally:
         server.shutdown()
+
+
+def test_7_a_deep_or_broken_hf_cache_is_no_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    snapshot = tmp_path / "hf-home" / "hub" / "models--acme--deep-GGUF" / "snapshots" / "r1"
+    snapshot.mkdir(parents=True)
+    _chain(snapshot, 1500)
+    model = tmp_path / "hf-home" / "hub" / "models--acme--broken" / "snapshots" / "r1"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(GOOD_CONFIG))
+    (model / "model.safetensors").symlink_to(tmp_path / "gone")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    target = write_gguf(tmp_path / "target.gguf", name="target model")
+    try:
+        code, _out, err = run_main(monkeypatch, capsys, "drafts", "--target", str(target),
+                                   "--backend", "llamacpp")
+        assert code == 0 and "Traceback" not in err, err
+        code, _out, err = run_main(monkeypatch, capsys, "plan", "-p", str(profile_file(
+            tmp_path, 'target = "hf:acme/deep-GGUF:Q4_K_M"\ndraft = "none"\n')))
+        assert "Traceback" not in err and "Recursion" not in err, err
+    finally:
+        _unchain(snapshot)
