@@ -61,6 +61,9 @@ class Options(BaseModel):
         annotation = cls.model_fields[info.field_name].annotation
         if isinstance(value, bool) and bool not in (annotation, *typing.get_args(annotation)):
             raise ValueError("expected a number or text, not true/false")
+        if any(isinstance(v, str) and "\x00" in v
+               for v in (value if isinstance(value, (list, tuple)) else [value])):
+            raise ValueError("text with a NUL character; no name or path can hold one")
         if isinstance(value, list) and _is_tuple(annotation):
             return tuple(value)  # a TOML array is a list; strict tuples take only tuples
         return value
@@ -160,6 +163,16 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def url_host(host: str) -> str:
+    """`host` as a URL's host part, for clients on this machine: a wildcard bind (0.0.0.0,
+    ::, empty) is reached on loopback, and an IPv6 address goes in brackets (http://[::1]:8080)."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host.strip('[]')}]" if ":" in host else host
 
 
 def api_key(env_from: Mapping[str, str], environ: Mapping[str, str]) -> str | None:

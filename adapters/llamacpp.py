@@ -3,6 +3,7 @@ draft counters; building it is llamacpp_build's, RPC workers llamacpp_rpc's."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -31,6 +32,7 @@ from specctl.adapters.base import (
     SpecStats,
     load_settings,
     options_of,
+    url_host,
 )
 from specctl.adapters.llamacpp_dialect import (
     FLAGS,
@@ -73,9 +75,14 @@ class LlamaCppOptions(llamacpp_spec.SpecKnobs):
     def _host_port(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for w in v:
             host, sep, port = w.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-                raise ValueError(f"'{w}' is not host:port (port 1-65535)")
+            if not sep or not _RPC_HOST.fullmatch(host) or not port.isdigit() or \
+                    not 1 <= int(port) <= 65535:  # one worker each: "a:1,b:2" is two
+                raise ValueError(f"'{w}' is not one host:port (port 1-65535); list each "
+                                 "worker as its own string")
         return v
+
+
+_RPC_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\]")
 
 
 class _Settings(BaseSettings):
@@ -366,9 +373,7 @@ def _model(a: _Argv, info: ModelInfo, file_flag: str, hf_flag: str) -> None:
 
 
 def _url_host(host: str) -> str:
-    if host in ("0.0.0.0", ""):
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host else host
+    return url_host(host)
 
 
 ADAPTER = LlamaCpp

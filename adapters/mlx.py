@@ -45,6 +45,7 @@ from specctl.adapters.base import (
     is_loopback,
     load_settings,
     options_of,
+    url_host,
 )
 from specctl.orchestrator.errors import BackendError, ProfileError
 
@@ -159,7 +160,7 @@ def is_gguf(info: ModelInfo) -> bool:
 
 
 def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
+    return url_host(host)
 
 
 class _Argv:

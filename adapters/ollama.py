@@ -27,6 +27,7 @@ from specctl.adapters.base import (
     ModelStore,
     is_loopback,
     load_settings,
+    url_host,
 )
 from specctl.adapters.ollama_store import OllamaStore, models_dir
 from specctl.orchestrator.errors import BackendError
@@ -158,8 +159,8 @@ class Ollama(Adapter):
         if not plan.target.ref.startswith("ollama:"):
             raise BackendError(f"Ollama serves its own models; use target = \"ollama:NAME\" "
                                f"(not {plan.target.ref})")
-        host = f"{plan.host}:{plan.port}"
-        url = f"http://{host}"
+        host = f"{f'[{plan.host}]' if ':' in plan.host else plan.host}:{plan.port}"
+        url = f"http://{url_host(plan.host)}:{plan.port}"
         base, served = model_name(plan), model_name(plan)
         setup: list[HttpCall] = []
         if plan.speculative:  # a derived model with the draft length baked in

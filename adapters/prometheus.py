@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from specctl.adapters.base import Endpoint, SpecStats
 from specctl.orchestrator.errors import BackendError
 
+MAX_POSITIONS = 256  # draft positions a server may report (k is at most 32)
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -17,7 +20,9 @@ def parse(text: str) -> Samples:
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                out[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+                value = float(sample.value)
+                if math.isfinite(value):  # +Inf, NaN (an empty summary's quantiles): no count
+                    out[(sample.name, tuple(sorted(sample.labels.items())))] = value
     except (ValueError, TypeError, IndexError) as exc:
         raise BackendError(f"the metrics page is not Prometheus text ({exc})") from None
     return out
@@ -34,7 +39,7 @@ def spec_stats(text: str, prefix: str, source: str) -> SpecStats:
     for (name, labels), value in samples.items():
         if name == f"{prefix}spec_decode_num_accepted_tokens_per_pos_total":
             pos = dict(labels).get("position")
-            if pos is not None and pos.isdigit():
+            if pos is not None and pos.isdigit() and int(pos) < MAX_POSITIONS:
                 positions[int(pos)] = positions.get(int(pos), 0.0) + value
     per_pos = tuple(int(positions.get(i, 0)) for i in range(max(positions, default=-1) + 1))
     return SpecStats(

@@ -19,6 +19,7 @@ is returned; dialects/TGI_NOTES.md holds the facts used below, with their source
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import shutil
@@ -42,6 +43,7 @@ from specctl.adapters.base import (
     SpecStats,
     load_settings,
     options_of,
+    url_host,
 )
 from specctl.adapters.tgi_container import CONTAINER_PORT, DATA
 from specctl.adapters.tgi_launcher import LauncherOption
@@ -245,9 +247,7 @@ def native_model(info: ModelInfo) -> str:
 
 
 def _url_host(host: str) -> str:
-    if host in ("0.0.0.0", "", "::"):
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host else host
+    return url_host(host)
 
 
 def speculate(plan: Plan) -> str | None:
@@ -468,7 +468,8 @@ def stats_from_metrics(text: str) -> SpecStats:
     accepted = 0.0
     try:
         for family in text_string_to_metric_families(text):
-            accepted += sum(s.value for s in family.samples if s.name == f"{SKIPPED}_sum")
+            accepted += sum(s.value for s in family.samples if s.name == f"{SKIPPED}_sum"
+                            and math.isfinite(s.value))  # +Inf or NaN: no count
     except ValueError as exc:
         raise BackendError(f"TGI's /metrics is not Prometheus text ({exc})") from None
     return SpecStats(accepted=int(accepted),

@@ -30,6 +30,7 @@ from specctl.adapters.base import (
     SpecStats,
     load_settings,
     options_of,
+    url_host,
 )
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.sizes import GIB, gib
@@ -285,7 +286,7 @@ class Vllm(Adapter):
             if has_per_request_metrics(installed.version):
                 argv += ["--per-request-spec-decode-metrics", "summary"]
         argv += self.extra_args(plan.extra_args, installed)
-        url = f"http://{'127.0.0.1' if plan.host == '0.0.0.0' else plan.host}:{plan.port}"
+        url = f"http://{url_host(plan.host)}:{plan.port}"
         env_from = {"VLLM_API_KEY": plan.api_key_env} if plan.api_key_env else {}
         return Launch(argv=tuple(argv), env=env, health_url=f"{url}/health",
                       base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from,

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -75,9 +76,33 @@ def remove_own(path: Path, folder: Path) -> None:
     os.unlink(path)
 
 
+def private_dir(folder: Path) -> Path:
+    """`folder`, made if missing, readable by this user only: one made earlier with looser
+    modes (755, 777) is tightened to 700 when it is ours (logs and state are private)."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.stat(folder)
+    if st.st_mode & 0o077 and st.st_uid == _euid():
+        os.chmod(folder, 0o700)
+    return folder
+
+
+def open_private(path: Path) -> int:
+    """A file descriptor to append to `path` (a log), created 0600, tightened if looser; a
+    link at the path is refused (O_NOFOLLOW)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+                 | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    if os.fstat(fd).st_mode & 0o077:
+        os.fchmod(fd, 0o600)
+    return fd
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write via a temp file in the same dir, fsync, rename; mode 0600. Never a half file."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        private_dir(path.parent)
+    except OSError as exc:
+        raise StateError(f"cannot write {path}: {exc.strerror or exc}; set SPECCTL_STATE_DIR "
+                         "to a writable place") from None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -93,6 +118,24 @@ def write_atomic(path: Path, text: str) -> None:
             raise ReadOnlyError(path) from None
         raise StateError(f"cannot write {path}: {exc.strerror or exc}; free some disk space or "
                          "set SPECCTL_STATE_DIR to a writable place") from None
+
+
+def write_output(path: Path, text: str) -> None:
+    """A file the user asked for (`doctor --record FILE`): written atomically, only as a
+    regular file: a folder, FIFO or device there is refused in one line (never a hang)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except (OSError, ValueError) as exc:
+        raise StateError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
+                         ) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise StateError(f"cannot write {path}: it is {_kind(st.st_mode)}; name a file")
+    try:
+        write_atomic(path, text)
+    except ValueError as exc:
+        raise StateError(f"cannot write {path}: {exc}") from None
 
 
 def check_name(name: str, what: str = "name") -> str:
@@ -116,6 +159,41 @@ def inside(folder: Path, name: str, suffix: str = "", what: str = "name",
     if path.parent != folder or not real.is_relative_to(base):
         raise NameRefusedError(f"{what} {name!r} leads outside {folder}")
     return path
+
+
+MAX_DEPTH = 12  # folders below a models dir (the HF cache's snapshots are 4 deep)
+MAX_ENTRIES = 200_000  # entries looked at per models dir
+
+
+def walk(folder: Path, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES
+         ) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
+    """Each folder under `folder` (itself first; links to folders not followed) with its
+    entries, sorted: at most `max_depth` deep and `max_entries` in all, an unreadable folder
+    skipped. A models dir 1500 levels deep or a huge one is walked so far, never into a
+    RecursionError, a name too long or a hang."""
+    pending, seen = [(folder, 0)], 0
+    while pending and seen < max_entries:
+        here, depth = pending.pop()
+        try:
+            with os.scandir(here) as it:
+                entries = sorted(itertools.islice(it, max_entries - seen), key=lambda e: e.name)
+        except (OSError, ValueError):
+            continue
+        seen += len(entries)
+        yield here, entries
+        if depth < max_depth:
+            for entry in reversed(entries):
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append((Path(entry.path), depth + 1))
+
+
+def is_file(entry: os.DirEntry[str]) -> bool:
+    """A regular file, or a link to one (the HF cache links snapshots into blobs)."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
 
 
 def _kind(mode: int) -> str:

@@ -21,7 +21,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from specctl.adapters.base import Endpoint, SpecStats, api_key
 from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.errors import ModelError, ServerError, SpecctlError, StateError
-from specctl.orchestrator.files import inside
+from specctl.orchestrator.files import inside, open_private, private_dir
 from specctl.orchestrator.planning.plan import plan_json
 from specctl.orchestrator.runtime import handoff, procs, state
 from specctl.orchestrator.runtime.supervise import Policy, Supervisor
@@ -69,7 +69,7 @@ def ready_of(app: App, resolved: Resolved) -> handoff.Ready:
 
 def preflight(app: App, ready: handoff.Ready, say: Say) -> None:
     runs = app.dirs.runs
-    runs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(runs)
     state.check_writable(runs)
     _clean_leftover(runs, ready.name, say)
     for file in ready.files:
@@ -95,7 +95,7 @@ def serve_foreground(app: App, ready: handoff.Ready, say: Say) -> int:
 
 def supervise_launch(app: App, ready: handoff.Ready, say: Say) -> int:
     """Supervise the launch under its run name (the caller holds its lock)."""
-    app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(app.dirs.logs)
     me, launch = os.getpid(), ready.launch()
     started, cmdline = procs.identity(me) or (0.0, [])
     run = state.RunState(
@@ -143,9 +143,9 @@ def start_detached(app: App, ready: handoff.Ready, say: Say) -> state.RunState:
 
 def detach(app: App, name: str, args: list[str]) -> state.RunState:
     """Run `specctl ARGS` (a --foreground supervisor) in its own session; wait until healthy."""
-    app.dirs.logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(app.dirs.logs)
     sup_log = inside(app.dirs.logs, name, ".supervisor.log")
-    with sup_log.open("ab") as out:
+    with os.fdopen(open_private(sup_log), "ab") as out:
         child = subprocess.Popen([sys.executable, "-m", "specctl", *args],
                                  stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True)

@@ -152,7 +152,7 @@ def tripwires(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.mark.parametrize(("args", "words"), [
     (["hf:bartowski/No-Such-Model-GGUF:Q4_K_M"], ["no Hugging Face repo"]),
-    ([QWEN72], ["needs", "GB", "budget"]),
+    ([QWEN72], ["needs", "GiB", "budget"]),
     (["testbed:qwen-1.5b-q4", "--host", "0.0.0.0", "-p", ""], []),
 ])
 def test_up_fails_in_one_line_before_any_build_or_download(
@@ -184,7 +184,7 @@ def test_up_says_what_it_will_build_and_fetch_first(
     assert tripwires == ["build"]  # the first piece of work, after the checks
     said = capsys.readouterr().err
     assert "up will build llama.cpp" in said and "min" in said
-    assert "up will fetch the test model qwen-1.5b-f16" in said and "GB" in said
+    assert "up will fetch the test model qwen-1.5b-f16" in said and "GiB" in said
 
 
 def test_a_gpu_plan_is_refused_when_the_build_would_be_cpu_only(

@@ -10,13 +10,14 @@ import json
 import math
 import os
 import socket
+import stat
 import subprocess
 import threading
 import time
 import typing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import psutil
 import pytest
@@ -502,3 +503,236 @@ def test_8_logs_line_counts(count: str, expect: list[str] | None, isolated_dirs:
         assert code != 0 and "Traceback" not in err and out == ""
     else:
         assert code == 0 and out.splitlines() == expect
+
+
+# --- 7. deep, long, odd: one line each -------------------------------------------------------
+
+def test_7_toml_nested_100000_deep_is_one_line_and_breaks_only_itself(
+        isolated_dirs: Dirs, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    isolated_dirs.profiles.mkdir(parents=True)
+    (isolated_dirs.profiles / "deep.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000)
+    code, _out, err = run_main(monkeypatch, capsys, "plan", "-p", "deep")
+    one_line(code, err, "deep.toml")
+    code, out, err = run_main(monkeypatch, capsys, "profiles")
+    assert code == 0 and "Traceback" not in err
+    assert any(ln.startswith("deep") and "invalid" in ln for ln in out.splitlines()), out
+    assert any(ln.startswith("cpu-demo") for ln in out.splitlines())
+
+
+@pytest.mark.parametrize("body", ['target = "a\\u0000b"\ndraft = "none"\n',
+                                  'target = "x"\ndraft = "none"\n[llamacpp]\ndraft = "\\u0000"\n',
+                                  f'target = "{"a/" * 3000}x.gguf"\ndraft = "none"\n'])
+def test_7_nul_and_very_long_paths_are_one_line(body: str, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    path = profile_file(tmp_path, body)
+    code, _out, err = run_main(monkeypatch, capsys, "plan", "-p", str(path), "--hardware",
+                               str(HARDWARE / "linux_cpu_2c_24g.json"))
+    one_line(code, err)
+
+
+def test_7_a_very_long_argument_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = run_main(monkeypatch, capsys, "plan", "-p", "x" * 100_000 + ".toml")
+    one_line(code, err)
+    code, _out, err = run_main(monkeypatch, capsys, "plan", "-p", "cpu-demo", "--hardware",
+                               "/x" * 5000)
+    one_line(code, err)
+
+
+@pytest.mark.parametrize("kind", ["dir", "fifo"])
+def test_7_doctor_record_into_a_dir_or_fifo_is_one_line(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "rec.json"
+    if kind == "dir":
+        target.mkdir()
+    else:
+        os.mkfifo(target)
+    code, _out, err = run_main(monkeypatch, capsys, "doctor", "--record", str(target),
+                               "--hardware", str(HARDWARE / "linux_cpu_2c_24g.json"))
+    one_line(code, err, "rec.json")
+    assert target.is_dir() if kind == "dir" else stat.S_ISFIFO(os.stat(target).st_mode)
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_7_a_state_dir_that_cannot_be_one_is_one_line(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    state_dir = tmp_path / "a-file" if where == "file" else Path("/proc/self/specctl-state")
+    if where == "file":
+        state_dir.write_text("x")
+    monkeypatch.setenv("SPECCTL_STATE_DIR", str(state_dir))
+    for args in (("status",), ("down", "cpu-demo"), ("up", "-p", "cpu-demo", "--no-provision")):
+        code, _out, err = run_main(monkeypatch, capsys, *args)
+        assert "Traceback" not in err, (args, err)
+        if code:
+            one_line(code, err)
+
+
+def _chain(top: Path, levels: int) -> None:
+    """`top`/deep/deep/... `levels` deep, made through folder descriptors (no path that long
+    could be named at once)."""
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        os.mkdir("deep", dir_fd=fd)
+        for _ in range(levels):
+            child = os.open("deep", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            os.mkdir("deep", dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _unchain(top: Path) -> None:
+    """Remove what `_chain` made, deepest first (shutil.rmtree would recurse past Python's
+    limit, and pytest's own clean-up of old temp folders with it)."""
+    fds = [os.open(top, os.O_RDONLY)]
+    try:
+        while "deep" in os.listdir(fds[-1]):
+            fds.append(os.open("deep", os.O_RDONLY, dir_fd=fds[-1]))
+        while len(fds) > 1:
+            os.close(fds.pop())
+            os.rmdir("deep", dir_fd=fds[-1])
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+@pytest.fixture
+def deep_dir(tmp_path: Path) -> Iterator[Path]:
+    _chain(tmp_path, 1500)  # deeper than any path a syscall takes (PATH_MAX)
+    yield tmp_path / "deep"
+    _unchain(tmp_path)
+
+
+def test_7_a_models_dir_1500_levels_deep(deep_dir: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    deep = deep_dir
+    target = write_gguf(tmp_path / "target.gguf", name="target model")
+    started = time.monotonic()
+    code, _out, err = run_main(monkeypatch, capsys, "drafts", "--target", str(target),
+                               "--backend", "llamacpp", "--models-dir", str(deep))
+    assert code == 0 and "Traceback" not in err, err
+    assert time.monotonic() - started < 30
+
+
+# --- 8. workers, clusters, metrics, permissions, IPv6 -----------------------------------------
+
+@pytest.mark.parametrize("workers", ['["a:1,b:2"]', '["a:1 b:2"]', '["-x:1"]', '[":1"]',
+                                     '["a:1;b:2"]'])
+def test_8_one_rpc_worker_per_string(workers: str, tmp_path: Path, isolated_dirs: Dirs) -> None:
+    path = profile_file(tmp_path, f'target = "x"\ndraft = "none"\n[llamacpp]\n'
+                                  f"rpc_workers = {workers}\n")
+    with pytest.raises(ProfileError, match="rpc_workers"):
+        profiles.load(str(path), isolated_dirs)
+
+
+def test_8_a_cluster_is_bounded(tmp_path: Path, isolated_dirs: Dirs,
+                                monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = '[[cluster.nodes]]\ncount = 1024\ngpus = 64\ngpu_memory_gb = 80\n' * 1024
+    path = profile_file(tmp_path, f'target = "x"\ndraft = "none"\n{nodes}')
+    started = time.monotonic()
+    code, _out, err = run_main(monkeypatch, capsys, "plan", "-p", str(path))
+    one_line(code, err, "cluster")
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("page", [
+    "llamacpp:n_drafted_total +Inf\nllamacpp:n_accepted_total NaN\n",
+    'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1000000000"} 5\n',
+    'vllm:spec_decode_num_draft_tokens_total 1e308\nvllm:spec_decode_num_accepted_tokens_total'
+    ' +Inf\n'])
+def test_8_hostile_metrics_neither_break_nor_hang(page: str) -> None:
+    from specctl.adapters import prometheus
+    from specctl.adapters.tgi import stats_from_metrics
+
+    started = time.monotonic()
+    for prefix in ("llamacpp:", "vllm:"):
+        stats = prometheus.spec_stats(page, prefix, "test")
+        assert len(stats.per_position) <= prometheus.MAX_POSITIONS
+    stats_from_metrics("tgi_request_skipped_tokens_sum +Inf\n")
+    assert time.monotonic() - started < 5
+
+
+def test_8_loose_logs_and_runs_dirs_are_tightened_and_logs_are_0600(
+        isolated_dirs: Dirs) -> None:
+    from specctl.orchestrator.files import private_dir
+    from specctl.orchestrator.runtime import procs
+
+    for folder, mode in ((isolated_dirs.logs, 0o755), (isolated_dirs.runs, 0o777)):
+        folder.mkdir(parents=True)
+        folder.chmod(mode)
+        private_dir(folder)
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    log = isolated_dirs.logs / "x.log"
+    proc = procs.spawn(["true"], {}, str(log), "test")
+    proc.wait()
+    assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
+    state.check_writable(isolated_dirs.runs)  # the runs dir through the same door
+
+
+@pytest.mark.parametrize("backend", ["llamacpp", "vllm", "mlx", "tgi", "ollama"])
+def test_8_an_ipv6_host_gives_bracketed_urls(backend: str) -> None:
+    from specctl.adapters.base import url_host
+    from tests import plans
+
+    assert url_host("::1") == "[::1]" and url_host("::") == "[::1]"
+    assert url_host("0.0.0.0") == "127.0.0.1" and url_host("127.0.0.1") == "127.0.0.1"
+    adapter = registry.adapter_classes()[backend]()
+    changes: dict[str, Any] = {}
+    if backend == "ollama":
+        changes = {"target": plans.target(ref="ollama:qwen2.5-coder:1.5b"), "draft": None,
+                   "method": "none", "k": 0}
+    elif backend in ("vllm", "tgi"):
+        changes = {"hardware": "linux_1x_h100_80g", "method": "none", "draft": None, "k": 0}
+    hw = changes.pop("hardware", "linux_cpu_2c_24g")
+    plan = plans.plan(backend=backend, hardware=str(hw), host="::1", port=8080, **changes)
+    launch = adapter.launch(plan, adapter.assumed())
+    for url in (launch.base_url, launch.health_url, launch.metrics_url or ""):
+        assert url == "" or "[::1]:8080" in url, url
+
+
+def test_8_health_answers_on_ipv6_loopback() -> None:
+    from specctl.orchestrator.runtime import procs
+
+    class V6(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+    try:
+        server = V6(("::1", 0), _Capture)
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert procs.healthy(f"http://[::1]:{server.server_address[1]}/health")
+        assert procs.healthy(f"tcp://[::1]:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+
+
+def test_7_a_deep_or_broken_hf_cache_is_no_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    snapshot = tmp_path / "hf-home" / "hub" / "models--acme--deep-GGUF" / "snapshots" / "r1"
+    snapshot.mkdir(parents=True)
+    _chain(snapshot, 1500)
+    model = tmp_path / "hf-home" / "hub" / "models--acme--broken" / "snapshots" / "r1"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(GOOD_CONFIG))
+    (model / "model.safetensors").symlink_to(tmp_path / "gone")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    target = write_gguf(tmp_path / "target.gguf", name="target model")
+    try:
+        code, _out, err = run_main(monkeypatch, capsys, "drafts", "--target", str(target),
+                                   "--backend", "llamacpp")
+        assert code == 0 and "Traceback" not in err, err
+        code, _out, err = run_main(monkeypatch, capsys, "plan", "-p", str(profile_file(
+            tmp_path, 'target = "hf:acme/deep-GGUF:Q4_K_M"\ndraft = "none"\n')))
+        assert "Traceback" not in err and "Recursion" not in err, err
+    finally:
+        _unchain(snapshot)

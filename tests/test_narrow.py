@@ -58,8 +58,9 @@ def test_no_word_is_broken_across_lines_at_80_columns(args: list[str],
 
 
 def test_sizes_and_durations_read_as_people_write_them() -> None:
-    assert size(2_800_000) == "2.8 MB" and size(47_420_000_000) == "47.4 GB"
-    assert size(531_000_000) == "531 MB" and size(512) == "512 bytes"
+    # binary units, the family memory figures use (one unit on screen)
+    assert size(2_800_000) == "2.7 MiB" and size(47_420_000_000) == "44.2 GiB"
+    assert size(531_000_000) == "506 MiB" and size(512) == "512 bytes"
     assert duration(45) == "45 s" and duration(12 * 60 + 5) == "12 min"
     assert duration(3 * 3600 + 12 * 60) == "3 h 12 min"
     assert duration(1_605_092 * 60) == "3 y 19 d"  # was "1605092 min"

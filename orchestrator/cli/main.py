@@ -18,6 +18,12 @@ from specctl.orchestrator.cli import measure, serve, setup  # noqa: F401 (regist
 from specctl.orchestrator.cli.base import cli, err_console
 from specctl.orchestrator.errors import ReadOnlyError, SpecctlError
 
+# What a path the user (or a profile, or a SPECCTL_*_DIR) named can do to a command: a name too
+# long, a loop of links, a file where a folder should be, a folder under /proc.
+PATH_ERRORS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR,
+                         errno.EEXIST, errno.ENOENT, errno.ENXIO, errno.EPERM, errno.EINVAL,
+                         errno.EBUSY, errno.ETXTBSY, errno.EFBIG, errno.EMLINK})
+
 
 def _exit_on(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # unwinds: servers that bench/tune started are stopped
@@ -33,16 +39,22 @@ def main() -> None:
                           markup=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
-            raise  # anything else is a bug: keep the traceback
         if exc.errno == errno.EROFS:  # not a full disk: a service's sandbox, or a ro mount
-            err_console.print(f"specctl: error: {ReadOnlyError(exc.filename or '?')}",
-                              highlight=False, markup=False, soft_wrap=True)
+            readonly = ReadOnlyError(exc.filename or "?")
+            err_console.print(f"specctl: error: {sanitise.line(readonly)}", highlight=False,
+                              markup=False, soft_wrap=True)
             sys.exit(1)
-        err_console.print(f"specctl: error: cannot write {sanitise.line(exc.filename or '')}: "
-                          f"{exc.strerror}; "
-                          "free some space or point SPECCTL_STATE_DIR elsewhere",
-                          highlight=False, markup=False, soft_wrap=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES):
+            err_console.print(f"specctl: error: cannot write {sanitise.line(exc.filename or '')}"
+                              f": {exc.strerror}; free some space or point SPECCTL_STATE_DIR "
+                              "elsewhere", highlight=False, markup=False, soft_wrap=True)
+            sys.exit(1)
+        if exc.errno not in PATH_ERRORS:
+            raise  # anything else is a bug: keep the traceback
+        err_console.print(f"specctl: error: {sanitise.line(exc.filename or 'a path')}: "
+                          f"{exc.strerror}; check the path (and SPECCTL_STATE_DIR, "
+                          "SPECCTL_CONFIG_DIR, SPECCTL_CACHE_DIR)", highlight=False,
+                          markup=False, soft_wrap=True)
         sys.exit(1)
     except click.exceptions.Abort:
         err_console.print("specctl: aborted")

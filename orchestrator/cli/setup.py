@@ -128,15 +128,17 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None,
     \b
     specctl doctor
     specctl doctor --record my-box.json    (then `specctl plan -p NAME --hardware my-box.json`)"""
+    from specctl.orchestrator import sanitise
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.config import profiles as profiles_mod
+    from specctl.orchestrator.files import write_output
 
     app = App.from_env()
     hw = app.hardware(hardware)
     if record:
-        record.write_text(json.dumps(hw.to_json(), indent=2) + "\n")
-        err_console.print(f"recorded to {record}", highlight=False)
+        write_output(record, json.dumps(hw.to_json(), indent=2) + "\n")
+        err_console.print(f"recorded to {sanitise.line(record)}", highlight=False, markup=False)
     if as_json:
         click.echo(json.dumps(_doctor_json(app, hw, hardware is None), indent=2))
         return
@@ -163,7 +165,7 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None,
                        f"{gib(plan.memory.device_bytes)}")
         except SpecctlError as exc:
             verdict = f"no: {exc}"
-        verdicts.append((f"  {name}", verdict))
+        verdicts.append((f"  {name}", sanitise.line(verdict)))
     render.hanging(console, verdicts, bold=False)
 
 

@@ -50,7 +50,8 @@ NGRAM_METHODS: tuple[str, ...] = typing.get_args(NgramMethod)
 DRAFTLESS = (*NGRAM_METHODS, "none")
 MAX_K = 32
 MAX_GPUS = 64  # per machine (a node); 8 or 16 in the largest today
-MAX_NODES = 1024
+MAX_NODES = 1024  # machines in a cluster, all node kinds together
+MAX_CLUSTER_GPUS = 16384  # GPUs in a cluster (the largest today have a few thousand)
 MAX_GB = 1 << 16  # memory of one device or machine, GB
 # Limits shared with what is read back from disk (a tuned result), as fresh input is held to.
 PMin = Annotated[float, Field(ge=0, le=1)]
@@ -58,9 +59,23 @@ EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 
 
 class Strict(BaseModel):
-    """No unknown keys, no `true` read as 1, no "8080" read as a number, no NaN or infinity."""
+    """No unknown keys, no `true` read as 1, no "8080" read as a number, no NaN or infinity,
+    no NUL in text (no file name can hold one)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return no_nul(value)
+
+
+def no_nul(value: Any) -> Any:
+    """`value` unless it is text (or a list of texts) holding a NUL character."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if any(isinstance(v, str) and "\x00" in v for v in items):
+        raise ValueError("text with a NUL character; no name or path can hold one")
+    return value
 
 
 class Server(Strict):
@@ -125,6 +140,16 @@ class Cluster(Strict):
     them; each backend's section says how)."""
 
     nodes: list[Node] = Field(default_factory=list, max_length=MAX_NODES)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Cluster:
+        machines = sum(n.count for n in self.nodes)
+        if machines > MAX_NODES:
+            raise ValueError(f"{machines} machines in all; at most {MAX_NODES}")
+        gpus = sum(n.count * n.gpus for n in self.nodes)
+        if gpus > MAX_CLUSTER_GPUS:
+            raise ValueError(f"{gpus} GPUs in all; at most {MAX_CLUSTER_GPUS}")
+        return self
 
 
 class Profile(Strict):
@@ -265,6 +290,9 @@ def parse(text: str, name: str, source: str, cli: Mapping[str, Any] | None = Non
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{source}: not valid TOML ({exc})") from None
+    except RecursionError:  # arrays or tables nested thousands deep
+        raise ProfileError(f"{source}: nested too deep to be a profile; a profile is a few "
+                           "flat tables") from None
     over = env_overrides()
     data = _merge(_merge(data, over.data), cli or {})
     data.setdefault("name", name)
@@ -272,6 +300,8 @@ def parse(text: str, name: str, source: str, cli: Mapping[str, Any] | None = Non
         return profile_model().model_validate(data)
     except ValidationError as exc:
         raise ProfileError(_format_validation(exc, source, over, cli)) from None
+    except RecursionError:
+        raise ProfileError(f"{source}: nested too deep to be a profile") from None
 
 
 def load(ref: str, dirs: Dirs, cli: Mapping[str, Any] | None = None) -> Profile:

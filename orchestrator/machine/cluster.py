@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from specctl.orchestrator.config.profiles import Cluster, Node
+from specctl.orchestrator.config.profiles import MAX_CLUSTER_GPUS, Cluster, Node
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.machine import hardware
 from specctl.orchestrator.machine.hardware import Cpu, Gpu, Hardware
@@ -37,6 +37,10 @@ def cluster_hardware(cluster: Cluster, base: Path) -> Hardware | None:
     if not cluster.nodes:
         return None
     machines = [(node_hardware(n, base), n.count) for n in cluster.nodes]
+    many = sum(len(hw.gpus) * count for hw, count in machines)
+    if many > MAX_CLUSTER_GPUS:  # recorded machines bring their own GPU counts
+        raise ClusterError(f"the cluster has {many} GPUs in all; specctl plans at most "
+                           f"{MAX_CLUSTER_GPUS}")
     first = machines[0][0]
     gpus = tuple(Gpu(g.name, g.memory_bytes, i, g.used_bytes) for i, g in enumerate(
         g for hw, count in machines for _ in range(count) for g in hw.gpus))

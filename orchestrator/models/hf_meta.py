@@ -117,7 +117,15 @@ def read_config(folder: Path) -> dict[str, Any]:
 
 
 def weights_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for pattern in WEIGHTS for p in folder.glob(pattern))
+    """Bytes of the weight files (a broken link or an unreadable file counts for none)."""
+    total = 0
+    for pattern in WEIGHTS:
+        for path in folder.glob(pattern):
+            try:
+                total += path.stat().st_size
+            except (OSError, ValueError):
+                continue
+    return total
 
 
 def tokenizer_type(folder: Path) -> str:

@@ -40,7 +40,8 @@ FIRST_READ = 4 << 20  # most GGUF metadata (a 150k-token vocabulary) fits in a f
 MAX_HEADER = 128 << 20
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 SEARCH_TTL = 24 * 3600
-CALL_TIMEOUT = 15.0  # seconds one metadata call to the Hub may take, retries included
+CALL_TIMEOUT = 10.0  # seconds one metadata call to the Hub may take, retries included
+BUDGET = 20.0  # seconds of metadata calls one command may wait for in all (a slow Hub)
 READ_RATE = 4 << 20  # bytes a second a ranged read may assume on top of CALL_TIMEOUT
 MAX_CACHED = 16 << 20  # a cached repo listing or search answer (a few KB; huge repos ~1 MB)
 
@@ -193,6 +194,7 @@ class Hub:
         self.requests = 0  # made by this object (tests and `plan` timing read it)
         self.unreachable = ""  # why the Hub could not be reached, once found (fail fast after)
         self._reached = False
+        self.waited = 0.0  # seconds spent waiting for metadata calls (against BUDGET)
 
     # -- the cache ---------------------------------------------------------------------------
     def _dir(self, name: str) -> Path:
@@ -288,7 +290,15 @@ class Hub:
              seconds: float = CALL_TIMEOUT) -> T:
         """One call to the Hub: its errors mapped to one line, within `seconds`."""
         with self._asking(name, what), self._guarded(name, what):
-            return within(seconds, call)
+            left = BUDGET - self.waited
+            if left <= 0:
+                self.unreachable = _no_answer(f"it took more than {BUDGET:.0f} s in all")
+                raise TimeoutError(self.unreachable)
+            started = time.monotonic()
+            try:
+                return within(min(seconds, left), call)
+            finally:
+                self.waited += time.monotonic() - started
 
     def _gated(self, name: str, exc: Exception) -> ModelError:
         """A gated repo: 401 without a token (or one the Hub does not know), 403 with a token

@@ -19,6 +19,7 @@ from pathlib import Path
 from specctl.adapters.base import ModelStore
 from specctl.orchestrator.config.adhoc import bare_repo
 from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.files import is_file, walk
 from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import read_metadata
@@ -53,7 +54,9 @@ def find_hf_snapshot(ref: ModelRef, hub: Path) -> Path | None:
 def find_hf_gguf(ref: ModelRef, hub: Path) -> Path | None:
     """The GGUF file of `ref` in the local Hugging Face cache (quant matched), if any."""
     snapshots = hub / f"models--{ref.name.replace('/', '--')}" / "snapshots"
-    files = sorted(snapshots.glob("*/**/*.gguf")) if snapshots.is_dir() else []
+    files = sorted(Path(e.path) for here, entries in walk(snapshots, max_depth=8)
+                   for e in entries if here != snapshots and e.name.endswith(".gguf")
+                   and is_file(e))
     if ref.quant:
         files = [f for f in files if ref.quant in f.name.upper().replace("-", "_")]
     for f in files:

@@ -10,8 +10,6 @@ and n-gram prompt lookup. Candidates must fit the memory left after the target.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -20,6 +18,7 @@ from pathlib import Path
 
 from specctl.adapters.base import ModelStore
 from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.files import is_file, walk
 from specctl.orchestrator.models import catalog
 from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.info import (
@@ -96,46 +95,14 @@ class Candidate:
                 "score": round(self.score, 3), "method": self.method}
 
 
-MAX_DEPTH = 12  # folders below a models dir (the HF cache's snapshots are 4 deep)
-MAX_ENTRIES = 200_000  # entries looked at per models dir
-
-
-def _walk(folder: Path) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
-    """Each folder under `folder` (links to folders not followed) with its entries: at most
-    MAX_DEPTH deep and MAX_ENTRIES in all, an unreadable folder skipped; a models dir 1500
-    levels deep or a huge one is walked so far, never into a RecursionError or a hang."""
-    pending, seen = [(folder, 0)], 0
-    while pending and seen < MAX_ENTRIES:
-        here, depth = pending.pop()
-        try:
-            with os.scandir(here) as it:
-                entries = sorted(itertools.islice(it, MAX_ENTRIES - seen), key=lambda e: e.name)
-        except (OSError, ValueError):
-            continue
-        seen += len(entries)
-        yield here, entries
-        if depth < MAX_DEPTH:
-            for entry in reversed(entries):
-                with contextlib.suppress(OSError):
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append((Path(entry.path), depth + 1))
-
-
-def _is_file(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_file()
-    except OSError:
-        return False
-
-
 def scan_folders(folders: Iterable[tuple[Path, str]]) -> Iterator[Found]:
     """GGUF files, and model folders (config.json beside safetensors weights)."""
     for folder, source in folders:
-        for here, entries in _walk(folder):
+        for here, entries in walk(folder):
             names = {e.name for e in entries}
             for entry in entries:
                 if entry.name.endswith(".gguf") and "mmproj" not in entry.name.lower() and \
-                        _is_file(entry):
+                        is_file(entry):
                     yield Found(entry.path, Path(entry.path), source)
             if "config.json" in names and any(n.endswith(".safetensors") for n in names):
                 yield Found(str(here), here, source)

@@ -18,7 +18,14 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field
 
 from specctl.orchestrator.errors import NameRefusedError, ServerError
-from specctl.orchestrator.files import NAME_PATTERN, check_name, inside, read_back, write_atomic
+from specctl.orchestrator.files import (
+    NAME_PATTERN,
+    check_name,
+    inside,
+    private_dir,
+    read_back,
+    write_atomic,
+)
 
 
 def check_writable(folder: Path) -> None:
@@ -86,7 +93,7 @@ def load(runs: Path, profile: str) -> RunState | None:
 @contextlib.contextmanager
 def profile_lock(runs: Path, profile: str) -> Iterator[None]:
     """Held by a profile's supervisor for its whole life; a second one fails at once."""
-    runs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(runs)
     lock = FileLock(str(lock_path(runs, profile)))
     try:
         lock.acquire(timeout=0)
