@@ -4,12 +4,13 @@ as README's table says, strict SPECCTL_* overrides."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli import run_main
+from tests.cli import run_main, specctl
 from tests.conftest import HARDWARE
 from tests.fake_hf_hub import FakeHub
 from tests.hub_repos import LLAMA2, Shape, _file_type, write_header
@@ -64,21 +65,22 @@ def tiny_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHu
 
 
 def test_models_pull_prints_the_path_on_stdout_and_progress_on_stderr(
-        tiny_hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_main(monkeypatch, capsys, "models", "pull", f"hf:{TINY}:Q4_K_M")
-    assert code == 0, err
-    ref, path = out.strip().split(": ")
-    assert ref == f"hf:{TINY}:Q4_K_M" and Path(path).is_file() and "\n" not in out.strip()
-    assert "pulling" in err
-    code, out, err = run_main(monkeypatch, capsys, "models", "list", "--json")
-    held = {h["ref"]: h for h in json.loads(out)}
+        tiny_hub: FakeHub, tmp_path: Path) -> None:
+    """In subprocesses: huggingface_hub reads its cache location once, at import."""
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "NO_COLOR": "1"}
+    done = specctl("models", "pull", f"hf:{TINY}:Q4_K_M", env=env)
+    assert done.returncode == 0, done.stderr
+    ref, path = done.stdout.strip().split(": ")
+    assert ref == f"hf:{TINY}:Q4_K_M" and Path(path).is_file() and "\n" not in done.stdout.strip()
+    assert "pulling" in done.stderr
+    listed = specctl("models", "list", "--json", env=env)
+    held = {h["ref"]: h for h in json.loads(listed.stdout)}
     assert held[f"hf:{TINY}"]["size_bytes"] == Path(path).stat().st_size
-    code, out, err = run_main(monkeypatch, capsys, "models", "rm", f"hf:{TINY}", "--yes")
-    assert code == 0, err
-    assert "removed" in out and not Path(path).exists()
-    code, out, err = run_main(monkeypatch, capsys, "models", "rm", f"hf:{TINY}", "--yes")
-    assert code == 1 and "not in the Hugging Face cache" in err
+    removed = specctl("models", "rm", f"hf:{TINY}", "--yes", env=env)
+    assert removed.returncode == 0, removed.stderr
+    assert "removed" in removed.stdout and not Path(path).exists()
+    again = specctl("models", "rm", f"hf:{TINY}", "--yes", env=env)
+    assert again.returncode == 1 and "not in the Hugging Face cache" in again.stderr
 
 
 def test_models_pull_that_fetches_nothing_exits_non_zero(

@@ -1,6 +1,7 @@
 """The `specctl` command line. Thin: parse, call the orchestrator, render, map errors to exits.
 
-Commands live in setup (look and plan), serve (run servers) and measure (bench, tune);
+Commands live in setup (look and plan), inventory (models and backends here), serve (run
+servers) and measure (bench, tune);
 importing them registers them on the group in base.
 """
 
@@ -14,7 +15,7 @@ from types import FrameType
 import click
 
 from specctl.orchestrator import sanitise
-from specctl.orchestrator.cli import measure, serve, setup  # noqa: F401 (registers)
+from specctl.orchestrator.cli import inventory, measure, serve, setup  # noqa: F401 (registers)
 from specctl.orchestrator.cli.base import cli, err_console
 from specctl.orchestrator.errors import ReadOnlyError, SpecctlError
 
