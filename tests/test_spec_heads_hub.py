@@ -120,7 +120,7 @@ def test_an_mtp_sidecar_in_the_targets_repo_is_offered(hub: FakeHub, tmp_path: P
     pairs = set(itertools.pairwise(got["argv"]))
     assert ("--spec-type", "draft-mtp") in pairs
     assert ("-hfd", repo) in pairs  # llama-server finds the sidecar in the repo itself
-    assert got["memory"]["draft_gb"] == pytest.approx(0.41, rel=0.05)
+    assert got["memory"]["draft_gib"] == pytest.approx(410_000_000 / 2**30, rel=0.05)
     flags_known(got["argv"])
 
 
@@ -128,4 +128,4 @@ def test_the_model_files_of_a_repo_leave_its_sidecars_out(hub: FakeHub, tmp_path
     """`hf:repo` with one quantisation and a sidecar is still one model file."""
     repo = SIDECAR_TARGET[0]
     got = plan_of(tmp_path, f"hf:{repo}", env_for(hub, tmp_path))
-    assert got["target"]["size_gb"] == pytest.approx(5.1, rel=0.05)
+    assert got["target"]["size_gib"] == pytest.approx(5_100_000_000 / 2**30, rel=0.05)

@@ -299,15 +299,17 @@ def service_install(profile_ref: str, system: bool, manager: str | None, dry_run
     done = service_mod.install(spec, mgr, enable)
     if done.replaced:
         console.print(f"replaced {done.path}: " + ("\n".join(done.diff) if done.diff else
-                                                   "unchanged"), highlight=False, markup=False)
-    console.print(f"wrote {done.path} and {spec.env_file}", highlight=False)
-    console.print("carries:\n  " + "\n  ".join(carried), highlight=False, markup=False)
+                                                   "unchanged"), highlight=False, markup=False,
+                      soft_wrap=True)  # paths and diff lines stay whole
+    console.print(f"wrote {done.path} and {spec.env_file}", highlight=False, soft_wrap=True)
+    console.print("carries:\n  " + "\n  ".join(carried), highlight=False, markup=False,
+                  soft_wrap=True)
     for cmd in done.ran:
-        console.print(f"ran: {' '.join(cmd)}", highlight=False)
+        console.print(f"ran: {' '.join(cmd)}", highlight=False, soft_wrap=True)
     if not enable:
         cmds = units.activation(spec, mgr, done.path, os.getuid())
         console.print("start it with: " + " && ".join(" ".join(c) for c in cmds),
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
     if key_env and key_env not in spec.secrets:
         err_console.print(f"specctl: warning: ${key_env} (the profile's API key) is not set, so "
                           f"the service will not start; export it and install again",
