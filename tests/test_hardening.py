@@ -225,7 +225,8 @@ def _supervisor_like(name: str, lock: Path | None) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-c", code, "specctl", "up", "--profile", name,
                              "--foreground"])
     deadline = time.monotonic() + 10
-    while lock and time.monotonic() < deadline and not psutil.Process(proc.pid).open_files():
+    while lock and time.monotonic() < deadline and str(lock) not in {  # the lock, not the
+            f.path for f in psutil.Process(proc.pid).open_files()}:  # .pth files of start-up
         time.sleep(0.05)
     return proc
 
