@@ -24,7 +24,7 @@ def test_sequential_blocks_report_drift_and_agree_with_paired(tmp_path: Path) ->
         out = tmp_path / f"{mode}.json"
         done = specctl("bench", "--profile", str(profile), "--suite", "code,chat",
                        "--prompts", "1", "--repeats", "3", "--max-tokens", "24",
-                       *(["--sequential"] if mode == "sequential" else []), "--json", str(out),
+                       *(["--sequential"] if mode == "sequential" else []), "--output", str(out),
                        timeout=900)
         assert done.returncode == 0, done.stderr
         found[mode] = (json.loads(out.read_text()), done.stdout)

@@ -42,7 +42,7 @@ def bench(tmp_path: Path, models: str, env: dict[str, str], *extra: str, port: i
     profile.write_text(f'{models}k = 3\n[server]\ncontext = 2048\n' +
                        (f"port = {port}\n" if port else ""))
     out = tmp_path / "report.json"
-    done = specctl("bench", "-p", str(profile), *SHORT, "--json", str(out), *extra, env=env,
+    done = specctl("bench", "-p", str(profile), *SHORT, "--output", str(out), *extra, env=env,
                    timeout=2300)
     assert out.exists(), done.stdout + done.stderr
     return done.returncode, done.stdout + done.stderr, json.loads(out.read_text())
