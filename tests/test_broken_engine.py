@@ -27,4 +27,4 @@ def test_no_draft_serves_the_target_without_drafting() -> None:
 
 
 def test_top_k_speculates_with_a_cut_sampler() -> None:
-    assert broken_engine.rewrite("top-k", SPEC) == [*SPEC, "--top-k", "2"]
+    assert broken_engine.rewrite("top-k", SPEC) == [*SPEC, "--top-k", "1"]

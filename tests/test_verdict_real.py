@@ -74,7 +74,7 @@ def test_the_draft_served_alone_is_an_output_change_and_its_floor_a_broken_engin
 
 def test_a_sampler_cut_while_speculating_is_caught_by_sampling_alone(tmp_path: Path) -> None:
     """A second break: it drafts for real and greedy output stays the same, but sampling is cut
-    to top-k 2; the sampling test (speculative and floor side) finds it."""
+    to top-k 1; the sampling test (speculative and floor side) finds it."""
     env = environment(tmp_path, "perturbed-sampler-llama-server")
     code, out, report = bench(tmp_path, SMOL, env, "--quality", "--samples", "24")
     assert code == 3, out
