@@ -101,6 +101,8 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         private_dir(path.parent)
     except OSError as exc:
+        if exc.errno == errno.EROFS:
+            raise ReadOnlyError(path.parent) from None
         raise StateError(f"cannot write {path}: {exc.strerror or exc}; set SPECCTL_STATE_DIR "
                          "to a writable place") from None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

@@ -131,8 +131,10 @@ def serve_worker(app: App, host: str, port: int, threads: int | None, say: Say) 
 
 def start_detached(app: App, ready: handoff.Ready, say: Say) -> state.RunState:
     """Start the supervisor in its own session with the launch resolved here; wait until the
-    server is healthy, return."""
+    server is healthy, return. The checks come before the first line, so a refusal is one
+    line."""
     preflight(app, ready, say)
+    say(f"starting {ready.name}: {ready.spec}")
     path = handoff.write(app.dirs.runs, ready)
     try:
         return detach(app, ready.name, ["up", "--profile", ready.name, "--foreground",

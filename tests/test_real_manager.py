@@ -127,9 +127,13 @@ def _ok(url: str) -> bool:
 
 
 def _running(rw: Path) -> bool:
-    """The supervisor says it serves (healthy and set up), not only the server."""
-    found = state.load(rw / "state" / "runs", "smol")
-    return found is not None and found.status == "running"
+    """The supervisor says it serves (healthy and set up), not only the server. The state file
+    is the service user's: specctl (as root here) rightly refuses to trust it, so the test reads
+    it with the model's parser, past the owner check."""
+    path = rw / "state" / "runs" / "smol.json"
+    if not path.exists():
+        return False
+    return state.RunState.model_validate_json(path.read_text()).status == "running"
 
 
 def _server_pid(manager: Manager) -> int:

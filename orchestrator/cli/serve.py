@@ -68,8 +68,8 @@ def up(ref: str, flags: Flags, foreground: bool, no_provision: bool, no_download
     ready = runs.ready_of(app, resolved)
     if foreground:
         sys.exit(runs.serve_foreground(app, ready, err_console.print))
-    err_console.print(f"starting {ready.name}: {ready.spec}", highlight=False)
-    run = runs.start_detached(app, ready, err_console.print)
+    run = runs.start_detached(app, ready, lambda line: err_console.print(
+        line, highlight=False, markup=False))
     err_console.print(f"[bold green]{run.profile} is up[/bold green], speculation: {run.spec}",
                       highlight=False)
     if run.plan.get("model"):

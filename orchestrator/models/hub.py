@@ -341,9 +341,9 @@ class Hub:
                                                timeout=CALL_TIMEOUT))
         repo = listing(name, info)
         folder = self._dir(name)
-        write_atomic(folder / repo.revision / "repo.json", repo.model_dump_json() + "\n")
-        write_atomic(folder / "refs.json", json.dumps({"main": repo.revision,
-                                                       "at": int(time.time())}) + "\n")
+        self._keep(folder / repo.revision / "repo.json", repo.model_dump_json() + "\n")
+        self._keep(folder / "refs.json", json.dumps({"main": repo.revision,
+                                                     "at": int(time.time())}) + "\n")
         return repo
 
     def _read(self, repo: Repo, path: str, start: int, end: int) -> bytes:
@@ -429,8 +429,15 @@ class Hub:
                 author=author or None, search=text, limit=limit)])
         found = _Search(at=time.time(), repos=tuple(
             r for r in repos if isinstance(r, str) and REPO.fullmatch(r)))
-        write_atomic(path, found.model_dump_json() + "\n")
+        self._keep(path, found.model_dump_json() + "\n")
         return list(found.repos)
+
+    def _keep(self, path: Path, text: str) -> None:
+        """Cache an answer; a read-only cache names the folder to make writable (its root)."""
+        try:
+            write_atomic(path, text)
+        except ReadOnlyError:
+            raise ReadOnlyError(self.root) from None
 
 
 def _base_model(card: Any) -> str | None:
