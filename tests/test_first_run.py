@@ -412,3 +412,43 @@ def test_up_asks_in_a_terminal_and_no_stops_before_any_work(tmp_path: Path) -> N
     assert "up will build llama.cpp" in text and "up will fetch the test model" in text
     assert not (tmp_path / "cache" / "backends").exists()
     assert not (tmp_path / "cache" / "models").exists()
+
+
+@pytest.mark.server  # needs the llama.cpp build (`specctl backend install llama.cpp`)
+def test_a_llama_server_on_path_is_used_instead_of_a_build(tmp_path: Path) -> None:
+    """A distro's or Homebrew's llama-server on PATH (here: a link to the real build) is the
+    engine: `backend list` finds it, `plan` reads its dialect and names it, and `up` lists no
+    build. Without it (and an empty cache), the same plan is made on the recorded dialect and
+    `up --no-provision` refuses, saying to install."""
+    from specctl.adapters.llamacpp import LlamaCpp
+    from specctl.orchestrator.config.paths import Dirs
+
+    real = LlamaCpp.create(Dirs.from_env()).locate()
+    if real is None:
+        pytest.fail("needs the llama.cpp build (specctl backend install llama.cpp)")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "llama-server").symlink_to(real)
+    base = {**os.environ, "NO_COLOR": "1", "SPECCTL_CACHE_DIR": str(tmp_path / "empty-cache"),
+            "SPECCTL_STATE_DIR": str(tmp_path / "state")}
+    base.pop("SPECCTL_LLAMA_SERVER", None)
+    bare_path = os.pathsep.join(p for p in base.get("PATH", "").split(os.pathsep)
+                                if not (Path(p) / "llama-server").exists())
+    with_it = {**base, "PATH": f"{bindir}{os.pathsep}{bare_path}"}
+    without = {**base, "PATH": bare_path}
+
+    listed = specctl("backend", "list", "--json", env=with_it)
+    assert listed.returncode == 0, listed.stderr
+    row = next(r for r in json.loads(listed.stdout) if r["name"] == "llamacpp")
+    assert row["installed"] and row["path"] == str(bindir / "llama-server")
+
+    planned = {}
+    for name, env in (("with", with_it), ("without", without)):
+        done = specctl("plan", "-p", "cpu-demo", "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        planned[name] = json.loads(done.stdout)
+    assert planned["with"]["engine"] == str(bindir / "llama-server")
+    assert planned["without"]["engine"] is None  # the recorded dialect, nothing installed
+
+    refused = specctl("up", "-p", "cpu-demo", "--no-provision", env=without)
+    assert refused.returncode != 0 and "install" in refused.stderr
