@@ -94,3 +94,37 @@ def test_tunes_short_sampling_check_passes_speculation_and_refuses_the_draft_alo
                       lambda _m: None, against="draft")
     assert "distributions differ" in str(refused.value) and "not saved" in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+def test_bench_quality_starts_each_server_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """One measure session: the speed passes and the sampling check (and the floor's) use the
+    same servers, so each configuration's server starts once (before: the baseline three times,
+    the candidate and the floor twice). Counted on the real engine.serve, wrapped."""
+    from collections import Counter
+
+    from specctl.orchestrator.measure import engine
+    from tests.cli import run_main
+
+    starts: Counter[str] = Counter()
+    real = engine.serve
+
+    def counted(plan, backend, installed, logs, label):  # type: ignore[no-untyped-def]
+        starts[label] += 1
+        return real(plan, backend, installed, logs, label)
+
+    monkeypatch.setattr(engine, "serve", counted)
+    profile = tmp_path / "smol.toml"
+    profile.write_text('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
+                       'k = 3\n[server]\ncontext = 2048\n')
+    out = tmp_path / "report.json"
+    code, _out, err = run_main(monkeypatch, capsys, "bench", "--profile", str(profile),
+                               "--suite", "chat", "--prompts", "1", "--repeats", "1",
+                               "--max-tokens", "8", "--quality", "--samples", "8",
+                               "--output", str(out))
+    assert code == 0, err
+    report = json.loads(out.read_text())
+    assert "quality" in report and "floor_quality" in report
+    assert set(starts) == {"bench-baseline", "bench-draft k=3", "bench-floor",
+                           "bench-draft alone"}, starts
+    assert set(starts.values()) == {1}, starts

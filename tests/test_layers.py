@@ -26,6 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     "measure": BASE | {"config", "machine", "models", "planning", "runtime"},
     "app": BASE | {"config", "machine", "models", "planning", "runtime", "measure", "service"},
     "runs": BASE | {"config", "machine", "models", "planning", "runtime", "app"},
+    "commands": BASE | {"config", "machine", "models", "planning", "runtime", "measure",
+                        "service", "app", "runs"},
 }
 # adapters: the contract, each other, and the core's pure helpers they share
 ADAPTERS = LEAVES | {"models.compat", "machine.hardware"}

@@ -15,8 +15,7 @@ from specctl.orchestrator.errors import NotUsableError, SpecctlError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from specctl.orchestrator.app import App, Resolved
-    from specctl.orchestrator.measure import tuned as tuned_mod
+    from specctl.orchestrator.app import App
     from specctl.orchestrator.measure.workload import Workload
 
 SUITES = "chat,code,summarize"  # the default suites (measure/prompts; `edit` on request)
@@ -137,132 +136,75 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
     specctl bench -p cpu-demo --json > report.json"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
-    from specctl.orchestrator.measure import bench as bench_mod
-    from specctl.orchestrator.measure import lossless, reports, verdicts
+    from specctl.orchestrator.commands import bench as command
+    from specctl.orchestrator.measure import reports
 
     if plot:
         reports.check_plotting()  # before minutes of measuring, not after
     work = _workload(suite, prompts_arg, mix)
-    concurrency = sorted(set(_ints(levels) or [1]) | {1})
     app = App.from_env()
-    how_long: dict[str, Any] = {"sequential": sequential, "precision": precision,
-                                "budget": _seconds(budget)}
     if versus:
-        _versus(app, profile_ref, versus, _ints(ks), work, repeats, max_tokens, json_out,
-                how_long, as_json)
+        _versus(app, profile_ref, versus, tuple(_ints(ks)), work, repeats, max_tokens,
+                json_out, as_json, sequential, precision, _seconds(budget))
         return
-    resolved = app.resolve(profile_ref)
-    plan = resolved.plan
-    want_floor = quality if floor is None else floor
-    rejecting = resolved.backend.rejecting(plan, resolved.installed) if want_floor else None
-    configs = bench_mod.configs_for(plan, _ints(ks), rejecting,
-                                    [a for a in (also or "").split(",") if a.strip()])
-    sampling = resolved.profile.sampling
-    how = lossless.Sampling(temperature or sampling.temperature, top_p or sampling.top_p,
-                            samples=samples)
-    notes: dict[str, Any] = {}
+    ask = command.Ask(profile_ref, work, tuple(_ints(ks)),
+                      tuple(a for a in (also or "").split(",") if a.strip()), repeats,
+                      max_tokens, tuple(sorted(set(_ints(levels) or [1]) | {1})), quality,
+                      quality_against, samples, temperature, top_p, floor, precision,
+                      _seconds(budget), sequential)
     with render.progress_bar(err_console, "bench") as step:
-        measured = bench_mod.measure(configs, resolved.backend, resolved.installed, work,
-                                     repeats, max_tokens, app.dirs.logs, step, concurrency,
-                                     notes=notes, **how_long)
-        checked = lossless.run(plan, quality_against, resolved.backend, resolved.installed,
-                               work.by_category(), how, app.dirs.logs, step) if quality else None
-        floor_checked = lossless.run_pair(
-            plan.baseline(), rejecting, "floor", resolved.backend, resolved.installed,
-            work.by_category(), how, app.dirs.logs, step) if quality and rejecting else None
-    settings = {"workload": work.describe(), "prompts": len(work.prompts),
-                "repeats": repeats, "max_tokens": max_tokens, "concurrency": concurrency}
-    result = bench_mod.report(plan, resolved.installed, configs, measured, settings,
-                              work.weights(), notes)
-    if checked is not None:
-        result["quality"] = {"against": quality_against, "temperature": how.temperature,
-                             "top_p": how.top_p, "samples_per_prompt": how.samples,
-                             "tokens": how.tokens,
-                             "categories": {c: r.to_json() for c, r in checked.items()},
-                             "config": verdicts.tested_label(plan)}
-    if floor_checked is not None:
-        result["floor_quality"] = {"categories": {c: r.to_json()
-                                                  for c, r in floor_checked.items()}}
-    verdicts.judge(result, resolved.backend.draft_counters)
-    if checked is not None and quality_against == "speculative":
-        result["certificate"] = _certify(app, resolved, result)
-    saved = reports.save(app.dirs.bench, resolved.plan.profile, result)
-    if json_out:
-        json_out.write_text(json.dumps(result, indent=2) + "\n")
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-    else:
-        render.show_bench(console, result)
+        done = command.run(app, ask, step)
+    _write(done.report, json_out, as_json, lambda: render.show_bench(console, done.report))
     if plot:
-        reports.plot_bench(result, plot)
+        reports.plot_bench(done.report, plot)
         err_console.print(f"plot: {plot}", highlight=False)
-    err_console.print(f"raw samples: {saved}", highlight=False)
-    if result.get("certificate"):
-        err_console.print(f"certificate: {result['certificate']}", highlight=False,
-                          markup=False)
-    if result["outcome"] in verdicts.PROBLEMS:
-        bad = ", ".join(dict.fromkeys(f["config"] for f in result["findings"]))
-        raise NotUsableError(f"{result['outcome']}: do not use {bad} (the verdict above says "
-                             f"why; the report is {saved})")
+    err_console.print(f"raw samples: {done.saved}", highlight=False)
+    if done.certificate:
+        err_console.print(f"certificate: {done.certificate}", highlight=False, markup=False)
+    if done.problem():
+        raise NotUsableError(done.problem() or "")
 
 
-def _certify(app: App, resolved: Resolved, result: dict[str, Any]) -> str:
-    """Write the losslessness certificate of this `bench --quality` run; a line that says what
-    it is and where."""
-    from specctl.orchestrator.measure import certificates
-
-    cache = certificates.sha_cache(app.dirs.state)
-    plan, installed = resolved.plan, resolved.installed
-    engine = certificates.engine_of(plan.backend, installed.version, installed.path, cache)
-    cert = certificates.from_report(plan.profile, engine, certificates.setting_of(plan, cache),
-                                    result)
-    path = certificates.save(certificates.folder(app.dirs.state), cert)
-    return f"{'passing' if cert.passed else 'FAILING'}, for {engine.describe()}; saved to {path}"
+def _write(data: object, path: Path | None, as_json: bool, show: Callable[[], None]) -> None:
+    """A report: to --output FILE too, then as JSON on stdout (--json) or shown."""
+    text = json.dumps(data, indent=2)
+    if path:
+        path.write_text(text + "\n")
+    click.echo(text) if as_json else show()
 
 
-def _versus(app: App, profile_ref: str, names: str, ks: list[int], work: Workload,
-            repeats: int, max_tokens: int, json_out: Path | None,
-            how_long: dict[str, Any], as_json: bool) -> None:
+def _versus(app: App, profile_ref: str, names: str, ks: tuple[int, ...], work: Workload,
+            repeats: int, max_tokens: int, json_out: Path | None, as_json: bool,
+            sequential: bool, precision: float | None, budget: float) -> None:
     """bench --backends: each backend measured in turn; the fastest saved for this machine."""
     from specctl.adapters import registry
     from specctl.orchestrator.cli import render
-    from specctl.orchestrator.measure import reports, versus, winners
+    from specctl.orchestrator.commands import bench as command
 
     wanted = list(dict.fromkeys(registry.canonical(n.strip()) for n in names.split(",")
                                 if n.strip()))
     if len(wanted) < 2:
         raise click.BadParameter("--backends needs two or more backends (`specctl doctor` "
                                  "lists the installed ones)")
-    profile = app.load(profile_ref)
-    entries = []
-    for name in wanted:
-        got = app.resolve(profile.model_copy(update={"backend": [name]}))
-        if got.installed.assumed:
-            raise SpecctlError(f"{name} is not installed here; {got.backend.install_hint}")
-        entries.append(versus.Entry(got.plan, got.backend, got.installed))
     with render.progress_bar(err_console, "bench") as step:
-        found, speeds = versus.compare(entries, ks, work, repeats, max_tokens, app.dirs.logs,
-                                       step, **how_long)
-    for result in [] if as_json else found:
-        render.show_bench(console, result)
-    hw = entries[0].plan.hardware
-    winner = winners.Winner(profile=profile.name, machine=hw.name, speeds=tuple(speeds),
-                            measured=winners.now(),
-                            report=str(reports.save(app.dirs.bench, profile.name,
-                                                    {"backends": found})))
-    path = winners.save(app.dirs.state / "backends", winner, hw.fingerprint())
-    data = {"backends": found, "winner": winner.model_dump()}
-    if json_out:
-        json_out.write_text(json.dumps(data, indent=2) + "\n")
+        done = command.versus(app, profile_ref, wanted, ks, work, repeats, max_tokens, step,
+                              sequential, precision, budget)
+    data = {"backends": done.reports, "winner": done.winner.model_dump()}
+
+    def show() -> None:
+        for report in done.reports:
+            render.show_bench(console, report)
+        for s in done.winner.speeds:
+            console.print(f"{s.backend:10} {s.tps:7.1f} tok/s ({s.setting}, {s.speedup:.2f}x "
+                          "its baseline)", highlight=False, markup=False)
+
+    _write(data, json_out, as_json, show)
+    line = f"fastest: {done.winner.why()}; saved to {done.saved}"
     if as_json:
-        click.echo(json.dumps(data, indent=2))
-        err_console.print(f"fastest: {winner.why()}; saved to {path}", highlight=False)
-        return
-    for s in speeds:
-        console.print(f"{s.backend:10} {s.tps:7.1f} tok/s ({s.setting}, {s.speedup:.2f}x its "
-                      "baseline)", highlight=False, markup=False)
-    console.print(f"[bold]fastest:[/bold] {winner.why()}; saved to {path}; `specctl plan -p "
-                  f"{profile.name}` now prefers it", highlight=False)
+        err_console.print(line, highlight=False, markup=False)
+    else:
+        console.print(f"{line}; `specctl plan -p {done.winner.profile}` now prefers it",
+                      highlight=False, markup=False)
 
 
 @cli.command()
@@ -319,128 +261,44 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
     \b
     specctl tune --what-if --alpha 0.8 --cost 0.1    (the cost model alone)
     specctl tune -p cpu-demo                         (after `specctl up -p cpu-demo`)"""
-    from dataclasses import replace
-
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
-    from specctl.orchestrator.measure import trials
-    from specctl.orchestrator.measure import tune as tune_mod
-    from specctl.orchestrator.measure import tuned as tuned_mod
-    from specctl.orchestrator.planning import costmodel
+    from specctl.orchestrator.commands import tune as command
 
     if what_if:
         if alpha is None or cost is None:
             raise click.UsageError("--what-if needs --alpha and --cost")
-        curve = costmodel.curve(alpha, cost, max_k)
-        best, gain = costmodel.best(curve), costmodel.gain(curve)
-        verdict = (f"k={gain.k}: predicted {gain.speedup:.2f}x" if gain else
-                   f"no k is faster than the target alone (the highest is {best.speedup:.2f}x, "
-                   f"k={best.k}): speculation off")
-        data = {"alpha": alpha, "cost": cost, "best_k": gain.k if gain else None,
-                "speedup": round(best.speedup, 4), "verdict": verdict,
-                "curve": [{"k": p.k, "tokens_per_step": round(p.tokens_per_step, 4),
-                           "speedup": round(p.speedup, 4)} for p in curve]}
-        if as_json:
-            click.echo(json.dumps(data, indent=2, allow_nan=False))
-        else:
-            render.show_curve(console, data)
+        curve = command.what_if(alpha, cost, max_k)
+        click.echo(json.dumps(curve, indent=2, allow_nan=False)) if as_json else \
+            render.show_curve(console, curve)
         return
     if not profile_ref:
         raise click.UsageError("--profile is required (or use --what-if)")
-    seconds_budget = _seconds(budget)  # a bad duration is said before anything starts
+    seconds = _seconds(budget)  # a bad duration is said before anything starts
     app = App.from_env()
-    resolved = app.resolve(profile_ref, use_tuned=False)
-    key = app.tuned_key(resolved.plan, resolved.installed)
     if show:
-        found = tuned_mod.load(app.dirs.tuned, key)
-        if found is None:
-            raise SpecctlError(f"no tuning result for {resolved.plan.profile} on this machine; "
-                               f"run `specctl tune --profile {resolved.plan.profile}`")
+        found = command.saved(app, profile_ref)
         click.echo(json.dumps(found.to_json(), indent=2)) if as_json else \
             render.show_tuned(console, found)
         return
-    work = _workload("code,chat,summarize", prompts_arg, mix)
-    level = concurrency or resolved.plan.parallel
+    ask = command.Ask(profile_ref, _workload("code,chat,summarize", prompts_arg, mix), max_k,
+                      concurrency, max_tokens, quality, precision, seconds, sequential)
     with render.progress_bar(err_console, "tune") as step:
-        runner = trials.Bench(resolved.backend, resolved.installed, work, max_tokens,
-                              app.dirs.logs, step, level)
-        per_batch = resolved.backend.k_per_batch(resolved.installed)
-        if per_batch:  # tuned at one request; then k by batch size (below)
-            runner = replace(runner, concurrency=1)
         if exhaustive:
-            results, base_tps, seconds = tune_mod.sweep(resolved.plan, runner,
-                                                        range(1, max_k + 1))
+            swept = command.sweep(app, ask, step)
         else:
-            result = _tuned(resolved, work, app.dirs.logs, step, max_k, max_tokens, precision,
-                            seconds_budget, sequential)
-            if per_batch and level > 1 and result.method == "draft":
-                levels = sorted({1, level, *(2 ** n for n in range(9) if 2 ** n < level)})
-                ks = sorted({max(1, result.k // 2), result.k})
-                ranges, notes = tune_mod.schedule(resolved.plan.but(p_min=result.p_min),
-                                                  runner, levels, ks)
-                result.k_by_batch, result.schedule_notes = list(ranges), notes
-            if quality and result.method != "none":
-                result.quality = _gate(resolved, result, work, app.dirs.logs, step)
+            done = command.run(app, ask, step)
     if exhaustive:
-        previous = _safe_load(app, key)
-        data = render.sweep_json(results, base_tps, seconds, previous)
+        data = render.sweep_json(swept.results, swept.baseline_tps, swept.seconds,
+                                 swept.previous)
         click.echo(json.dumps(data, indent=2)) if as_json else render.show_sweep(console, data)
         return
-    result.key = key
-    result.workload, result.concurrency = work.describe(), level
-    _refuse_unsettled(result, as_json)
-    path = tuned_mod.save(app.dirs.tuned, result)
-    click.echo(json.dumps(result.to_json(), indent=2)) if as_json else \
-        render.show_tuned(console, result)
-    err_console.print(f"saved: {path}; `specctl plan -p {resolved.plan.profile}` now uses it",
+    click.echo(json.dumps(done.result.to_json(), indent=2)) if as_json else \
+        render.show_tuned(console, done.result)
+    if done.saved is None:
+        raise SpecctlError(done.problem() or "not saved")
+    err_console.print(f"saved: {done.saved}; `specctl plan -p {done.profile}` now uses it",
                       highlight=False)
-
-
-def _gate(resolved: Resolved, result: tuned_mod.Result, work: Workload, logs: Path,
-          step: Callable[[str], None]) -> str:
-    """tune's sampling check of its choice (lossless.gate), at the profile's sampling (0.8 when
-    the profile samples greedily: the check is about sampling)."""
-    from specctl.orchestrator.measure import lossless
-    from specctl.orchestrator.measure import tuned as tuned_mod
-
-    plan = resolved.plan
-    p_min = result.p_min if result.p_min is not None else plan.p_min
-    chosen = plan.but(method=result.method, k=result.k, p_min=p_min,
-                      draft=plan.draft if result.method == "draft" else None,
-                      chain=tuned_mod.steps_of(result.chain))
-    sampling = resolved.profile.sampling
-    how = lossless.short(sampling.temperature or 0.8, sampling.top_p)
-    return lossless.gate(chosen, resolved.backend, resolved.installed, work.by_category(), how,
-                         logs, step)
-
-
-def _tuned(resolved: Resolved, work: Workload, logs: Path, step: Callable[[str], None],
-           max_k: int, max_tokens: int, precision: float, budget: float,
-           sequential: bool) -> tuned_mod.Result:
-    """tune on real servers (measure/lab.py), every one stopped at the end."""
-    from specctl.orchestrator.measure import lab
-    from specctl.orchestrator.measure import tune as tune_mod
-
-    room = lab.ServerLab(resolved.backend, resolved.installed, work, logs, step)
-    try:
-        return tune_mod.tune(resolved.plan, room, max_k, max_tokens=max_tokens,
-                             precision=precision, budget=budget, sequential=sequential,
-                             methods=resolved.installed.methods,
-                             chains=resolved.installed.chains)
-    finally:
-        room.close()
-
-
-def _refuse_unsettled(result: tuned_mod.Result, as_json: bool) -> None:
-    """A result whose interval did not reach the precision is shown, not saved: one line says
-    why and what to do."""
-    from specctl.orchestrator.cli import render
-
-    if result.settled:
-        return
-    click.echo(json.dumps(result.to_json(), indent=2)) if as_json else \
-        render.show_tuned(console, result)
-    raise SpecctlError(f"not saved: precision {result.summary.split('; precision ', 1)[-1]}")
 
 
 def _seconds(text: str) -> float:
@@ -456,11 +314,3 @@ def _seconds(text: str) -> float:
                                  f"15m), not {text!r}")
     return value
 
-
-def _safe_load(app: App, key: str) -> tuned_mod.Result | None:
-    from specctl.orchestrator.measure import tuned as tuned_mod
-
-    try:
-        return tuned_mod.load(app.dirs.tuned, key)
-    except SpecctlError:
-        return None

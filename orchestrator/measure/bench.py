@@ -130,7 +130,8 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
             workload: Workload, repeats: int, max_tokens: int, logs: Path,
             progress: Progress = lambda _m: None, levels: Sequence[int] = (1,),
             sequential: bool = False, precision: float | None = None, budget: float = 600.0,
-            notes: dict[str, Any] | None = None, room: lab.Lab | None = None) -> list[Sample]:
+            notes: dict[str, Any] | None = None, room: lab.Lab | None = None,
+            slots: int = 1) -> list[Sample]:
     """Every prompt on every server, interleaved (lab.rounds: all servers up, or one at a time
     in alternating blocks when they do not fit in memory together, or `sequential`), `repeats`
     passes; with a `precision`, more passes until every configuration's overall 95% interval
@@ -138,12 +139,16 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
     concurrent requests (servers side by side; enough slots are planned for the largest).
     `notes` receives how it was measured: c (for the physical bound), sequential, the
     baseline's drift, other processes' CPU, and what stopped it. `room`: where (default: real
-    servers; the tests pass a simulated engine)."""
-    slots = max(levels)
+    servers; the tests pass a simulated engine), left open when given: the caller's session
+    serves the same servers on (`bench --quality`). `slots`: the fewest parallel slots each
+    server gets (the quality check's sampling batch), so it is started once for both."""
+    concurrent = max(levels) > 1
+    slots = max([*levels, slots])
+    own = room is None
     room = room or lab.ServerLab(backend, installed, workload, logs, progress, prefix="bench")
     cfgs = [(cfg.label, cfg.plan.but(parallel=max(cfg.plan.parallel, slots))) for cfg in configs]
     seq = sequential or not room.fits([p for _, p in cfgs])
-    if seq and slots > 1:
+    if seq and concurrent:
         raise ProfileError("--concurrency needs the servers side by side; drop --sequential "
                            "(or --concurrency where they do not fit together)")
     start, timed, stopped, cost = room.clock(), list[Timed](), "repeats", None
@@ -166,14 +171,15 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
                 stopped = "budget"
                 break
         samples = [_from_timed(t, configs, workload) for t in timed]
-        if slots > 1 and isinstance(room, lab.ServerLab):
+        if concurrent and isinstance(room, lab.ServerLab):
             room.keep(cfgs)
             running = [(cfg, room.served(cfg.label)) for cfg in configs]
             by_cat = workload.by_category()
             for level in (n for n in levels if n > 1):
                 samples += _rounds(running, by_cat, level, repeats, max_tokens, progress)
     finally:
-        room.close()
+        if own:
+            room.close()
     if notes is not None:
         noise = intervals.noise(timed)
         notes |= {"cost": cost, "sequential": seq, "stopped": stopped,

@@ -185,6 +185,17 @@ class ServerLab:
         """The server of a kept configuration (for concurrent rounds)."""
         return self._up[label][1]
 
+    def serve(self, label: str, plan: Plan, shared: bool = True) -> engine.Served:
+        """A server of exactly `plan`: one already up (under any label, when `shared`), else
+        started as `label` beside the others (none is dropped): each configuration starts
+        once. Not `shared`: a second server of its own (the check of the check)."""
+        found = next((srv for lbl, (_, srv) in self._up.items()
+                      if srv.plan == plan and (shared or lbl == label)), None)
+        if found is not None:
+            return found
+        self.keep([*((lbl, srv.plan) for lbl, (_, srv) in self._up.items()), (label, plan)])
+        return self._up[label][1]
+
     def fits(self, plans: Sequence[Plan]) -> bool:
         return fits_together(self.backend, plans)
 

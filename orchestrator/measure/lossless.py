@@ -87,28 +87,6 @@ def compare(base: engine.Served, other: engine.Served, prompts: Mapping[str, lis
     return results
 
 
-def run(plan: Plan, against: str, backend: Adapter, installed: Installed,
-        prompts: Mapping[str, list[str]], how: Sampling, logs: Path,
-        say: Say) -> dict[str, quality.QualityResult]:
-    """Serve the baseline and the candidate (with room for `batch` parallel choices), compare."""
-    return run_pair(plan.baseline(), candidate(plan, against), against, backend, installed,
-                    prompts, how, logs, say)
-
-
-def run_pair(base: Plan, other: Plan, label: str, backend: Adapter, installed: Installed,
-             prompts: Mapping[str, list[str]], how: Sampling, logs: Path,
-             say: Say) -> dict[str, quality.QualityResult]:
-    """`base` and `other` served side by side and sampled alike (`label` names the other's
-    log): e.g. the floor (every draft rejected) against the target alone."""
-    other = other.but(parallel=max(other.parallel, how.batch))
-    base = base.but(parallel=max(base.parallel, how.batch))
-    with ExitStack() as stack:
-        say(f"quality: starting the baseline and {label} servers")
-        a = stack.enter_context(engine.serve(base, backend, installed, logs, "quality-baseline"))
-        b = stack.enter_context(engine.serve(other, backend, installed, logs, f"quality-{label}"))
-        return compare(a, b, prompts, how, say)
-
-
 def floor_verdict(identical: float | None, floor: float | None, n: int) -> str:
     """Greedy identity read against its numerics floor, in words."""
     if identical is None:

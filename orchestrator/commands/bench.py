@@ -1,0 +1,170 @@
+"""`specctl bench`: resolve the plan once, serve each configuration once for speed and (with
+--quality) sampling, judge, certify, save. `versus`: `bench --backends`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.measure import bench as bench_mod
+from specctl.orchestrator.measure import lab, lossless, quality, reports, verdicts
+from specctl.orchestrator.measure.workload import Workload
+from specctl.orchestrator.planning.plan import Plan
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.app import App, Resolved
+    from specctl.orchestrator.measure import winners
+
+Step = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What the user asked of `bench` (parsed by the CLI)."""
+
+    profile: str
+    work: Workload
+    ks: tuple[int, ...] = ()
+    also: tuple[str, ...] = ()
+    repeats: int = 2
+    max_tokens: int = 96
+    levels: tuple[int, ...] = (1,)
+    quality: bool = False
+    against: str = "speculative"
+    samples: int = 32
+    temperature: float | None = None
+    top_p: float | None = None
+    floor: bool | None = None
+    precision: float | None = None
+    budget: float = 600.0
+    sequential: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    report: dict[str, Any]
+    saved: Path  # the report with its raw samples, under the state dir
+    certificate: str | None  # what the certificate says and where, with --quality
+
+    def problem(self) -> str | None:
+        """One line when the verdict says not to use a configuration, else None."""
+        if self.report["outcome"] not in verdicts.PROBLEMS:
+            return None
+        bad = ", ".join(dict.fromkeys(f["config"] for f in self.report["findings"]))
+        return (f"{self.report['outcome']}: do not use {bad} (the verdict above says why; the "
+                f"report is {self.saved})")
+
+
+def run(app: App, ask: Ask, step: Step) -> Outcome:
+    resolved = app.resolve(ask.profile)
+    plan = resolved.plan
+    want_floor = ask.quality if ask.floor is None else ask.floor
+    rejecting = resolved.backend.rejecting(plan, resolved.installed) if want_floor else None
+    configs = bench_mod.configs_for(plan, ask.ks, rejecting, ask.also)
+    sampling = resolved.profile.sampling
+    how = lossless.Sampling(ask.temperature or sampling.temperature,
+                            ask.top_p or sampling.top_p, samples=ask.samples)
+    slots = max([*ask.levels, how.batch if ask.quality else 1])
+    notes: dict[str, Any] = {}
+    room = lab.ServerLab(resolved.backend, resolved.installed, ask.work, app.dirs.logs, step,
+                         prefix="bench")
+    try:
+        measured = bench_mod.measure(
+            configs, resolved.backend, resolved.installed, ask.work, ask.repeats,
+            ask.max_tokens, app.dirs.logs, step, ask.levels, sequential=ask.sequential,
+            precision=ask.precision, budget=ask.budget, notes=notes, room=room, slots=slots)
+        checked = _sampled(room, plan, rejecting, ask, how, slots, step) if ask.quality else {}
+    finally:
+        room.close()
+    settings = {"workload": ask.work.describe(), "prompts": len(ask.work.prompts),
+                "repeats": ask.repeats, "max_tokens": ask.max_tokens,
+                "concurrency": list(ask.levels)}
+    report = bench_mod.report(plan, resolved.installed, configs, measured, settings,
+                              ask.work.weights(), notes)
+    if "quality" in checked:
+        report["quality"] = {"against": ask.against, "temperature": how.temperature,
+                             "top_p": how.top_p, "samples_per_prompt": how.samples,
+                             "tokens": how.tokens, "categories": _json(checked["quality"]),
+                             "config": verdicts.tested_label(plan)}
+    if "floor" in checked:
+        report["floor_quality"] = {"categories": _json(checked["floor"])}
+    verdicts.judge(report, resolved.backend.draft_counters)
+    certificate = _certify(app, resolved, report) if (
+        "quality" in checked and ask.against == "speculative") else None
+    if certificate:
+        report["certificate"] = certificate
+    return Outcome(report, reports.save(app.dirs.bench, plan.profile, report), certificate)
+
+
+def _sampled(room: lab.ServerLab, plan: Plan, rejecting: Plan | None, ask: Ask,
+             how: lossless.Sampling, slots: int, step: Step
+             ) -> dict[str, dict[str, quality.QualityResult]]:
+    """--quality on the servers the speed passes used (a configuration not among them, or the
+    second baseline of --quality-against baseline, is started beside them): the baseline
+    against the candidate, and against the floor when there is one."""
+    def wide(p: Plan) -> Plan:
+        return p.but(parallel=max(p.parallel, slots))
+
+    prompts = ask.work.by_category()
+    base = room.serve(bench_mod.BASELINE, wide(plan.baseline()))
+    other = room.serve(f"quality-{ask.against}", wide(lossless.candidate(plan, ask.against)),
+                       shared=ask.against == "speculative")
+    out = {"quality": lossless.compare(base, other, prompts, how, step)}
+    if rejecting is not None:
+        floor = room.serve(bench_mod.FLOOR, wide(rejecting))
+        out["floor"] = lossless.compare(base, floor, prompts, how, step)
+    return out
+
+
+def _json(results: Mapping[str, quality.QualityResult]) -> dict[str, Any]:
+    return {c: r.to_json() for c, r in results.items()}
+
+
+def _certify(app: App, resolved: Resolved, report: dict[str, Any]) -> str:
+    """Write the losslessness certificate of this `bench --quality` run; a line that says what
+    it is and where."""
+    from specctl.orchestrator.measure import certificates
+
+    cache = certificates.sha_cache(app.dirs.state)
+    plan, installed = resolved.plan, resolved.installed
+    engine = certificates.engine_of(plan.backend, installed.version, installed.path, cache)
+    cert = certificates.from_report(plan.profile, engine, certificates.setting_of(plan, cache),
+                                    report)
+    path = certificates.save(certificates.folder(app.dirs.state), cert)
+    return f"{'passing' if cert.passed else 'FAILING'}, for {engine.describe()}; saved to {path}"
+
+
+@dataclass(frozen=True)
+class Versus:
+    reports: list[dict[str, Any]]  # one bench report per backend
+    winner: winners.Winner
+    saved: Path  # the winner, which `plan` now prefers
+
+
+def versus(app: App, profile_ref: str, names: list[str], ks: tuple[int, ...], work: Workload,
+           repeats: int, max_tokens: int, step: Step, sequential: bool = False,
+           precision: float | None = None, budget: float = 600.0) -> Versus:
+    """bench --backends: each backend measured in turn; the fastest saved for this machine."""
+    from specctl.orchestrator.measure import versus as versus_mod
+    from specctl.orchestrator.measure import winners
+
+    profile = app.load(profile_ref)
+    entries = []
+    for name in names:
+        got = app.resolve(profile.model_copy(update={"backend": [name]}))
+        if got.installed.assumed:
+            raise SpecctlError(f"{name} is not installed here; {got.backend.install_hint}")
+        entries.append(versus_mod.Entry(got.plan, got.backend, got.installed))
+    found, speeds = versus_mod.compare(entries, ks, work, repeats, max_tokens, app.dirs.logs,
+                                       step, sequential=sequential, precision=precision,
+                                       budget=budget)
+    hw = entries[0].plan.hardware
+    winner = winners.Winner(profile=profile.name, machine=hw.name, speeds=tuple(speeds),
+                            measured=winners.now(),
+                            report=str(reports.save(app.dirs.bench, profile.name,
+                                                    {"backends": found})))
+    return Versus(found, winner, winners.save(app.dirs.state / "backends", winner,
+                                              hw.fingerprint()))

@@ -1,0 +1,160 @@
+"""`specctl tune`: resolve the plan once (without the saved result), measure on real servers
+(measure/tune.py's race), add the k-by-batch schedule where the engine switches k by batch
+size, check sampling before saving, and save only a result that settled."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.measure import lab, lossless, trials
+from specctl.orchestrator.measure import tune as tune_mod
+from specctl.orchestrator.measure import tuned as tuned_mod
+from specctl.orchestrator.measure.workload import Workload
+from specctl.orchestrator.planning import costmodel
+
+if TYPE_CHECKING:
+    from specctl.orchestrator.app import App, Resolved
+    from specctl.orchestrator.measure.tuned import Measured
+
+Step = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What the user asked of `tune` (parsed by the CLI)."""
+
+    profile: str
+    work: Workload
+    max_k: int = 8
+    concurrency: int | None = None  # default: the profile's server.parallel
+    max_tokens: int = 64
+    quality: bool = True
+    precision: float = 0.05
+    budget: float = 240.0
+    sequential: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: tuned_mod.Result
+    saved: Path | None  # None: it did not settle, so it was not saved
+    profile: str
+
+    def problem(self) -> str | None:
+        """One line when the result was not saved (its interval missed the precision)."""
+        if self.saved is not None:
+            return None
+        return f"not saved: precision {self.result.summary.split('; precision ', 1)[-1]}"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    results: list[Measured]
+    baseline_tps: float
+    seconds: float
+    previous: tuned_mod.Result | None  # the saved result, to compare with
+
+
+def what_if(alpha: float, cost: float, max_k: int) -> dict[str, Any]:
+    """The cost model alone: the best k for alpha and c, with v(k) = 1."""
+    curve = costmodel.curve(alpha, cost, max_k)
+    best, gain = costmodel.best(curve), costmodel.gain(curve)
+    verdict = (f"k={gain.k}: predicted {gain.speedup:.2f}x" if gain else
+               f"no k is faster than the target alone (the highest is {best.speedup:.2f}x, "
+               f"k={best.k}): speculation off")
+    return {"alpha": alpha, "cost": cost, "best_k": gain.k if gain else None,
+            "speedup": round(best.speedup, 4), "verdict": verdict,
+            "curve": [{"k": p.k, "tokens_per_step": round(p.tokens_per_step, 4),
+                       "speedup": round(p.speedup, 4)} for p in curve]}
+
+
+def saved(app: App, profile_ref: str) -> tuned_mod.Result:
+    """`tune --show`: the saved result for this machine, build and model files."""
+    resolved = app.resolve(profile_ref, use_tuned=False)
+    found = tuned_mod.load(app.dirs.tuned, app.tuned_key(resolved.plan, resolved.installed))
+    if found is None:
+        name = resolved.plan.profile
+        raise SpecctlError(f"no tuning result for {name} on this machine; run `specctl tune "
+                           f"--profile {name}`")
+    return found
+
+
+def run(app: App, ask: Ask, step: Step) -> Outcome:
+    resolved = app.resolve(ask.profile, use_tuned=False)
+    level = ask.concurrency or resolved.plan.parallel
+    runner = _runner(app, resolved, ask, step, level)
+    result = _tuned(app, resolved, ask, step)
+    if resolved.backend.k_per_batch(resolved.installed) and level > 1 \
+            and result.method == "draft":
+        result = _scheduled(resolved, result, runner, level)
+    if ask.quality and result.method != "none":
+        result = result.model_copy(update={"quality": _gate(app, resolved, result, ask, step)})
+    result = result.model_copy(update={
+        "key": app.tuned_key(resolved.plan, resolved.installed),
+        "workload": ask.work.describe(), "concurrency": level})
+    path = tuned_mod.save(app.dirs.tuned, result) if result.settled else None
+    return Outcome(result, path, resolved.plan.profile)
+
+
+def sweep(app: App, ask: Ask, step: Step) -> Sweep:
+    """--exhaustive: every k in 1..max-k measured in full (to check the tuner itself)."""
+    resolved = app.resolve(ask.profile, use_tuned=False)
+    runner = _runner(app, resolved, ask, step, ask.concurrency or resolved.plan.parallel)
+    results, base_tps, seconds = tune_mod.sweep(resolved.plan, runner,
+                                                range(1, ask.max_k + 1))
+    try:
+        previous = tuned_mod.load(app.dirs.tuned,
+                                  app.tuned_key(resolved.plan, resolved.installed))
+    except SpecctlError:
+        previous = None
+    return Sweep(results, base_tps, seconds, previous)
+
+
+def _runner(app: App, resolved: Resolved, ask: Ask, step: Step, level: int) -> trials.Bench:
+    """Whole runs on a server each (the sweep, the k-by-batch schedule): at one request where
+    the engine switches k by batch size (the schedule covers the others)."""
+    runner = trials.Bench(resolved.backend, resolved.installed, ask.work, ask.max_tokens,
+                          app.dirs.logs, step, level)
+    return replace(runner, concurrency=1) if resolved.backend.k_per_batch(
+        resolved.installed) else runner
+
+
+def _tuned(app: App, resolved: Resolved, ask: Ask, step: Step) -> tuned_mod.Result:
+    """The race on real servers (measure/lab.py), every one stopped at the end."""
+    room = lab.ServerLab(resolved.backend, resolved.installed, ask.work, app.dirs.logs, step)
+    try:
+        return tune_mod.tune(resolved.plan, room, ask.max_k, max_tokens=ask.max_tokens,
+                             precision=ask.precision, budget=ask.budget,
+                             sequential=ask.sequential, methods=resolved.installed.methods,
+                             chains=resolved.installed.chains)
+    finally:
+        room.close()
+
+
+def _scheduled(resolved: Resolved, result: tuned_mod.Result, runner: trials.Bench,
+               level: int) -> tuned_mod.Result:
+    """k by batch size, for engines that switch k per batch (tuned at one request first)."""
+    levels = sorted({1, level, *(2 ** n for n in range(9) if 2 ** n < level)})
+    ks = sorted({max(1, result.k // 2), result.k})
+    ranges, notes = tune_mod.schedule(resolved.plan.but(p_min=result.p_min), runner, levels,
+                                      ks)
+    return result.model_copy(update={"k_by_batch": list(ranges), "schedule_notes": notes})
+
+
+def _gate(app: App, resolved: Resolved, result: tuned_mod.Result, ask: Ask,
+          step: Step) -> str:
+    """The sampling check of the choice (lossless.gate), at the profile's sampling (0.8 when
+    the profile samples greedily: the check is about sampling)."""
+    plan = resolved.plan
+    p_min = result.p_min if result.p_min is not None else plan.p_min
+    chosen = plan.but(method=result.method, k=result.k, p_min=p_min,
+                      draft=plan.draft if result.method == "draft" else None,
+                      chain=tuned_mod.steps_of(result.chain))
+    sampling = resolved.profile.sampling
+    how = lossless.short(sampling.temperature or 0.8, sampling.top_p)
+    return lossless.gate(chosen, resolved.backend, resolved.installed, ask.work.by_category(),
+                         how, app.dirs.logs, step)
