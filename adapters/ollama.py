@@ -18,18 +18,11 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.adapters.base import (
-    Adapter,
-    EnvVar,
-    HttpCall,
-    Installed,
-    Launch,
-    ModelStore,
-    is_loopback,
-    load_settings,
-    url_host,
-)
+from specctl.adapters.base import Adapter
 from specctl.adapters.ollama_store import OllamaStore, models_dir
+from specctl.orchestrator.contract.launch import HttpCall, Installed, Launch, is_loopback, url_host
+from specctl.orchestrator.contract.settings import EnvVar, load_settings
+from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import BackendError
 
 if TYPE_CHECKING:

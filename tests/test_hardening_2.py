@@ -159,7 +159,7 @@ def test_2_a_handoff_that_is_not_ours_is_never_removed(
 
 
 def test_2_a_valid_handoff_is_read_and_removed(isolated_dirs: Dirs) -> None:
-    from specctl.adapters.base import Launch
+    from specctl.orchestrator.contract.launch import Launch
     from specctl.orchestrator.runtime import handoff
 
     ready = handoff.Ready.of("demo", "127.0.0.1", 8080, "none", Launch(
@@ -678,7 +678,7 @@ def test_8_loose_logs_and_runs_dirs_are_tightened_and_logs_are_0600(
 
 @pytest.mark.parametrize("backend", ["llamacpp", "vllm", "mlx", "tgi", "ollama"])
 def test_8_an_ipv6_host_gives_bracketed_urls(backend: str) -> None:
-    from specctl.adapters.base import url_host
+    from specctl.orchestrator.contract.launch import url_host
     from tests import plans
 
     assert url_host("::1") == "[::1]" and url_host("::") == "[::1]"

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from specctl.adapters.base import HttpCall, Launch
+from specctl.orchestrator.contract.launch import HttpCall, Launch
 from specctl.orchestrator.errors import StateError
 from specctl.orchestrator.files import (
     NAME_PATTERN,
