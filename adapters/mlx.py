@@ -330,7 +330,7 @@ class Mlx(Adapter):
             a.add("--max-tokens", opts.max_tokens)
         if opts.trust_remote_code:
             a.add("--trust-remote-code")
-        ready = HttpCall("POST", f"{url}/v1/chat/completions", {
+        ready = HttpCall(method="POST", url=f"{url}/v1/chat/completions", body={
             "model": SERVED_MODEL, "messages": [{"role": "user", "content": "Hi"}],
             "max_tokens": 1, "temperature": 0.0})
         # /health answers 200 before the model has loaded, and 503 (for good: the process stays

@@ -158,10 +158,10 @@ class Ollama(Adapter):
         setup: list[HttpCall] = []
         if plan.speculative:  # a derived model with the draft length baked in
             served = f"specctl-{plan.profile}"
-            setup.append(HttpCall("POST", f"{url}/api/create", {
+            setup.append(HttpCall(method="POST", url=f"{url}/api/create", body={
                 "model": served, "from": base, "parameters": {"draft_num_predict": plan.k}}))
-        setup.append(HttpCall("POST", f"{url}/api/generate",
-                              {"model": served, "keep_alive": "24h"}))
+        setup.append(HttpCall(method="POST", url=f"{url}/api/generate",
+                              body={"model": served, "keep_alive": "24h"}))
         return Launch(argv=("ollama", "serve"), env={"OLLAMA_HOST": host},
                       health_url=f"{url}/api/version", base_url=f"{url}/v1",
                       setup=tuple(setup), model=served)

@@ -1,11 +1,17 @@
 """What is installed and how it starts: the values a backend's probe and `launch(plan)` return
-and the core runs (argv, environment, URLs), and the endpoint clients reach."""
+and the core runs (argv, environment, URLs), and the endpoint clients reach.
+
+`Launch` is a frozen pydantic model: `up` hands it to its detached supervisor as JSON
+(runtime/handoff.py), and the supervisor reads it back with the same model, as untrusted input:
+no unknown keys, a program to run, at most 16 failing health answers."""
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 
 @dataclass(frozen=True)
@@ -24,28 +30,35 @@ class Installed:
         return f"{self.backend} {self.version} ({self.dialect} dialect; {where})"
 
 
-@dataclass(frozen=True)
-class HttpCall:
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HttpCall(_Frozen):
     """A request the supervisor sends once the server is healthy (e.g. a model to load)."""
 
     method: str
     url: str
-    body: Mapping[str, object] = field(default_factory=dict)
+    body: Mapping[str, object] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Launch:
-    argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
+class Launch(_Frozen):
+    argv: tuple[str, ...] = Field(min_length=1)
+    env: Mapping[str, str] = Field(default_factory=dict)
     health_url: str = ""
-    health_failed: frozenset[int] = frozenset()  # health answers that mean the start failed
+    # health answers that mean the start failed
+    health_failed: frozenset[int] = Field(frozenset(), max_length=16)
     base_url: str = ""  # the OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1
     metrics_url: str | None = None
     # backend variable -> the user's variable it is copied from at spawn time (API keys: the
     # value never enters argv, the plan or a log)
-    env_from: Mapping[str, str] = field(default_factory=dict)
+    env_from: Mapping[str, str] = Field(default_factory=dict)
     setup: tuple[HttpCall, ...] = ()
     model: str | None = None  # the model name clients should send, when the server needs one
+
+    @field_serializer("health_failed")
+    def _in_order(self, codes: frozenset[int]) -> list[int]:
+        return sorted(codes)
 
 
 def is_loopback(host: str) -> bool:
