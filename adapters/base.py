@@ -1,233 +1,40 @@
 """The backend contract. One module per backend in this package exposes `ADAPTER`, a subclass of
-`Adapter`; the registry (orchestrator/planning/backends.py) finds them by scanning the package, so
-a new backend is one module here plus its tests and a profile, with no edit elsewhere.
+`Adapter`; the registry (adapters/registry.py) finds them by scanning the package, so a new
+backend is one module here plus its tests and a profile, with no edit elsewhere.
 
 An adapter owns everything backend-specific: its options (its own section of a profile), its
 settings (SPECCTL_* variables), its probe, its plan -> argv/env (`launch` is pure), its memory and
 parallelism rules, its draft compatibility rule, its metrics and timing reading, its install.
-The core calls the hooks below and names no backend.
+The core calls the hooks below and names no backend. The values the hooks take and return live
+on the ground floor, in orchestrator/contract/.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
-import typing
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import BaseModel
 
-from specctl.orchestrator.errors import BackendError, ModelError, SettingsError, first_problem
+from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
+from specctl.orchestrator.contract.options import Options, OptionsT
+from specctl.orchestrator.contract.settings import EnvVar, settings_vars
+from specctl.orchestrator.contract.stats import SpecStats
+from specctl.orchestrator.contract.stores import ModelStore
+from specctl.orchestrator.errors import BackendError
 
 if TYPE_CHECKING:
     from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.memory import Budget
     from specctl.orchestrator.machine.hardware import Hardware
     from specctl.orchestrator.models.info import ModelInfo
-    from specctl.orchestrator.planning.memory import Budget
     from specctl.orchestrator.planning.plan import Plan
 
 Progress = Any  # Callable[[str], None]: a line of progress for long work
 _NUMBER = re.compile(r"-\d[\d.e+-]*")  # a negative number is a value, not a flag
-
-
-class Options(BaseModel):
-    """A backend's own section of a profile (e.g. `[llamacpp]`); none by default. Untrusted
-    input like the rest of the profile, validated strictly: no NaN or infinity, `true` is no
-    number and `"yes"` or 1 is no true/false (a loose boolean could turn on remote code)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
-
-    target: str | None = Field(None, max_length=4096, description="the target in this backend's "
-                               "format, when it differs (e.g. an MLX folder beside a GGUF)")
-    draft: str | None = Field(None, max_length=4096, description="the draft in this backend's "
-                              "format, when it differs")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        if info.field_name is None:
-            return value
-        annotation = cls.model_fields[info.field_name].annotation
-        if isinstance(value, bool) and bool not in (annotation, *typing.get_args(annotation)):
-            raise ValueError("expected a number or text, not true/false")
-        if any(isinstance(v, str) and "\x00" in v
-               for v in (value if isinstance(value, (list, tuple)) else [value])):
-            raise ValueError("text with a NUL character; no name or path can hold one")
-        if isinstance(value, list) and _is_tuple(annotation):
-            return tuple(value)  # a TOML array is a list; strict tuples take only tuples
-        return value
-
-
-def _is_tuple(annotation: Any) -> bool:
-    return any(typing.get_origin(a) is tuple for a in (annotation, *typing.get_args(annotation)))
-
-
-OptionsT = TypeVar("OptionsT", bound=Options)
-SettingsT = TypeVar("SettingsT", bound=BaseModel)
-
-
-def load_settings(make: Callable[[], SettingsT], prefix: str = "SPECCTL_") -> SettingsT:
-    """Settings read from SPECCTL_* variables (specctl's or a backend's): a bad value is one
-    line naming the variable, never a traceback."""
-    try:
-        return make()
-    except ValueError as exc:  # pydantic's ValidationError, or pydantic-settings' own error
-        errors = exc.errors() if isinstance(exc, ValidationError) else []
-        loc = errors[0]["loc"] if errors else ()
-        var = f"${prefix}{loc[0]}".upper() if loc else f"a {prefix}* variable"
-        why = errors[0]["msg"] if errors else first_problem(exc)
-        raise SettingsError(f"{var}: {why}; fix it or unset it") from None
-
-
-@dataclass(frozen=True)
-class EnvVar:
-    """A variable a backend reads (its SPECCTL_* settings, the engine's own): a service carries
-    the value in force when it is installed, a secret only in the service's environment file."""
-
-    name: str
-    why: str
-    secret: bool = False
-
-
-def settings_vars(models: tuple[type[BaseModel], ...], what: str) -> tuple[EnvVar, ...]:
-    """The variables of settings models (pydantic-settings): prefix + field name, upper case; a
-    SecretStr field is a secret."""
-    out = []
-    for model in models:
-        prefix = str(model.model_config.get("env_prefix", ""))
-        for name, info in model.model_fields.items():
-            secret = any(a is SecretStr for a in (info.annotation, *typing.get_args(
-                info.annotation)))
-            out.append(EnvVar(f"{prefix}{name}".upper(),
-                              f"{what}{': ' + info.description if info.description else ''}",
-                              secret))
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class Installed:
-    backend: str
-    version: str
-    dialect: str
-    path: str | None = None
-    flags: frozenset[str] = frozenset()
-    methods: frozenset[str] = frozenset()
-    chains: bool = False  # takes several methods at once (a plan's `chain`)
-    assumed: bool = False  # not installed here: planning with the newest known dialect
-
-    def describe(self) -> str:
-        where = "assumed, not installed here" if self.assumed else self.path or "?"
-        return f"{self.backend} {self.version} ({self.dialect} dialect; {where})"
-
-
-@dataclass(frozen=True)
-class HttpCall:
-    """A request the supervisor sends once the server is healthy (e.g. a model to load)."""
-
-    method: str
-    url: str
-    body: Mapping[str, object] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Launch:
-    argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    health_url: str = ""
-    health_failed: frozenset[int] = frozenset()  # health answers that mean the start failed
-    base_url: str = ""  # the OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1
-    metrics_url: str | None = None
-    # backend variable -> the user's variable it is copied from at spawn time (API keys: the
-    # value never enters argv, the plan or a log)
-    env_from: Mapping[str, str] = field(default_factory=dict)
-    setup: tuple[HttpCall, ...] = ()
-    model: str | None = None  # the model name clients should send, when the server needs one
-
-
-def is_loopback(host: str) -> bool:
-    """Does a server bound to `host` stay on this machine?"""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def url_host(host: str) -> str:
-    """`host` as a URL's host part, for clients on this machine: a wildcard bind (0.0.0.0,
-    ::, empty) is reached on loopback, and an IPv6 address goes in brackets (http://[::1]:8080)."""
-    if host in ("0.0.0.0", ""):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host.strip('[]')}]" if ":" in host else host
-
-
-def api_key(env_from: Mapping[str, str], environ: Mapping[str, str]) -> str | None:
-    """The API key a launch copies from the user's environment (see Launch.env_from), if any;
-    an empty variable is no key."""
-    return next((environ.get(source) or None for source in env_from.values()), None)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A running server as clients see it: its API root, its metrics, its key."""
-
-    api: str  # OpenAI-compatible root (…/v1)
-    metrics: str | None = None
-    api_key: str | None = None
-
-    @classmethod
-    def of(cls, launch: Launch, environ: Mapping[str, str]) -> Endpoint:
-        return cls(launch.base_url, launch.metrics_url, api_key(launch.env_from, environ))
-
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-
-@dataclass(frozen=True)
-class SpecStats:
-    """Draft counters. `drafts` = verification steps that had a draft."""
-
-    drafted: int = 0
-    accepted: int = 0
-    drafts: int = 0
-    per_position: tuple[int, ...] = ()
-    source: str = ""
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-    @property
-    def mean_accepted_length(self) -> float | None:
-        """Accepted draft tokens per verification step (plus one target token each step)."""
-        return self.accepted / self.drafts if self.drafts else None
-
-    def __add__(self, other: SpecStats) -> SpecStats:
-        n = max(len(self.per_position), len(other.per_position))
-        a = self.per_position + (0,) * (n - len(self.per_position))
-        b = other.per_position + (0,) * (n - len(other.per_position))
-        summed = tuple(x + y for x, y in zip(a, b, strict=True))
-        return SpecStats(self.drafted + other.drafted, self.accepted + other.accepted,
-                         self.drafts + other.drafts, summed, self.source or other.source)
-
-    def __sub__(self, before: SpecStats) -> SpecStats:
-        neg = SpecStats(-before.drafted, -before.accepted, -before.drafts,
-                        tuple(-x for x in before.per_position), before.source)
-        return self + neg
 
 
 @dataclass(frozen=True)
@@ -238,31 +45,6 @@ class Resources:
     why: str = ""
     options: Options | None = None  # the options with what was found filled in
     notes: tuple[str, ...] = ()
-
-
-class ModelStore:
-    """Another tool's store of models, reachable as `SCHEME:name` references."""
-
-    scheme: ClassVar[str]
-
-    def normalize(self, name: str) -> str:
-        """The name as the store spells it (e.g. with its default tag); raises ModelError."""
-        return name
-
-    def locate(self, name: str) -> Path | None:
-        """The model file, None when the store does not have it."""
-        raise NotImplementedError
-
-    def models(self) -> Iterator[tuple[str, Path]]:
-        """(name, file) of every model in the store (draft candidates)."""
-        raise NotImplementedError
-
-    def how_to_get(self, name: str) -> str:
-        raise NotImplementedError
-
-    def pull(self, name: str, say: Callable[[str], None]) -> Path:
-        """Fetch the model through its tool (when it can), then its file."""
-        raise ModelError(f"{self.scheme}:{name}: specctl cannot fetch it; {self.how_to_get(name)}")
 
 
 class Adapter:

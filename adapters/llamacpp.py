@@ -21,33 +21,25 @@ from specctl.adapters import (
     llamacpp_spec,
     prometheus,
 )
-from specctl.adapters.base import (
-    Adapter,
-    Endpoint,
-    EnvVar,
-    Installed,
-    Launch,
-    Options,
-    Resources,
-    SpecStats,
-    load_settings,
-    options_of,
-    url_host,
-)
+from specctl.adapters.base import Adapter, Resources, options_of
 from specctl.adapters.llamacpp_dialect import (
     FLAGS,
     LEGACY_DIALECT,
     NAME,
     installed_from,
 )
+from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
+from specctl.orchestrator.contract.options import Options
+from specctl.orchestrator.contract.settings import EnvVar, load_settings
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.sizes import from_gib, gib
 
 if TYPE_CHECKING:
     from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.memory import Budget
     from specctl.orchestrator.machine.hardware import Hardware
     from specctl.orchestrator.models.info import ModelInfo
-    from specctl.orchestrator.planning.memory import Budget
     from specctl.orchestrator.planning.plan import Plan
 
 HOMEBREW = (Path("/opt/homebrew/bin/llama-server"), Path("/usr/local/bin/llama-server"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from specctl.adapters.base import Installed
+from specctl.orchestrator.contract.launch import Installed
 
 NAME = "llamacpp"
 SPEC_TYPE_DIALECT = "spec-type"

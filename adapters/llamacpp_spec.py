@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field
 
-from specctl.adapters.base import Options
 from specctl.adapters.llamacpp_dialect import FLAGS, SPEC_TYPE_DIALECT, SPEC_TYPES
+from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.errors import BackendError
 
 if TYPE_CHECKING:

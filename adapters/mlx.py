@@ -34,19 +34,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.adapters.base import (
-    Adapter,
+from specctl.adapters.base import Adapter, options_of
+from specctl.orchestrator.contract.launch import (
     Endpoint,
     HttpCall,
     Installed,
     Launch,
-    Options,
-    SpecStats,
     is_loopback,
-    load_settings,
-    options_of,
     url_host,
 )
+from specctl.orchestrator.contract.options import Options
+from specctl.orchestrator.contract.settings import load_settings
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 
 if TYPE_CHECKING:
@@ -331,7 +330,7 @@ class Mlx(Adapter):
             a.add("--max-tokens", opts.max_tokens)
         if opts.trust_remote_code:
             a.add("--trust-remote-code")
-        ready = HttpCall("POST", f"{url}/v1/chat/completions", {
+        ready = HttpCall(method="POST", url=f"{url}/v1/chat/completions", body={
             "model": SERVED_MODEL, "messages": [{"role": "user", "content": "Hi"}],
             "max_tokens": 1, "temperature": 0.0})
         # /health answers 200 before the model has loaded, and 503 (for good: the process stays

@@ -18,18 +18,11 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.adapters.base import (
-    Adapter,
-    EnvVar,
-    HttpCall,
-    Installed,
-    Launch,
-    ModelStore,
-    is_loopback,
-    load_settings,
-    url_host,
-)
+from specctl.adapters.base import Adapter
 from specctl.adapters.ollama_store import OllamaStore, models_dir
+from specctl.orchestrator.contract.launch import HttpCall, Installed, Launch, is_loopback, url_host
+from specctl.orchestrator.contract.settings import EnvVar, load_settings
+from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import BackendError
 
 if TYPE_CHECKING:
@@ -165,10 +158,10 @@ class Ollama(Adapter):
         setup: list[HttpCall] = []
         if plan.speculative:  # a derived model with the draft length baked in
             served = f"specctl-{plan.profile}"
-            setup.append(HttpCall("POST", f"{url}/api/create", {
+            setup.append(HttpCall(method="POST", url=f"{url}/api/create", body={
                 "model": served, "from": base, "parameters": {"draft_num_predict": plan.k}}))
-        setup.append(HttpCall("POST", f"{url}/api/generate",
-                              {"model": served, "keep_alive": "24h"}))
+        setup.append(HttpCall(method="POST", url=f"{url}/api/generate",
+                              body={"model": served, "keep_alive": "24h"}))
         return Launch(argv=("ollama", "serve"), env={"OLLAMA_HOST": host},
                       health_url=f"{url}/api/version", base_url=f"{url}/v1",
                       setup=tuple(setup), model=served)

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from specctl.adapters.base import ModelStore
+from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import ModelError, first_problem
 from specctl.orchestrator.files import UnreadableError, read_text
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from specctl.adapters.base import Endpoint, SpecStats
+from specctl.orchestrator.contract.launch import Endpoint
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError
 
 MAX_POSITIONS = 256  # draft positions a server may report (k is at most 32)

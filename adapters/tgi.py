@@ -32,28 +32,20 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters import prometheus, tgi_container, tgi_launcher
-from specctl.adapters.base import (
-    Adapter,
-    Endpoint,
-    EnvVar,
-    Installed,
-    Launch,
-    Options,
-    Resources,
-    SpecStats,
-    load_settings,
-    options_of,
-    url_host,
-)
+from specctl.adapters.base import Adapter, Resources, options_of
 from specctl.adapters.tgi_container import CONTAINER_PORT, DATA
 from specctl.adapters.tgi_launcher import LauncherOption
+from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
+from specctl.orchestrator.contract.options import Options
+from specctl.orchestrator.contract.settings import EnvVar, load_settings
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 
 if TYPE_CHECKING:
     from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.memory import Budget
     from specctl.orchestrator.machine.hardware import Hardware
     from specctl.orchestrator.models.info import ModelInfo
-    from specctl.orchestrator.planning.memory import Budget
     from specctl.orchestrator.planning.plan import Plan
 
 NAME = "tgi"

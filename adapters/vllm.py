@@ -20,18 +20,11 @@ from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters import prometheus
-from specctl.adapters.base import (
-    Adapter,
-    Endpoint,
-    EnvVar,
-    Installed,
-    Launch,
-    Options,
-    SpecStats,
-    load_settings,
-    options_of,
-    url_host,
-)
+from specctl.adapters.base import Adapter, options_of
+from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
+from specctl.orchestrator.contract.options import Options
+from specctl.orchestrator.contract.settings import EnvVar, load_settings
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.sizes import GIB, gib
 

@@ -3,6 +3,7 @@
 The flow, one way (each layer imports only those before it; tests/test_layers.py checks it):
 
     errors, files       leaves: the one error family; atomic writes, names to paths, reads back
+    contract            the values the core and the adapters exchange (the ground floor)
     config              profiles, settings, the standard dirs
     machine, models     what this machine (or a recorded one) has; model references + metadata
     planning            backend choice, draft selection, memory, cost model -> a frozen Plan

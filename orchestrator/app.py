@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from specctl.adapters import registry
-from specctl.adapters.base import Adapter, Installed, Launch
+from specctl.adapters.base import Adapter
 from specctl.orchestrator.config import adhoc, profiles
 from specctl.orchestrator.config.adhoc import Flags
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.config.settings import Settings
+from specctl.orchestrator.contract.launch import Installed, Launch
 from specctl.orchestrator.errors import ModelError, ProfileError, SpecctlError
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware

@@ -18,8 +18,9 @@ from urllib.parse import urlsplit
 import psutil
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from specctl.adapters.base import Endpoint, SpecStats, api_key
 from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.contract.launch import Endpoint, api_key
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ModelError, ServerError, SpecctlError, StateError
 from specctl.orchestrator.files import inside, open_private, private_dir
 from specctl.orchestrator.planning.plan import plan_json

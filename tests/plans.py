@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from specctl.adapters import registry
-from specctl.adapters.base import Options
+from specctl.orchestrator.contract.memory import Budget, MemoryPlan
+from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.models.info import ModelInfo
-from specctl.orchestrator.planning.memory import Budget, MemoryPlan
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.sizes import from_gib
 from tests.conftest import recorded

@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from specctl.adapters.base import SpecStats
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure.lab import Config, Timed
 from specctl.orchestrator.measure.workload import Prompt, Request, Workload, speedup
 from specctl.orchestrator.planning import costmodel

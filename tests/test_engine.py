@@ -10,7 +10,9 @@ from typing import Any, cast
 
 import pytest
 
-from specctl.adapters.base import Adapter, Endpoint, Launch, SpecStats
+from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.launch import Endpoint, Launch
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure import bench, engine
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client, servers

@@ -16,13 +16,13 @@ from typing import Any
 import psutil
 import pytest
 
-from specctl.adapters.base import Launch, api_key
 from specctl.adapters.ollama import Ollama
 from specctl.adapters.ollama_store import MODEL_LAYER, OllamaStore
 from specctl.orchestrator import runs
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.launch import Launch, api_key
 from specctl.orchestrator.errors import (
     BackendError,
     ModelError,

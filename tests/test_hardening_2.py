@@ -159,7 +159,7 @@ def test_2_a_handoff_that_is_not_ours_is_never_removed(
 
 
 def test_2_a_valid_handoff_is_read_and_removed(isolated_dirs: Dirs) -> None:
-    from specctl.adapters.base import Launch
+    from specctl.orchestrator.contract.launch import Launch
     from specctl.orchestrator.runtime import handoff
 
     ready = handoff.Ready.of("demo", "127.0.0.1", 8080, "none", Launch(
@@ -168,6 +168,41 @@ def test_2_a_valid_handoff_is_read_and_removed(isolated_dirs: Dirs) -> None:
     path = handoff.write(isolated_dirs.runs, ready)
     assert handoff.take(path, isolated_dirs.runs) == ready
     assert not path.exists()
+
+
+_BROKEN_LAUNCHES: dict[str, Any] = {
+    "a field missing": lambda ln: ln.pop("health_url"),
+    "an unknown key": lambda ln: ln.update(shell="sh -c x"),
+    "no program": lambda ln: ln.update(argv=[]),
+    "a number for an argument": lambda ln: ln.update(argv=["true", 1]),
+    "too many failing answers": lambda ln: ln.update(health_failed=list(range(500, 517))),
+    "a call with an unknown key": lambda ln: ln["setup"][0].update(headers={}),
+}
+
+
+@pytest.mark.parametrize("broken", list(_BROKEN_LAUNCHES))
+def test_2_the_launch_handed_over_is_validated_whole(broken: str, isolated_dirs: Dirs) -> None:
+    """The supervisor reads the contract's Launch model back as untrusted input: it round-trips
+    (setup calls, failing answers), and a launch with a field missing, an unknown key or a bad
+    value is one line, its file left in place."""
+    from specctl.orchestrator.contract.launch import HttpCall, Launch
+    from specctl.orchestrator.runtime import handoff
+
+    launch = Launch(argv=("true", "--x"), env={"A": "1"}, health_url="http://h/health",
+                    health_failed=frozenset({503, 500}), base_url="http://h/v1",
+                    env_from={"KEY": "MY_KEY"}, model="m",
+                    setup=(HttpCall(method="POST", url="http://h/load", body={"n": [1]}),))
+    ready = handoff.Ready.of("demo", "127.0.0.1", 8080, "none", launch, [], {})
+    path = handoff.write(isolated_dirs.runs, ready)
+    data = json.loads(path.read_text())
+    assert data["launch"]["health_failed"] == [500, 503]
+    assert handoff.take(path, isolated_dirs.runs).launch() == launch
+    _BROKEN_LAUNCHES[broken](data["launch"])
+    path = handoff.write(isolated_dirs.runs, ready)
+    path.write_text(json.dumps(data))
+    with pytest.raises(StateError, match="is not valid"):
+        handoff.take(path, isolated_dirs.runs)
+    assert path.exists()
 
 
 # --- 3. state directs no signal and no key unless it is ours --------------------------------
@@ -678,7 +713,7 @@ def test_8_loose_logs_and_runs_dirs_are_tightened_and_logs_are_0600(
 
 @pytest.mark.parametrize("backend", ["llamacpp", "vllm", "mlx", "tgi", "ollama"])
 def test_8_an_ipv6_host_gives_bracketed_urls(backend: str) -> None:
-    from specctl.adapters.base import url_host
+    from specctl.orchestrator.contract.launch import url_host
     from tests import plans
 
     assert url_host("::1") == "[::1]" and url_host("::") == "[::1]"

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from specctl.adapters import registry
-from specctl.adapters.base import SpecStats
+from specctl.orchestrator.contract.memory import Budget
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure import intervals
 from specctl.orchestrator.measure.lab import Timed, fits_together
-from specctl.orchestrator.planning.memory import Budget
 from tests import plans
 from tests.conftest import recorded
 

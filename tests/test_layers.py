@@ -1,22 +1,29 @@
 """The layering written in ARCHITECTURE.md and at the top of each package, checked on the code.
 
 A module may import (at run time, at any depth; `if TYPE_CHECKING:` imports are types only and
-free) what its layer allows. The flow runs one way: config -> machine, models -> planning ->
-runtime -> measure; app and runs compose them; cli sits on top; adapters see only the contract.
+free) what its layer allows. The flow runs one way: the contract (the values adapters exchange)
+on the ground floor -> config -> machine, models -> planning -> runtime -> measure; app and runs
+compose them; cli sits on top; adapters see the contract and the core's pure helpers.
+
+No two product modules import each other, however indirectly, counting every import: at module
+level, inside functions, under `if TYPE_CHECKING:`, and `importlib.import_module` (a name built
+at run time may be any module of the caller's own package).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LEAVES = {"errors", "files", "sizes", "humanize"}
-BASE = LEAVES | {"adapters.base", "adapters.registry"}
+LEAVES = {"errors", "files", "sizes", "humanize", "sanitise"}
+BASE = LEAVES | {"contract", "adapters.base", "adapters.registry"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "sizes": set(),
     "files": {"errors"},
+    "contract": LEAVES,  # the ground floor: the leaves and pydantic, nothing above
     "config": BASE,
     "machine": BASE | {"config"},
     "models": BASE | {"config"},
@@ -30,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
                         "service", "app", "runs"},
 }
 # adapters: the contract, each other, and the core's pure helpers they share
-ADAPTERS = LEAVES | {"models.compat", "machine.hardware"}
+ADAPTERS = LEAVES | {"contract", "models.compat", "machine.hardware"}
 
 
 def layer_of(path: Path) -> str:
@@ -81,8 +88,7 @@ def allowed(src: str, dst: str) -> bool:
 
 def offences() -> list[str]:
     out = []
-    files = [*(ROOT / "orchestrator").rglob("*.py"), *(ROOT / "adapters").glob("*.py")]
-    for path in sorted(files):
+    for path in product_files():
         src = layer_of(path)
         for line, module in imports(path):
             dst = target_of(module)
@@ -100,3 +106,108 @@ def test_the_check_sees_an_upward_import() -> None:
     assert not allowed("models", "planning") and not allowed("runtime", "app")
     assert not allowed("adapters.x", "planning") and allowed("adapters.x", "models.compat")
     assert allowed("cli", "app") and allowed("measure", "runtime")
+    assert allowed("adapters.x", "contract") and allowed("config", "contract")
+    assert not allowed("contract", "config") and not allowed("contract", "adapters.base")
+
+
+# -- circles, counting every import -------------------------------------------------------------
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(("specctl", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+def _imported(node: ast.AST) -> Iterator[str]:
+    """The names an import statement (any kind, anywhere) or an import_module call reaches;
+    "*" for an import_module of a name built at run time."""
+    if isinstance(node, ast.Import):
+        yield from (a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        yield from (f"{node.module}.{a.name}" for a in node.names)
+    elif (isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name))
+          and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+          == "import_module" and node.args):
+        arg = node.args[0]
+        yield arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else "*"
+
+
+def import_graph(files: Iterable[Path], root: Path) -> dict[str, set[str]]:
+    """module -> the product modules it imports, every import counted (see the docstring)."""
+    paths = {module_name(path, root): path for path in files}
+
+    def resolve(name: str) -> str | None:  # `from a.b import c`: module a.b.c, else a.b
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            for name in _imported(node):
+                if name == "*":
+                    found |= {m for m in paths if m.rpartition(".")[0] == package}
+                elif (target := resolve(name)) is not None:
+                    found.add(target)
+        graph[module] = found - {module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: each set of modules that reach one another (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def product_files() -> list[Path]:
+    return sorted([*(ROOT / "orchestrator").rglob("*.py"), *(ROOT / "adapters").glob("*.py")])
+
+
+def test_no_import_circle_among_product_modules() -> None:
+    graph = import_graph(product_files(), ROOT)
+    assert "specctl.orchestrator.contract.launch" in graph["specctl.adapters.base"]
+    assert "specctl.adapters.llamacpp" in graph["specctl.adapters.registry"]  # import_module
+    found = circles(graph)
+    assert not found, "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_circle_check_sees_type_only_and_late_imports(tmp_path: Path) -> None:
+    """A circle held open by a type-only import one way and a function-level one back fails."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from specctl.pkg.b import B\n")
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    from specctl.pkg import a\n")
+    (tmp_path / "pkg" / "c.py").write_text("from specctl.pkg.a import x\n")
+    files = sorted(tmp_path.rglob("*.py"))
+    assert circles(import_graph(files, tmp_path)) == [["specctl.pkg.a", "specctl.pkg.b"]]
+    (tmp_path / "pkg" / "b.py").write_text("import importlib\n"
+                                           "def f(n):\n    importlib.import_module(n)\n")
+    assert circles(import_graph(files, tmp_path)) == [  # b may load a, and c
+        ["specctl.pkg.a", "specctl.pkg.b", "specctl.pkg.c"]]
+    (tmp_path / "pkg" / "b.py").write_text("import specctl.pkg\n")  # a package: no circle
+    assert circles(import_graph(files, tmp_path)) == []

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from specctl.adapters import prometheus
-from specctl.adapters.base import Installed, SpecStats
 from specctl.adapters.llamacpp import LlamaCpp, LlamaCppOptions, request_stats
 from specctl.adapters.llamacpp_dialect import (
     LEGACY_DIALECT,
@@ -20,6 +19,8 @@ from specctl.adapters.llamacpp_dialect import (
     parse_help,
     parse_version,
 )
+from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.machine.hardware import Gpu
 from specctl.orchestrator.planning.plan import Plan

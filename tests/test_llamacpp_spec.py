@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from specctl.adapters.base import Installed
 from specctl.adapters.llamacpp import LlamaCpp, LlamaCppOptions
 from specctl.adapters.llamacpp_dialect import METHOD_OF, SPEC_TYPES, parse_help
+from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.planning.plan import NGRAMS, Plan, Step
 from tests import plans

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from specctl.adapters.base import Launch
+from specctl.orchestrator.contract.launch import Launch
 from specctl.orchestrator.runtime import procs, state
 from specctl.orchestrator.runtime.servers import free_port
 from specctl.orchestrator.runtime.supervise import Policy, Supervisor

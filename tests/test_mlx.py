@@ -23,7 +23,6 @@ from openai import OpenAI
 from pydantic import ValidationError
 
 from specctl.adapters import registry
-from specctl.adapters.base import Endpoint, Installed
 from specctl.adapters.mlx import (
     NO_COUNTERS,
     RECORDED,
@@ -35,6 +34,7 @@ from specctl.adapters.mlx import (
     script_python,
 )
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.launch import Endpoint, Installed
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.plan import Plan

@@ -12,14 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specctl.adapters.base import Installed
 from specctl.adapters.llamacpp import LlamaCpp
 from specctl.adapters.vllm import Vllm, VllmOptions
 from specctl.orchestrator.config.profiles import Memory
+from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.errors import DoesNotFitError
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning import memory
-from specctl.orchestrator.planning.memory import Budget, estimate
+from specctl.orchestrator.planning.memory import estimate
 from specctl.orchestrator.sizes import GIB, MIB, gib_pair
 from tests import plans
 from tests.conftest import HARDWARE, recorded

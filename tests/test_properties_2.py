@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specctl.adapters.base import url_host
 from specctl.orchestrator import sanitise
 from specctl.orchestrator.config import profiles
+from specctl.orchestrator.contract.launch import url_host
 from specctl.orchestrator.errors import ModelError, ProfileError
 from specctl.orchestrator.models import compat
 from specctl.orchestrator.models.hub import Hub

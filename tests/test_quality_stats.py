@@ -372,7 +372,7 @@ def test_min_detectable_tv_shrinks_with_samples() -> None:
 def test_the_sampler_never_gives_two_choices_one_seed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A server seeds choice i of a request with seed + i: requests must step their seed by the
     batch, or two samples are one sample twice (seen on llama-server: a false 'differs')."""
-    from specctl.adapters.base import Endpoint
+    from specctl.orchestrator.contract.launch import Endpoint
     from specctl.orchestrator.measure import engine, lossless
     from specctl.orchestrator.runtime import client
 

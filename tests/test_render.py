@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from specctl.adapters.base import SpecStats
 from specctl.orchestrator.cli import render
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.planning.drafts import Candidate
 from specctl.orchestrator.runs import Row
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from specctl.adapters.base import Launch
+from specctl.orchestrator.contract.launch import Launch
 from specctl.orchestrator.runtime import state
 from specctl.orchestrator.runtime.servers import free_port
 from specctl.orchestrator.runtime.supervise import Policy, Supervisor, exit_status

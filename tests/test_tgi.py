@@ -20,7 +20,6 @@ import pytest
 from pydantic import ValidationError
 
 from specctl.adapters import prometheus, registry
-from specctl.adapters.base import Endpoint, Installed, Launch
 from specctl.adapters.tgi import (
     DIALECT,
     IMAGE,
@@ -36,9 +35,10 @@ from specctl.adapters.tgi_launcher import validate
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
+from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.models.info import ModelInfo
-from specctl.orchestrator.planning.memory import Budget
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime.supervise import server_env
 from tests import plans

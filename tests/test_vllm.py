@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import requests
 
-from specctl.adapters.base import Endpoint
 from specctl.adapters.vllm import Vllm
+from specctl.orchestrator.contract.launch import Endpoint
 from specctl.orchestrator.runtime.servers import free_port
 from tests import plans
 from tests.cli import ROOT, specctl

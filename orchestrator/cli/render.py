@@ -13,10 +13,10 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from specctl.adapters.base import Installed, Launch
 from specctl.orchestrator import sanitise
 from specctl.orchestrator.cli import tables
 from specctl.orchestrator.cli.tables import Column
+from specctl.orchestrator.contract.launch import Installed, Launch
 from specctl.orchestrator.humanize import duration
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.measure.tuned import Measured

@@ -1,3 +1,3 @@
 """Configuration: named profiles (TOML, validated, SPECCTL_* overrides), machine-wide settings, the
-standard per-user dirs. Imports: errors, files, adapters.base/registry (each backend's own
-profile section)."""
+standard per-user dirs. Imports: errors, files, the contract, adapters.base/registry (each
+backend's own profile section)."""

@@ -14,7 +14,7 @@ import platformdirs
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from specctl.adapters.base import load_settings
+from specctl.orchestrator.contract.settings import load_settings
 
 APP = "specctl"
 

@@ -34,9 +34,9 @@ from pydantic import (
     model_validator,
 )
 
-from specctl.adapters.base import Options
 from specctl.orchestrator.config import overrides
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.errors import NameRefusedError, ProfileError
 from specctl.orchestrator.files import UnreadableError, check_name, read_text
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.adapters.base import load_settings
+from specctl.orchestrator.contract.settings import load_settings
 
 
 class Settings(BaseSettings):

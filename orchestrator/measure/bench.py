@@ -23,7 +23,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specctl.adapters.base import Adapter, Installed, SpecStats
+from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure import engine, intervals, lab, lossless, stats
 from specctl.orchestrator.measure.costs import Costs

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specctl.adapters.base import Installed
+from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.files import inside, read_back, write_atomic
 from specctl.orchestrator.measure import tuned
 from specctl.orchestrator.planning.plan import Plan

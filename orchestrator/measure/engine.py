@@ -12,7 +12,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specctl.adapters.base import Adapter, Endpoint, Installed, SpecStats
+from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.launch import Endpoint, Installed
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client, servers

@@ -19,7 +19,9 @@ from typing import Protocol
 
 import psutil
 
-from specctl.adapters.base import Adapter, Installed, SpecStats
+from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure import engine
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning.plan import Plan

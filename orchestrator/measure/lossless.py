@@ -22,7 +22,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from specctl.adapters.base import Adapter, Installed
+from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.errors import ProfileError, SpecctlError
 from specctl.orchestrator.measure import engine, numerics, quality
 from specctl.orchestrator.planning.plan import Plan

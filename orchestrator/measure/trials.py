@@ -14,7 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from specctl.adapters.base import Adapter, Installed, SpecStats
+from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure import engine, workload
 from specctl.orchestrator.measure.bench import load_suite
 from specctl.orchestrator.measure.tuned import Measured, chain_of

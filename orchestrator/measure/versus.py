@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specctl.adapters.base import Adapter, Installed
+from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.measure import bench, verdicts, winners, workload
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning.plan import Plan

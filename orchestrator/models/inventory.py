@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specctl.adapters.base import ModelStore
+from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models.info import parse_ref
 

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specctl.adapters.base import ModelStore
 from specctl.orchestrator.config.adhoc import bare_repo
+from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.files import is_file, walk
 from specctl.orchestrator.humanize import size as human_size

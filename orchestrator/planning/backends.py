@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specctl.adapters.base import Adapter, Installed
+from specctl.adapters.base import Adapter
 from specctl.adapters.registry import default_order
+from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.machine.hardware import Hardware
 

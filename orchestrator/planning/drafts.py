@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from specctl.adapters.base import ModelStore
+from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.files import is_file, walk
 from specctl.orchestrator.models import catalog

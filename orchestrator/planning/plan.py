@@ -1,17 +1,19 @@
 """The resolved plan: everything an adapter needs, decided once, frozen, with the reasons.
 
 The core fields are what every backend has; `options` is the chosen backend's own section of the
-profile (an adapters.base.Options subclass), filled in by its hooks, read only by its adapter."""
+profile (a contract.options.Options subclass), filled in by its hooks, read only by its
+adapter."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from specctl.adapters.base import Installed, Launch, Options
+from specctl.orchestrator.contract.launch import Installed, Launch
+from specctl.orchestrator.contract.memory import MemoryPlan
+from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.info import ModelInfo
-from specctl.orchestrator.planning.memory import MemoryPlan
 from specctl.orchestrator.sizes import in_gib
 
 Method = Literal["draft", "ngram", "eagle", "eagle3", "mtp", "medusa", "none", "dflash",

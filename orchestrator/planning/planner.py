@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from specctl.adapters.base import Adapter, Installed, Options, is_loopback
+from specctl.adapters.base import Adapter
 from specctl.orchestrator.config.profiles import Profile
+from specctl.orchestrator.contract.launch import Installed, is_loopback
+from specctl.orchestrator.contract.memory import Budget, MemoryPlan
+from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.errors import (
     DoesNotFitError,
     IncompatibleDraftError,
@@ -186,7 +189,7 @@ def _chain(profile: Profile, method: Method, installed: Installed,
 
 def _budget(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
             installed: Installed, target: ModelInfo, draft: ModelInfo | None,
-            reasons: list[str]) -> tuple[memory.Budget, Options]:
+            reasons: list[str]) -> tuple[Budget, Options]:
     """The memory budget (this machine's devices plus what the backend adds, e.g. remote
     workers), after the backend's own rules for the plan; the options as filled in."""
     budget = memory.budget_for(hw, profile.memory, backend.devices(options))
@@ -199,7 +202,7 @@ def _budget(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
     return budget, options
 
 
-def _room(budget: memory.Budget, backend: Adapter, target: ModelInfo) -> int:
+def _room(budget: Budget, backend: Adapter, target: ModelInfo) -> int:
     """Bytes a draft may take on the devices: what the target leaves, or, where the backend can
     move target layers to system RAM, up to the whole device budget (the draft displaces them)."""
     left = budget.limit - target.size_bytes
@@ -210,7 +213,7 @@ def _room(budget: memory.Budget, backend: Adapter, target: ModelInfo) -> int:
 
 def _fit(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
          installed: Installed, target: ModelInfo, draft: ModelInfo | None,
-         reasons: list[str]) -> tuple[memory.MemoryPlan, Options]:
+         reasons: list[str]) -> tuple[MemoryPlan, Options]:
     """The memory plan, on the devices the options name; when it does not fit, on the wider
     layouts the backend infers (e.g. vLLM's tensor parallelism), before a refusal."""
     tries = [(options, ""), *backend.wider(options, hw, target)]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specctl.adapters.base import Endpoint
+from specctl.orchestrator.contract.launch import Endpoint
 from specctl.orchestrator.errors import ServerError
 
 Timing = Callable[[Mapping[str, Any]], tuple[int, float] | None]

@@ -1,6 +1,7 @@
 """What `up` hands its detached supervisor: the launch resolved in the parent, so what was printed
 is what runs and the child never plans again. A file in the runs dir, mode 0600, validated on
-read like any other input from disk, and removed once read."""
+read like any other input from disk, and removed once read. The launch is the contract's `Launch`
+model itself, written whole; one missing a field was not written by `up`."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from specctl.adapters.base import HttpCall, Launch
+from specctl.orchestrator.contract.launch import Launch
 from specctl.orchestrator.errors import StateError
 from specctl.orchestrator.files import (
     NAME_PATTERN,
@@ -26,24 +27,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class _Call(_Strict):
-    method: str
-    url: str
-    body: dict[str, Any] = Field(default_factory=dict)
-
-
-class _Launch(_Strict):
-    argv: list[str] = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    health_url: str
-    health_failed: list[int] = Field(default_factory=list, max_length=16)
-    base_url: str
-    metrics_url: str | None = None
-    env_from: dict[str, str] = Field(default_factory=dict)
-    setup: list[_Call] = Field(default_factory=list)
-    model: str | None = None
-
-
 class Ready(_Strict):
     """A launch ready to supervise: what runs, where, and the record `status` shows."""
 
@@ -51,29 +34,26 @@ class Ready(_Strict):
     host: str
     port: int = Field(ge=1, le=65535)
     spec: str
-    launch_: _Launch = Field(alias="launch")
+    launch_: Launch = Field(alias="launch")
     files: list[str] = Field(default_factory=list)  # model files that must still be there
     plan: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("launch_", mode="before")
+    @classmethod
+    def _whole(cls, value: Any) -> Any:
+        """`up` writes every field of the launch: a file that lacks one is not its."""
+        if isinstance(value, dict) and (missing := sorted(set(Launch.model_fields) - set(value))):
+            raise ValueError(f"the launch has no {', '.join(missing)}")
+        return value
 
     @classmethod
     def of(cls, name: str, host: str, port: int, spec: str, launch: Launch, files: list[str],
            plan: dict[str, Any]) -> Ready:
-        data = {"argv": list(launch.argv), "env": dict(launch.env),
-                "health_url": launch.health_url, "base_url": launch.base_url,
-                "health_failed": sorted(launch.health_failed),
-                "metrics_url": launch.metrics_url, "env_from": dict(launch.env_from),
-                "setup": [{"method": c.method, "url": c.url, "body": dict(c.body)}
-                          for c in launch.setup], "model": launch.model}
         return cls.model_validate({"name": name, "host": host, "port": port, "spec": spec,
-                                   "launch": data, "files": files, "plan": plan})
+                                   "launch": launch, "files": files, "plan": plan})
 
     def launch(self) -> Launch:
-        ln = self.launch_
-        return Launch(argv=tuple(ln.argv), env=dict(ln.env), health_url=ln.health_url,
-                      health_failed=frozenset(ln.health_failed),
-                      base_url=ln.base_url, metrics_url=ln.metrics_url,
-                      env_from=dict(ln.env_from), model=ln.model,
-                      setup=tuple(HttpCall(c.method, c.url, dict(c.body)) for c in ln.setup))
+        return self.launch_
 
 
 _HANDOFF = re.compile(NAME_PATTERN.strip("^$") + r"\.handoff-[0-9]{1,10}\.json")

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from specctl.adapters.base import Adapter, Installed
+from specctl.adapters.base import Adapter
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
+from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.errors import BackendError, ModelError
 from specctl.orchestrator.humanize import size
 from specctl.orchestrator.models import testbed

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
-from specctl.adapters.base import Adapter, Endpoint, Installed, Launch
+from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
 from specctl.orchestrator.errors import ServerError
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import procs

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import requests
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
-from specctl.adapters.base import Launch
+from specctl.orchestrator.contract.launch import Launch
 from specctl.orchestrator.errors import ServerError
 from specctl.orchestrator.runtime import procs, state
 

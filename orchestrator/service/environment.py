@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from specctl.adapters.base import Adapter, EnvVar, settings_vars
+from specctl.adapters.base import Adapter
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.settings import Settings
+from specctl.orchestrator.contract.settings import EnvVar, settings_vars
 
 HUGGING_FACE = (
     EnvVar("HF_ENDPOINT", "Hugging Face: the Hub's address (a mirror)"),

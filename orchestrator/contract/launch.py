@@ -1,0 +1,103 @@
+"""What is installed and how it starts: the values a backend's probe and `launch(plan)` return
+and the core runs (argv, environment, URLs), and the endpoint clients reach.
+
+`Launch` is a frozen pydantic model: `up` hands it to its detached supervisor as JSON
+(runtime/handoff.py), and the supervisor reads it back with the same model, as untrusted input:
+no unknown keys, a program to run, at most 16 failing health answers."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
+
+
+@dataclass(frozen=True)
+class Installed:
+    backend: str
+    version: str
+    dialect: str
+    path: str | None = None
+    flags: frozenset[str] = frozenset()
+    methods: frozenset[str] = frozenset()
+    chains: bool = False  # takes several methods at once (a plan's `chain`)
+    assumed: bool = False  # not installed here: planning with the newest known dialect
+
+    def describe(self) -> str:
+        where = "assumed, not installed here" if self.assumed else self.path or "?"
+        return f"{self.backend} {self.version} ({self.dialect} dialect; {where})"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HttpCall(_Frozen):
+    """A request the supervisor sends once the server is healthy (e.g. a model to load)."""
+
+    method: str
+    url: str
+    body: Mapping[str, object] = Field(default_factory=dict)
+
+
+class Launch(_Frozen):
+    argv: tuple[str, ...] = Field(min_length=1)
+    env: Mapping[str, str] = Field(default_factory=dict)
+    health_url: str = ""
+    # health answers that mean the start failed
+    health_failed: frozenset[int] = Field(frozenset(), max_length=16)
+    base_url: str = ""  # the OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1
+    metrics_url: str | None = None
+    # backend variable -> the user's variable it is copied from at spawn time (API keys: the
+    # value never enters argv, the plan or a log)
+    env_from: Mapping[str, str] = Field(default_factory=dict)
+    setup: tuple[HttpCall, ...] = ()
+    model: str | None = None  # the model name clients should send, when the server needs one
+
+    @field_serializer("health_failed")
+    def _in_order(self, codes: frozenset[int]) -> list[int]:
+        return sorted(codes)
+
+
+def is_loopback(host: str) -> bool:
+    """Does a server bound to `host` stay on this machine?"""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(host: str) -> str:
+    """`host` as a URL's host part, for clients on this machine: a wildcard bind (0.0.0.0,
+    ::, empty) is reached on loopback, and an IPv6 address goes in brackets (http://[::1]:8080)."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host.strip('[]')}]" if ":" in host else host
+
+
+def api_key(env_from: Mapping[str, str], environ: Mapping[str, str]) -> str | None:
+    """The API key a launch copies from the user's environment (see Launch.env_from), if any;
+    an empty variable is no key."""
+    return next((environ.get(source) or None for source in env_from.values()), None)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A running server as clients see it: its API root, its metrics, its key."""
+
+    api: str  # OpenAI-compatible root (…/v1)
+    metrics: str | None = None
+    api_key: str | None = None
+
+    @classmethod
+    def of(cls, launch: Launch, environ: Mapping[str, str]) -> Endpoint:
+        return cls(launch.base_url, launch.metrics_url, api_key(launch.env_from, environ))
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
