@@ -6,7 +6,8 @@ Decisions rest on intervals (95%, measure/intervals.py), never on one sample:
 - a challenger is dropped once its interval's top cannot beat the leader by the margin (from
   its first block on: a block is every prompt of the workload);
 - it takes the lead only when its point beats the leader's by the margin and its interval's
-  bottom is above the leader's point;
+  bottom is above the leader's point, or the leader cannot pay (its top is under the margin);
+- "off" is decided only when no measured configuration's top reaches the margin;
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
 - a pair above the physical bound is discarded as noise (and counted).
 The leader is measured at least MIN_BLOCKS blocks before anything is settled; every decision
@@ -115,8 +116,8 @@ class Race:
             if min([lead.blocks, *(e.blocks for e in active if e.blocks)]) < MIN_BLOCKS:
                 active = [lead, *(e for e in active if e is not lead)]
                 continue  # the budget too is looked at only from MIN_BLOCKS on
-            if lead.interval is not None and lead.interval.high < 1 + self.margin:
-                self.stopped = "decided"  # even its top cannot beat the baseline by the margin
+            if all(_top(e) < 1 + self.margin for e in [lead, *active]):
+                self.stopped = "decided"  # no top reaches the baseline plus the margin
                 break
             rivals = [e for e in active if e is not lead]
             if not rivals and lead.interval is not None \
@@ -141,8 +142,10 @@ class Race:
             if e is lead or e.interval is None or e.drafted == 0 or e.blocks < MIN_BLOCKS \
                     or e.interval.point > e.bound:  # above the physical bound: noise
                 continue
-            if e.interval.point > _point(lead) * (1 + self.margin) \
-                    and e.interval.low > _point(lead):
+            # beats it by the margin, surely (its bottom above the lead's point), or the
+            # lead cannot pay at all (its top under the baseline plus the margin)
+            if e.interval.point > _point(lead) * (1 + self.margin) and (
+                    e.interval.low > _point(lead) or _top(lead) < 1 + self.margin):
                 lead = e
         return lead
 
