@@ -2,7 +2,8 @@
 
 A module may import (at run time, at any depth; `if TYPE_CHECKING:` imports are types only and
 free) what its layer allows. The flow runs one way: config -> machine, models -> planning ->
-runtime -> measure; app and runs compose them; cli sits on top; adapters see only the contract.
+runtime -> measure; app and runs compose them; commands hold each command's flow; cli sits
+on top; adapters see only the contract.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     "measure": BASE | {"config", "machine", "models", "planning", "runtime"},
     "app": BASE | {"config", "machine", "models", "planning", "runtime", "measure", "service"},
     "runs": BASE | {"config", "machine", "models", "planning", "runtime", "app"},
+    "commands": BASE | {"config", "machine", "models", "planning", "runtime", "measure",
+                        "service", "app", "runs"},
 }
 # adapters: the contract, each other, and the core's pure helpers they share
 ADAPTERS = LEAVES | {"models.compat", "machine.hardware"}
@@ -98,3 +101,5 @@ def test_the_check_sees_an_upward_import() -> None:
     assert not allowed("models", "planning") and not allowed("runtime", "app")
     assert not allowed("adapters.x", "planning") and allowed("adapters.x", "models.compat")
     assert allowed("cli", "app") and allowed("measure", "runtime")
+    assert allowed("commands", "runs") and allowed("cli", "commands")
+    assert not allowed("commands", "cli") and not allowed("app", "commands")
