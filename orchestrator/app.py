@@ -86,7 +86,8 @@ class App:
         if not isinstance(found, Hub):
             offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
             found = self._cache["hub"] = Hub(self.dirs.cache / "hub", offline=offline,
-                                             endpoint=os.environ.get("HF_ENDPOINT") or None)
+                                             endpoint=os.environ.get("HF_ENDPOINT") or None,
+                                             downloads=hf_cache_dir())  # where plans look
         return found
 
     def backends(self) -> dict[str, Adapter]:

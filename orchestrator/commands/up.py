@@ -79,16 +79,15 @@ def prepare(app: App, request: Request, ask: Ask, say: Say) -> Resolved | Declin
     resolved = app.resolve(profile)
     resolved.launch()  # pure: the engine arguments are checked now, not after a build
     resolver = app.resolver()
-    todo = preflight.check(resolved.plan, provision.testbed_keys(profile), resolved.backend,
-                           resolved.installed.assumed, app.hub(), app.dirs.models,
-                           request.provide, request.download,
-                           lambda r: resolver.how_to_get(resolver.ref(r)), os.environ)
+    needs = resolved.needs
+    todo = preflight.check(resolved.plan, needs, resolved.backend, app.hub(), request.provide,
+                           request.download, lambda r: resolver.how_to_get(resolver.ref(r)),
+                           os.environ)
     work = tuple(todo.lines())
     for line in work:
         say(f"up will {line}")
     if work and not ask():
         return Declined(work)
-    needs = resolved.needs
     if needs.empty:
         return resolved
     if needs.install:
