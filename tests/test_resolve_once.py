@@ -137,7 +137,7 @@ def test_up_resolves_anew_after_a_pull_instead_of_amending_the_plan(
     with FakeHub(root) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-        done = CliRunner().invoke(cli, ["up", "hf:tiny/Tiny-GGUF:Q4_K_M", "--draft", "none",
+        done = CliRunner().invoke(cli, ["up", "hf:tiny/Tiny-GGUF", "--draft", "none",
                                         "--port", str(free_port()), "--foreground", "--yes"],
                                   catch_exceptions=False)
     assert done.exit_code == 0, done.output
