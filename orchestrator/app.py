@@ -28,16 +28,31 @@ from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.resolve import Resolver, hf_cache_dir
 from specctl.orchestrator.planning import backends, drafts, planner
-from specctl.orchestrator.planning.backends import Choice
 from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.runtime.provision import Needs
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a plan is resolved from, gathered once per resolution: the machine, what probing
+    found (None: planning for other machines), and the backend `bench --backends` measured
+    fastest here. The tuned result is looked up by the planner for the models it resolves."""
+
+    hardware: Hardware
+    probed: dict[str, Installed | None] | None
+    measured: tuple[str, str] | None
 
 
 @dataclass(frozen=True)
 class Resolved:
+    """A plan resolved once, the build it is for, and what must be provided here before it can
+    run (`up` provides it, then resolves anew; nothing amends the plan)."""
+
     profile: Profile
     plan: Plan
     installed: Installed
     backend: Adapter
+    needs: Needs = field(default_factory=Needs)
 
     def launch(self) -> Launch:
         return self.backend.launch(self.plan, self.installed)
@@ -72,7 +87,8 @@ class App:
         if not isinstance(found, Hub):
             offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
             found = self._cache["hub"] = Hub(self.dirs.cache / "hub", offline=offline,
-                                             endpoint=os.environ.get("HF_ENDPOINT") or None)
+                                             endpoint=os.environ.get("HF_ENDPOINT") or None,
+                                             downloads=hf_cache_dir())  # where plans look
         return found
 
     def backends(self) -> dict[str, Adapter]:
@@ -194,33 +210,32 @@ class App:
         self._probed.pop(name, None)
         return self.probe({name: self.backends()[name]})[name]
 
-    def _where(self, profile: Profile, recorded: Path | None
-               ) -> tuple[Hardware, dict[str, Installed | None] | None]:
+    def facts(self, profile: Profile, recorded: Path | None = None) -> Facts:
+        """The machine, the probes the profile's backends need, the measured fastest backend."""
         nodes = cluster.cluster_hardware(profile.cluster, Path.cwd())
         hw = nodes or self.hardware(recorded)
         if recorded is not None or nodes is not None:
-            return hw, None  # planning for other machines: nothing here is probed
+            return Facts(hw, None, None)  # planning for other machines: nothing here is probed
         registry = self.backends()
-        return hw, self.probe({n: b for n, b in registry.items()
-                               if not profile.backend or n in profile.backend})
-
-    def choose(self, profile: Profile, recorded: Path | None = None) -> Choice:
-        """The backend the plan will use (probing what it needs), without planning."""
-        hw, probed = self._where(profile, recorded)
-        return backends.choose(list(profile.backend), hw, self.backends(), probed,
-                               self.fastest(profile, hw, probed))
+        probed = self.probe({n: b for n, b in registry.items()
+                             if not profile.backend or n in profile.backend})
+        return Facts(hw, probed, self.fastest(profile, hw, probed))
 
     def resolve(self, profile: Profile | str, recorded: Path | None = None,
                 use_tuned: bool = True) -> Resolved:
+        """The plan, resolved once from the facts gathered once; with what it needs here."""
         if isinstance(profile, str):
             profile = self.load(profile)
-        hw, probed = self._where(profile, recorded)
+        facts = self.facts(profile, recorded)
         registry = self.backends()
-        lookup = self.tuned_result if use_tuned and probed is not None else (
+        lookup = self.tuned_result if use_tuned and facts.probed is not None else (
             lambda _p, _i: None)
-        plan, installed = planner.resolve(profile, hw, registry, probed, self.resolver(), lookup,
-                                          self.pick_draft, self.fastest(profile, hw, probed))
-        return Resolved(profile, plan, installed, registry[plan.backend])
+        plan, installed = planner.resolve(profile, facts.hardware, registry, facts.probed,
+                                          self.resolver(), lookup, self.pick_draft,
+                                          facts.measured)
+        needs = (Needs.of(plan, installed, profile, self.dirs.models) if facts.probed is not None
+                 else Needs())  # for other machines nothing is provided here
+        return Resolved(profile, plan, installed, registry[plan.backend], needs)
 
     def fastest(self, profile: Profile, hw: Hardware,
                 probed: Mapping[str, Installed | None] | None) -> tuple[str, str] | None:

@@ -3,7 +3,8 @@
 A module may import (at run time, at any depth; `if TYPE_CHECKING:` imports are types only and
 free) what its layer allows. The flow runs one way: the contract (the values adapters exchange)
 on the ground floor -> config -> machine, models -> planning -> runtime -> measure; app and runs
-compose them; cli sits on top; adapters see the contract and the core's pure helpers.
+compose them; commands hold each command's flow; cli sits on top; adapters see the contract
+and the core's pure helpers.
 
 No two product modules import each other, however indirectly, counting every import: at module
 level, inside functions, under `if TYPE_CHECKING:`, and `importlib.import_module` (a name built
@@ -108,6 +109,8 @@ def test_the_check_sees_an_upward_import() -> None:
     assert allowed("cli", "app") and allowed("measure", "runtime")
     assert allowed("adapters.x", "contract") and allowed("config", "contract")
     assert not allowed("contract", "config") and not allowed("contract", "adapters.base")
+    assert allowed("commands", "runs") and allowed("cli", "commands")
+    assert not allowed("commands", "cli") and not allowed("app", "commands")
 
 
 # -- circles, counting every import -------------------------------------------------------------

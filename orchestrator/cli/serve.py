@@ -22,7 +22,6 @@ from specctl.orchestrator.cli.base import (
 from specctl.orchestrator.errors import SpecctlError
 
 if TYPE_CHECKING:
-    from specctl.orchestrator.app import App, Resolved
     from specctl.orchestrator.config.adhoc import Flags
     from specctl.orchestrator.service import units
 
@@ -53,23 +52,28 @@ def up(ref: str, flags: Flags, foreground: bool, no_provision: bool, no_download
     `up` says what it must build or download and how large, asks in a terminal (--yes skips),
     and does it. Without --foreground a detached supervisor keeps the server up (restarting it
     after a crash) until `specctl down`. The URL goes to stdout, progress to stderr."""
-    from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
-    from specctl.orchestrator.runtime import handoff as handoff_mod
+    from specctl.orchestrator.commands import up as command
     from specctl.orchestrator.service import envfile
 
     envfile.apply(os.environ)  # a launchd service's secrets (systemd reads its file itself)
     app = App.from_env()
     if handoff is not None:  # the detached supervisor: run what the parent resolved
-        ready = handoff_mod.take(handoff, app.dirs.runs)
-        sys.exit(runs.serve_foreground(app, ready, console.print))
-    resolved = _resolve_for_up(app, ref, flags, provide=not no_provision,
-                               download=not (no_download or app.settings.no_download), yes=yes)
-    ready = runs.ready_of(app, resolved)
-    if foreground:
-        sys.exit(runs.serve_foreground(app, ready, err_console.print))
-    run = runs.start_detached(app, ready, lambda line: err_console.print(
-        line, highlight=False, markup=False))
+        sys.exit(command.supervise(app, handoff, console.print).code)
+
+    def ask() -> bool:
+        if yes or not (sys.stdin.isatty() and sys.stderr.isatty()):
+            return True
+        return click.confirm("go ahead?", default=True, err=True)
+
+    request = command.Request(ref, flags, foreground, provide=not no_provision,
+                              download=not (no_download or app.settings.no_download))
+    done = command.up(app, request, ask, _say)
+    if isinstance(done, command.Declined):
+        raise click.Abort
+    if isinstance(done, command.Exited):
+        sys.exit(done.code)
+    run = done.run
     err_console.print(f"[bold green]{run.profile} is up[/bold green], speculation: {run.spec}",
                       highlight=False)
     if run.plan.get("model"):
@@ -79,37 +83,9 @@ def up(ref: str, flags: Flags, foreground: bool, no_provision: bool, no_download
     click.echo(run.url)
 
 
-def _resolve_for_up(app: App, ref: str, flags: Flags, provide: bool, download: bool,
-                    yes: bool) -> Resolved:
-    """Plan and check everything first (preflight), say what must be built or fetched and ask,
-    then install the backend, fetch the test models, plan again with what was installed, and
-    pull the plan's models that are only on the Hub."""
-    from dataclasses import replace
-
-    from specctl.orchestrator.runtime import preflight, provision
-
-    say = err_console.print
-    profile = app.load(ref, flags)
-    resolved = app.resolve(profile)
-    resolved.launch()  # pure: the engine arguments are checked now, not after a build
-    resolver = app.resolver()
-    todo = preflight.check(resolved.plan, provision.testbed_keys(profile), resolved.backend,
-                           resolved.installed.assumed, app.hub(), app.dirs.models, provide,
-                           download, lambda r: resolver.how_to_get(resolver.ref(r)), os.environ)
-    if not todo.empty:
-        for line in todo.lines():
-            say(f"up will {line}", highlight=False, markup=False)
-        if not yes and sys.stdin.isatty() and sys.stderr.isatty():
-            click.confirm("go ahead?", default=True, abort=True, err=True)
-    if todo.install:
-        provision.install(resolved.backend, app.dirs)
-        app.reprobe(resolved.backend.name)
-    if todo.testbed:
-        provision.missing_models(profile, app.dirs, app.backends(), say)
-    if todo.install or todo.testbed:
-        resolved = app.resolve(profile)  # the installed dialect, the files now on disk
-    plan = provision.remote_models(resolved.plan, resolver, download, say)
-    return replace(resolved, plan=plan)
+def _say(line: str) -> None:
+    """Progress on stderr, as plain text."""
+    err_console.print(line, highlight=False, markup=False)
 
 
 @cli.command()

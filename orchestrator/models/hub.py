@@ -189,8 +189,10 @@ def _safe_file(path: str) -> str:
 class Hub:
     """Hub metadata with a cache under `root` (specctl's cache dir / "hub")."""
 
-    def __init__(self, root: Path, endpoint: str | None = None, offline: bool = False) -> None:
+    def __init__(self, root: Path, endpoint: str | None = None, offline: bool = False,
+                 downloads: Path | None = None) -> None:
         self.root, self.endpoint, self.offline = root, endpoint, offline
+        self.downloads = downloads  # the Hugging Face cache files go to (None: its default)
         self.requests = 0  # made by this object (tests and `plan` timing read it)
         self.unreachable = ""  # why the Hub could not be reached, once found (fail fast after)
         self._reached = False
@@ -406,7 +408,7 @@ class Hub:
 
         with self._asking(repo, file.path):
             path = Path(hf_hub_download(repo, file.path, revision=revision,
-                                        endpoint=self.endpoint))
+                                        endpoint=self.endpoint, cache_dir=self.downloads))
         verify(path, file)
         return path
 

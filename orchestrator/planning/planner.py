@@ -21,8 +21,8 @@ from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.catalog import original_repo
 from specctl.orchestrator.models.info import GGUF_QUANTS, ModelInfo
 from specctl.orchestrator.models.resolve import Resolver
+from specctl.orchestrator.planning import backends as choosing
 from specctl.orchestrator.planning import costmodel, memory
-from specctl.orchestrator.planning.backends import choose
 from specctl.orchestrator.planning.plan import NGRAMS, WITH_DRAFT, Method, Plan, Step
 
 ASSUMED_ALPHA = 0.7  # until `specctl tune` measures it
@@ -187,12 +187,11 @@ def _chain(profile: Profile, method: Method, installed: Installed,
     return tuple(Step(m, DEFAULT_K[m]) for m in dict.fromkeys(wanted) if m not in missing)
 
 
-def _budget(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
+def _budget(budget: Budget, hw: Hardware, backend: Adapter, options: Options,
             installed: Installed, target: ModelInfo, draft: ModelInfo | None,
             reasons: list[str]) -> tuple[Budget, Options]:
-    """The memory budget (this machine's devices plus what the backend adds, e.g. remote
-    workers), after the backend's own rules for the plan; the options as filled in."""
-    budget = memory.budget_for(hw, profile.memory, backend.devices(options))
+    """The memory budget (this machine's devices, `budget`, plus what the backend adds, e.g.
+    remote workers), after the backend's own rules for the plan; the options as filled in."""
     more = backend.resources(options, installed, hw, budget)
     if more.extra_bytes:
         budget = replace(budget, limit=budget.limit + more.extra_bytes, why=more.why)
@@ -212,21 +211,24 @@ def _room(budget: Budget, backend: Adapter, target: ModelInfo) -> int:
 
 
 def _fit(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
-         installed: Installed, target: ModelInfo, draft: ModelInfo | None,
+         installed: Installed, target: ModelInfo, draft: ModelInfo | None, budget: Budget,
          reasons: list[str]) -> tuple[MemoryPlan, Options]:
-    """The memory plan, on the devices the options name; when it does not fit, on the wider
-    layouts the backend infers (e.g. vLLM's tensor parallelism), before a refusal."""
+    """The memory plan, on the devices the options name (`budget`, computed once for them);
+    when it does not fit, on the wider layouts the backend infers (e.g. vLLM's tensor
+    parallelism, each its own budget), before a refusal."""
     tries = [(options, ""), *backend.wider(options, hw, target)]
     refusal: SpecctlError | None = None
     for opts, why in tries:
         said: list[str] = [why] if why else []
+        devices = budget if opts is options else memory.budget_for(hw, profile.memory,
+                                                                  backend.devices(opts))
         try:
-            budget, opts = _budget(profile, hw, backend, opts, installed, target, draft, said)
+            devices, opts = _budget(devices, hw, backend, opts, installed, target, draft, said)
         except SpecctlError as exc:
             raise type(exc)(f"{profile.name}: {exc}") from None
         try:
             mem, notes = memory.plan(target, draft, profile.server.context, profile.memory,
-                                     budget, backend.cache_types, backend.spills)
+                                     devices, backend.cache_types, backend.spills)
         except DoesNotFitError as exc:
             refusal = refusal or exc  # the first refusal: the profile's own layout
             continue
@@ -245,7 +247,7 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
             measured: tuple[str, str] | None = None) -> tuple[Plan, Installed]:
     """The plan and the backend installation it is for. Raises a SpecctlError with what to do."""
     srv = profile.server
-    choice = choose(list(profile.backend), hw, backends, probed, measured)
+    choice = choosing.choose(list(profile.backend), hw, backends, probed, measured)
     backend = backends[choice.name]
     if not is_loopback(srv.host) and backend.authenticates and not srv.api_key_env:
         raise ProfileError(f"{profile.name}: server.host = {srv.host} exposes the server beyond "
@@ -265,11 +267,11 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
                        f"'{method}' speculation, so it serves without; {backend.no_spec_hint}.")
         method = "none"
-    room = _room(memory.budget_for(hw, profile.memory, backend.devices(options)), backend,
-                 target)
+    budget = memory.budget_for(hw, profile.memory, backend.devices(options))  # once
     method, draft = _draft(profile, method, target, backend, choice.installed, options, resolver,
-                           pick_draft, room, reasons)
-    mem, options = _fit(profile, hw, backend, options, choice.installed, target, draft, reasons)
+                           pick_draft, _room(budget, backend, target), reasons)
+    mem, options = _fit(profile, hw, backend, options, choice.installed, target, draft, budget,
+                        reasons)
     if profile.k == "auto":
         k, why = _auto_k(method, target, draft, mem.speed)
         k_source = "cost model"

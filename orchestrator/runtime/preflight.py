@@ -9,7 +9,6 @@ with sizes and times, and confirmed in a terminal.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -32,10 +31,6 @@ class Todo:
     install: str | None = None  # what installing the backend does and costs
     testbed: tuple[tuple[str, int], ...] = ()  # test models to fetch: (key, bytes)
     pulls: tuple[tuple[str, int], ...] = ()  # Hub models to download: (ref, bytes)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.install or self.testbed or self.pulls)
 
     def lines(self) -> list[str]:
         out = [self.install] if self.install else []
@@ -61,11 +56,10 @@ def _token(environ: Mapping[str, str]) -> bool:
     return bool(get_token())
 
 
-def _downloads(models: list[ModelInfo], hub: Hub, allow: bool, how: HowToGet,
+def _downloads(remote: tuple[ModelInfo, ...], hub: Hub, allow: bool, how: HowToGet,
                environ: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
     """The Hub models to download; refused now when downloads are off or a gated repo has no
     token to fetch it with."""
-    remote = [m for m in models if m.path is None and m.remote is not None]
     if remote and not allow:
         what = ", ".join(f"{m.ref} ({size(m.size_bytes)})" for m in remote)
         raise ModelError(f"{what} not on disk and downloads are off (--no-download or "
@@ -80,13 +74,10 @@ def _downloads(models: list[ModelInfo], hub: Hub, allow: bool, how: HowToGet,
     return tuple((m.remote.short, m.remote.size_bytes) for m in remote if m.remote)
 
 
-def check(plan: Plan, profile_testbed: tuple[str, ...], backend: Adapter, assumed: bool,
-          hub: Hub, models_dir: os.PathLike[str] | str, provide: bool, download: bool,
-          how_to_get: HowToGet, environ: Mapping[str, str]) -> Todo:
-    """Everything `up` can check before it starts work; raises a one-line SpecctlError, else
-    returns what there is to do."""
-    from pathlib import Path
-
+def check(plan: Plan, needs: provision.Needs, backend: Adapter, hub: Hub, provide: bool,
+          download: bool, how_to_get: HowToGet, environ: Mapping[str, str]) -> Todo:
+    """Everything `up` can check before it starts work, on the plan and what it needs here
+    (resolved with it); raises a one-line SpecctlError, else returns what there is to do."""
     _api_key(plan, environ)
     models = [m for m in (plan.target, plan.draft) if m is not None]
     for m in models:
@@ -94,19 +85,17 @@ def check(plan: Plan, profile_testbed: tuple[str, ...], backend: Adapter, assume
             raise ModelError(f"{m.ref} is not on disk and cannot be downloaded; "
                              f"{how_to_get(m.ref)}")
     install = None
-    if assumed:
+    if needs.install:
         if not provide or not provision.installable(backend):
             raise BackendError(f"{plan.profile} runs on {backend.name}, which is not installed "
                                f"here; install it with {backend.install_hint}")
         install, problem = backend.install_check(plan.hardware)
         if problem:
             raise BackendError(f"{plan.profile}: {problem}")
-    missing = tuple(k for k in profile_testbed
-                    if not testbed.path_of(k, Path(models_dir)).is_file())
-    if missing and not provide:
-        raise ModelError(f"test model(s) {', '.join(missing)} not fetched and --no-provision is "
-                         "set; run `specctl models testbed`")
+    if needs.testbed and not provide:
+        raise ModelError(f"test model(s) {', '.join(needs.testbed)} not fetched and "
+                         "--no-provision is set; run `specctl models testbed`")
     sizes = {m.ref: m.size_bytes for m in models}
-    fetch = tuple((k, sizes.get(f"testbed:{k}") or testbed.BY_KEY[k].size) for k in missing)
-    pulls = _downloads(models, hub, download, how_to_get, environ)
-    return Todo(install, fetch, pulls)
+    fetch = tuple((k, sizes.get(f"testbed:{k}") or testbed.BY_KEY[k].size)
+                  for k in needs.testbed)
+    return Todo(install, fetch, _downloads(needs.pulls, hub, download, how_to_get, environ))

@@ -1,17 +1,17 @@
 """Provide what a plan needs before it can run: the chosen backend (when its adapter can install
-it) and the test models. Only what the chosen backend needs is provided."""
+it), the test models, the Hub models. Only what the chosen backend needs is provided."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.adapters.base import Adapter
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.contract.launch import Installed
-from specctl.orchestrator.errors import BackendError, ModelError
-from specctl.orchestrator.humanize import size
+from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.models import testbed
 from specctl.orchestrator.models.info import ModelInfo, parse_ref
 from specctl.orchestrator.models.resolve import Resolver
@@ -55,22 +55,34 @@ def testbed_models(dirs: Dirs, keys: tuple[str, ...], backends: Mapping[str, Ada
     return testbed.ensure(dirs.models, tool, keys, progress=say)
 
 
-def remote_models(plan: Plan, resolver: Resolver, allow: bool, say: Say) -> Plan:
-    """The plan with its Hub models on disk: pulled now (with progress) unless `allow` is off,
-    which refuses in one line naming what is missing and how to get it."""
-    missing = [m for m in (plan.target, plan.draft) if m is not None and m.path is None
-               and m.remote is not None]
-    if missing and not allow:
-        what = ", ".join(f"{m.ref} ({size(m.size_bytes)})" for m in missing)
-        how = resolver.how_to_get(resolver.ref(missing[0].ref))
-        raise ModelError(f"{what} not on disk and downloads are off (--no-download or "
-                         f"SPECCTL_NO_DOWNLOAD); {how}")
-    changes: dict[str, ModelInfo] = {}
-    for role in ("target", "draft"):
-        info = getattr(plan, role)
-        if info in missing:
-            changes[role] = resolver.fetch(info, say)
-    return plan.but(**changes) if changes else plan
+@dataclass(frozen=True)
+class Needs:
+    """What a resolved plan needs here before it can run, decided with the plan: the backend
+    installed, test models fetched, Hub models pulled. `up` provides it and resolves anew from
+    what is then on disk; nothing amends the plan."""
+
+    install: bool = False
+    testbed: tuple[str, ...] = ()  # test model keys not on disk
+    pulls: tuple[ModelInfo, ...] = ()  # the plan's models that are only on the Hub
+
+    @property
+    def empty(self) -> bool:
+        return not (self.install or self.testbed or self.pulls)
+
+    @classmethod
+    def of(cls, plan: Plan, installed: Installed, profile: Profile, models: Path) -> Needs:
+        return cls(installed.assumed,
+                   tuple(k for k in testbed_keys(profile)
+                         if not testbed.path_of(k, models).is_file()),
+                   tuple(m for m in (plan.target, plan.draft)
+                         if m is not None and m.path is None and m.remote is not None))
+
+
+def pull(models: tuple[ModelInfo, ...], resolver: Resolver, say: Say) -> None:
+    """Download the Hub models into the Hugging Face cache (with progress); planning again
+    finds them there."""
+    for info in models:
+        resolver.fetch(info, say)
 
 
 def testbed_keys(profile: Profile) -> tuple[str, ...]:

@@ -84,7 +84,7 @@ def writable_dirs(dirs: Dirs, env: Mapping[str, str], home: Path,
     found = [dirs.state, dirs.cache, hf_home, *hub,
              *(p for cls in chosen for p in cls.cache_dirs(env, home))]
     out: list[Path] = []
-    for path in sorted({p.absolute() for p in found}, key=lambda p: len(p.parts)):
+    for path in sorted({p.absolute() for p in found}, key=lambda p: (len(p.parts), str(p))):
         if not any(path.is_relative_to(kept) for kept in out):
             out.append(path)
     return tuple(out)

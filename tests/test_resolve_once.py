@@ -1,0 +1,150 @@
+"""Each command resolves its plan once: one backend choice, one read of the measured winners,
+one memory budget; and what `up` hands to the supervisor is that plan, unamended.
+
+The real functions are wrapped (monkeypatch) to count their calls; they still do their work.
+In-process through click's CliRunner. No server starts: `up`'s supervisor is replaced by a
+recorder (as in tests/test_up_once.py), and `bench` and `tune` stop where they would start their
+first server process (`procs.spawn`), after resolving."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import specctl.orchestrator.cli.main  # noqa: F401 (importing it registers the commands)
+from specctl.adapters import registry
+from specctl.orchestrator import runs
+from specctl.orchestrator.app import App
+from specctl.orchestrator.cli.base import cli
+from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.measure import winners
+from specctl.orchestrator.planning import backends, memory, planner
+from specctl.orchestrator.planning.plan import Plan, plan_json
+from specctl.orchestrator.runtime import handoff, procs
+from specctl.orchestrator.runtime.servers import free_port
+from tests.fake_hf_hub import FakeHub
+from tests.ggufs import write_gguf
+from tests.hub_repos import add_file
+
+
+class Launched(BaseException):
+    """Raised where a server process would start: the command got past resolving."""
+
+
+class Counts:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: Counter[str] = Counter()
+        self.plans: list[tuple[Plan, Installed]] = []
+        self.served: list[handoff.Ready] = []
+        self.spawned: list[list[str]] = []
+        self._count(monkeypatch, backends, "choose")
+        self._count(monkeypatch, winners, "load")
+        self._count(monkeypatch, memory, "budget_for")
+        resolve = planner.resolve
+
+        def resolved(*args: Any, **kw: Any) -> tuple[Plan, Installed]:
+            found = resolve(*args, **kw)
+            self.plans.append(found)
+            return found
+
+        def serve(_app: Any, ready: handoff.Ready, _say: Any) -> int:
+            self.served.append(ready)
+            return 0
+
+        def spawn(argv: list[str], *_a: Any, **_k: Any) -> None:
+            self.spawned.append(list(argv))
+            raise Launched
+
+        monkeypatch.setattr(planner, "resolve", resolved)
+        monkeypatch.setattr(runs, "serve_foreground", serve)
+        monkeypatch.setattr(procs, "spawn", spawn)
+
+    def _count(self, monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> None:
+        real = getattr(module, name)
+
+        def counted(*args: Any, **kw: Any) -> Any:
+            self.calls[name] += 1
+            return real(*args, **kw)
+
+        monkeypatch.setattr(module, name, counted)
+
+    def once(self) -> None:
+        assert self.calls == Counter({"choose": 1, "load": 1, "budget_for": 1}), self.calls
+        assert len(self.plans) == 1
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
+    """llama.cpp installed (as its recorded dialect says, no binary run), Ollama not: the
+    profile names both, so the measured winners are read; llama.cpp is chosen."""
+    classes = registry.adapter_classes()
+    monkeypatch.setattr(classes["llamacpp"], "probe", lambda self: replace(
+        self.assumed(), assumed=False, path="/opt/llama/llama-server"))
+    monkeypatch.setattr(classes["ollama"], "probe", lambda self: None)
+    return Counts(monkeypatch)
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> Path:
+    target = write_gguf(tmp_path / "target.gguf", name="tiny target", block_count=8)
+    draft = write_gguf(tmp_path / "draft.gguf", name="tiny draft", block_count=2)
+    path = tmp_path / "pair.toml"
+    path.write_text(f'target = "{target}"\ndraft = "{draft}"\n'
+                    'backend = ["llamacpp", "ollama"]\n'
+                    f'[server]\ncontext = 1024\nport = {free_port()}\n')
+    return path
+
+
+def test_plan_resolves_once(counts: Counts, profile: Path) -> None:
+    done = CliRunner().invoke(cli, ["plan", "-p", str(profile), "--json"],
+                              catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    counts.once()
+    assert counts.plans[0][0].backend == "llamacpp"
+
+
+def test_up_resolves_once_and_serves_that_plan_unamended(counts: Counts, profile: Path) -> None:
+    done = CliRunner().invoke(cli, ["up", "-p", str(profile), "--foreground", "--no-provision"],
+                              catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    counts.once()
+    (plan, installed), (ready,) = counts.plans[0], counts.served
+    launch = App.from_env().backends()[plan.backend].launch(plan, installed)
+    assert ready.plan == plan_json(plan, installed, launch)  # the plan as resolved, no overlay
+    assert ready.launch().argv == launch.argv
+
+
+@pytest.mark.parametrize("command", [["bench", "--prompts", "1"], ["tune", "--prompts", "1"]])
+def test_bench_and_tune_resolve_once(counts: Counts, profile: Path, command: list[str]) -> None:
+    with pytest.raises(Launched):
+        CliRunner().invoke(cli, [*command, "-p", str(profile)], catch_exceptions=False)
+    counts.once()
+    assert counts.spawned  # it got as far as starting a server of the resolved plan
+
+
+def test_up_resolves_anew_after_a_pull_instead_of_amending_the_plan(
+        counts: Counts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target only on the Hub: the first plan lists it to pull (Resolved.needs); after the
+    pull the plan is resolved again from the file now in the Hugging Face cache."""
+    root = tmp_path / "hub"
+    add_file(root, "tiny/Tiny-GGUF", write_gguf(tmp_path / "t.gguf", name="tiny hub target",
+                                                 block_count=8), "tiny-Q4_K_M.gguf")
+    with FakeHub(root) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        done = CliRunner().invoke(cli, ["up", "hf:tiny/Tiny-GGUF", "--draft", "none",
+                                        "--port", str(free_port()), "--foreground", "--yes"],
+                                  catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert "download hf:tiny/Tiny-GGUF" in done.output  # said first, as work to do
+    first, second = (plan for plan, _ in counts.plans)
+    assert first.target.path is None and first.target.remote is not None
+    assert second.target.path is not None and second.target.path.is_file()
+    (ready,) = counts.served
+    assert list(ready.files) == [str(second.target.path)]
+    assert ready.plan["target"]["path"] == str(second.target.path)
