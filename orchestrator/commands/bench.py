@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specctl.orchestrator.commands import Say
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.measure import bench as bench_mod
 from specctl.orchestrator.measure import lab, lossless, quality, reports, verdicts
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     from specctl.orchestrator.app import App, Resolved
     from specctl.orchestrator.measure import winners
 
-Step = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Outcome:
                 f"report is {self.saved})")
 
 
-def run(app: App, ask: Ask, step: Step) -> Outcome:
+def run(app: App, ask: Ask, step: Say) -> Outcome:
     resolved = app.resolve(ask.profile)
     plan = resolved.plan
     want_floor = ask.quality if ask.floor is None else ask.floor
@@ -100,7 +100,7 @@ def run(app: App, ask: Ask, step: Step) -> Outcome:
 
 
 def _sampled(room: lab.ServerLab, plan: Plan, rejecting: Plan | None, ask: Ask,
-             how: lossless.Sampling, slots: int, step: Step
+             how: lossless.Sampling, slots: int, step: Say
              ) -> dict[str, dict[str, quality.QualityResult]]:
     """--quality on the servers the speed passes used (a configuration not among them, or the
     second baseline of --quality-against baseline, is started beside them): the baseline
@@ -145,7 +145,7 @@ class Versus:
 
 
 def versus(app: App, profile_ref: str, names: list[str], ks: tuple[int, ...], work: Workload,
-           repeats: int, max_tokens: int, step: Step, sequential: bool = False,
+           repeats: int, max_tokens: int, step: Say, sequential: bool = False,
            precision: float | None = None, budget: float = 600.0) -> Versus:
     """bench --backends: each backend measured in turn; the fastest saved for this machine."""
     from specctl.orchestrator.measure import versus as versus_mod

@@ -4,11 +4,11 @@ size, check sampling before saving, and save only a result that settled."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specctl.orchestrator.commands import Say
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.measure import lab, lossless, trials
 from specctl.orchestrator.measure import tune as tune_mod
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from specctl.orchestrator.app import App, Resolved
     from specctl.orchestrator.measure.tuned import Measured
 
-Step = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def saved(app: App, profile_ref: str) -> tuned_mod.Result:
     return found
 
 
-def run(app: App, ask: Ask, step: Step) -> Outcome:
+def run(app: App, ask: Ask, step: Say) -> Outcome:
     resolved = app.resolve(ask.profile, use_tuned=False)
     level = ask.concurrency or resolved.plan.parallel
     runner = _runner(app, resolved, ask, step, level)
@@ -100,7 +99,7 @@ def run(app: App, ask: Ask, step: Step) -> Outcome:
     return Outcome(result, path, resolved.plan.profile)
 
 
-def sweep(app: App, ask: Ask, step: Step) -> Sweep:
+def sweep(app: App, ask: Ask, step: Say) -> Sweep:
     """--exhaustive: every k in 1..max-k measured in full (to check the tuner itself)."""
     resolved = app.resolve(ask.profile, use_tuned=False)
     runner = _runner(app, resolved, ask, step, ask.concurrency or resolved.plan.parallel)
@@ -114,7 +113,7 @@ def sweep(app: App, ask: Ask, step: Step) -> Sweep:
     return Sweep(results, base_tps, seconds, previous)
 
 
-def _runner(app: App, resolved: Resolved, ask: Ask, step: Step, level: int) -> trials.Bench:
+def _runner(app: App, resolved: Resolved, ask: Ask, step: Say, level: int) -> trials.Bench:
     """Whole runs on a server each (the sweep, the k-by-batch schedule): at one request where
     the engine switches k by batch size (the schedule covers the others)."""
     runner = trials.Bench(resolved.backend, resolved.installed, ask.work, ask.max_tokens,
@@ -123,7 +122,7 @@ def _runner(app: App, resolved: Resolved, ask: Ask, step: Step, level: int) -> t
         resolved.installed) else runner
 
 
-def _tuned(app: App, resolved: Resolved, ask: Ask, step: Step) -> tuned_mod.Result:
+def _tuned(app: App, resolved: Resolved, ask: Ask, step: Say) -> tuned_mod.Result:
     """The race on real servers (measure/lab.py), every one stopped at the end."""
     room = lab.ServerLab(resolved.backend, resolved.installed, ask.work, app.dirs.logs, step)
     try:
@@ -146,7 +145,7 @@ def _scheduled(resolved: Resolved, result: tuned_mod.Result, runner: trials.Benc
 
 
 def _gate(app: App, resolved: Resolved, result: tuned_mod.Result, ask: Ask,
-          step: Step) -> str:
+          step: Say) -> str:
     """The sampling check of the choice (lossless.gate), at the profile's sampling (0.8 when
     the profile samples greedily: the check is about sampling)."""
     plan = resolved.plan

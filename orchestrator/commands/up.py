@@ -15,11 +15,11 @@ from pathlib import Path
 
 from specctl.orchestrator import runs
 from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.commands import Say
 from specctl.orchestrator.config.adhoc import Flags
 from specctl.orchestrator.runtime import handoff, preflight, provision
 from specctl.orchestrator.runtime.state import RunState
 
-Say = Callable[[str], None]
 Ask = Callable[[], bool]  # go ahead with the work just said? (the CLI asks in a terminal)
 
 
