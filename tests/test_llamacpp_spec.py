@@ -50,6 +50,7 @@ def test_each_ngram_method_alone(installed: Installed, method: str) -> None:
     if method == "ngram-mod":
         assert ("--spec-ngram-mod-n-max", "12") in got
         assert ("--spec-ngram-mod-n-min", "4") in got  # not the build's 48
+        assert ("--spec-ngram-mod-n-match", "8") in got  # nor its lookup of 24
     elif method == "ngram-cache":
         assert not any(a.startswith("--spec-ngram") for a in argv)  # it has no knobs
     else:
