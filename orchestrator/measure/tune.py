@@ -170,7 +170,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
         shadow.judge(probe)
         rows.insert(0, _row(shadow, probe, " (short requests)"))
     return _result(plan, lab, race, lead, kept, slowed, est, curve, rows, skipped, margin,
-                   precision, budget, seq, time.monotonic() - wall)
+                   precision, budget, seq, time.monotonic() - wall, lab.clock() - started)
 
 
 def _candidates(plan: Plan, est: Estimates, k: int, probe: Entry, probe_k: int,
@@ -262,7 +262,7 @@ def _row(race: Race, e: Entry, note: str = "") -> Measured:
 def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
             slowed: dict[str, Interval], est: Estimates, curve: list[costmodel.Point],
             rows: list[Measured], skipped: list[str], margin: float, precision: float,
-            budget: float, seq: bool, seconds: float) -> Result:
+            budget: float, seq: bool, seconds: float, spent: float) -> Result:
     top = kept or lead
     iv = top.interval or Interval(0.0, 0.0, 0.0)
     cats = race.categories(top)
@@ -288,7 +288,8 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
     if settled:
         summary += f"; {race.stopped} reached (±{iv.half_width:.0%})"
     else:
-        summary += (f"; precision ±{precision:.0%} not reached in {budget:.0f} s (±"
+        summary += (f"; precision ±{precision:.0%} not reached in {spent:.0f} s (budget "
+                    f"{budget:.0f} s; ±"
                     f"{iv.half_width:.0%}): {seen}; close what runs beside or pass --budget "
                     f"{max(2 * budget / 60, 5):.0f}m")
     if seq:
