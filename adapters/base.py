@@ -195,6 +195,13 @@ class Adapter:
         speculative server fit side by side. Not on GPUs, where each process loads its own."""
         return False
 
+    def remembers(self, plan: Plan) -> bool:
+        """Whether this plan's speculation learns across requests (a drafter whose n-gram pool
+        outlives the request): asked a prompt it has answered before, such a server drafts the
+        whole reply from memory. bench and tune then restart it before it is asked a prompt again,
+        so that every timed request is its first sight of that text, as in real traffic."""
+        return False
+
     def rejecting(self, plan: Plan, installed: Installed) -> Plan | None:
         """The speculative `plan` with every draft rejected: verification still runs in
         batches, but only the target's own tokens are kept. Its greedy output against the

@@ -241,6 +241,11 @@ class LlamaCpp(Adapter):
         the same file share its pages; on CUDA each copies the weights to its GPU."""
         return plan.hardware.kind in ("cpu", "metal")
 
+    def remembers(self, plan: Plan) -> bool:
+        """ngram-mod's hash pool and ngram-cache's dynamic cache live as long as the server
+        (measured: a repeated chat prompt drafted 47 of 47 tokens, 10.6 -> 26.8 tok/s)."""
+        return plan.speculative and bool(llamacpp_spec.REMEMBERING & set(plan.methods))
+
     def launch(self, plan: Plan, installed: Installed) -> Launch:
         llamacpp_spec.check(plan, installed.methods, installed.chains, installed.version)
         opts = options_of(plan, LlamaCppOptions)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 MODEL_TYPES = frozenset({"draft", "eagle3", "mtp", "dflash", "dspark"})  # one at most
 FILE_TYPES = frozenset({"draft", "eagle3", "dflash", "dspark"})  # these need -md / -hfd
 SIDECAR_TAGS = frozenset({"MTP", "DFLASH", "DSPARK", "EAGLE3"})  # hf:org/repo:MTP
+REMEMBERING = frozenset({"ngram-mod", "ngram-cache"})  # their pools outlive a request
 SIZE_TYPES = {"ngram": "simple", "ngram-map-k": "map-k", "ngram-map-k4v": "map-k4v"}
 
 

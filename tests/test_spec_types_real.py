@@ -17,6 +17,8 @@ from specctl.adapters.llamacpp import LlamaCpp
 from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.measure import engine
+from specctl.orchestrator.measure.lab import ServerLab
+from specctl.orchestrator.measure.workload import Prompt, Workload
 from specctl.orchestrator.planning.plan import NGRAMS, Plan, Step
 from specctl.orchestrator.planning.planner import DEFAULT_K
 from tests import plans
@@ -121,3 +123,38 @@ def test_a_tiny_mtp_model_is_planned_with_mtp_and_its_drafts_are_accepted(
         got = srv.ask("Say something.", 32)
     assert got.reply.tokens > 8
     assert got.spec.drafted > 0 and got.spec.accepted > 0, got.spec
+
+
+class Forgetful(LlamaCpp):
+    """The real adapter with its `remembers` switched off: what measuring was before."""
+
+    def remembers(self, plan: Plan) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_a_server_whose_ngram_pool_outlives_a_request_is_restarted_before_a_repeat(
+        demo: Resolved, tmp_path: Path, restart: bool) -> None:
+    """ngram-mod keeps its n-gram pool for the server's life: asked the same prompt again, it
+    drafts the reply it gave the first time. bench and tune repeat their prompts, so the lab
+    restarts such a server before a repeat: the second answer drafts exactly what the first did
+    (temperature 0, a fresh pool). The control (restarts off) shows the memory is real."""
+    plan = demo.plan.but(method="ngram-mod", draft=None, k=16, p_min=None)
+    backend = demo.backend if restart else Forgetful.create(Dirs.from_env())
+    assert backend.remembers(plan) is restart
+    work = Workload((Prompt("chat", "Give three short tips for sleeping well."),))
+    room = ServerLab(backend, demo.installed, work, tmp_path, lambda _m: None)
+    try:
+        room.keep([("mod", plan)])
+        first, again = room.ask("mod", 0, 48), room.ask("mod", 0, 48)
+    finally:
+        room.close()
+    assert first.text == again.text and first.tokens > 20
+    if restart:
+        assert room.restarts == 1
+        assert (again.spec.drafted, again.spec.accepted) == (first.spec.drafted,
+                                                             first.spec.accepted)
+    else:
+        assert room.restarts == 0
+        # from memory: at least one whole draft (16) more than a fresh pool accepts
+        assert again.spec.accepted >= first.spec.accepted + 16, (first.spec, again.spec)

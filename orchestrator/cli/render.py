@@ -169,6 +169,10 @@ def _show_conditions(console: Console, result: dict[str, Any]) -> None:
             "repeats": "the passes asked were done"}.get(str(said.get("stopped")), "")
     console.print(f"measured with {how}the baseline drifted {said.get('drift', 0):.0%} between "
                   f"blocks; {said.get('noise', '')}; {stop}", highlight=False, markup=False)
+    if said.get("restarts"):
+        console.print(f"servers whose drafter remembers earlier requests were restarted "
+                      f"{said['restarts']} time(s), so that each timed request was new to them",
+                      highlight=False, markup=False)
 
 
 def show_bench(console: Console, result: dict[str, Any]) -> None:

@@ -187,7 +187,8 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
         notes |= {"cost": cost, "sequential": seq, "stopped": stopped,
                   "drift": round(intervals.drift(timed, BASELINE), 4),
                   "other_cores": round(noise.cores, 3), "noise": noise.text(),
-                  "precision": precision}
+                  "precision": precision,
+                  "restarts": room.restarts if isinstance(room, lab.ServerLab) else 0}
     return samples
 
 

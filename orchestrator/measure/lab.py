@@ -156,24 +156,43 @@ class ServerLab:
     prefix: str = "tune"
     _up: dict[str, tuple[ExitStack, engine.Served]] = field(default_factory=dict)
     _watch: CpuWatch | None = None
+    _seen: dict[str, set[int]] = field(default_factory=dict)  # prompts each server answered
+    restarts: int = 0  # of servers that remember across requests (Adapter.remembers)
 
     def keep(self, configs: Sequence[Config]) -> None:
         wanted = dict(configs)
         for label in [lbl for lbl in self._up if lbl not in wanted]:
-            self._up.pop(label)[0].close()
+            self._stop(label)
         for label, plan in configs:
             if label not in self._up:
-                self.say(f"starting {label} server")
-                stack = ExitStack()
-                try:
-                    srv = stack.enter_context(engine.serve(plan, self.backend, self.installed,
-                                                           self.logs, f"{self.prefix}-{label}"))
-                except BaseException:
-                    stack.close()
-                    raise
-                self._up[label] = (stack, srv)
+                self._start(label, plan)
+
+    def _start(self, label: str, plan: Plan, again: bool = False) -> None:
+        if not again:
+            self.say(f"starting {label} server")
+        stack = ExitStack()
+        try:
+            srv = stack.enter_context(engine.serve(plan, self.backend, self.installed,
+                                                   self.logs, f"{self.prefix}-{label}"))
+        except BaseException:
+            stack.close()
+            raise
+        self._up[label] = (stack, srv)
+        self._seen[label] = set()
+
+    def _stop(self, label: str) -> None:
+        self._up.pop(label)[0].close()
+        self._seen.pop(label, None)
 
     def ask(self, label: str, prompt: int, max_tokens: int) -> Timed:
+        seen = self._seen.setdefault(label, set())
+        plan = self._up[label][1].plan
+        if prompt in seen and self.backend.remembers(plan):
+            self._stop(label)  # it would draft this reply from memory: start it afresh
+            self._start(label, plan, again=True)
+            self.restarts += 1
+            seen = self._seen[label]
+        seen.add(prompt)
         if self._watch is None:
             self._watch = CpuWatch()
         self._watch.others()
@@ -184,7 +203,9 @@ class ServerLab:
                      self._watch.others(), wall_s=reply.wall_s, timed_by=reply.timed_by)
 
     def served(self, label: str) -> engine.Served:
-        """The server of a kept configuration (for concurrent rounds)."""
+        """The server of a kept configuration (for concurrent rounds): what it is asked outside
+        `ask` counts as seen (a remembering server starts afresh before it is timed again)."""
+        self._seen[label] = set(range(len(self.workload.prompts)))
         return self._up[label][1]
 
     def serve(self, label: str, plan: Plan, shared: bool = True) -> engine.Served:
@@ -193,10 +214,13 @@ class ServerLab:
         once. Not `shared`: a second server of its own (the check of the check)."""
         found = next((srv for lbl, (_, srv) in self._up.items()
                       if srv.plan == plan and (shared or lbl == label)), None)
-        if found is not None:
-            return found
-        self.keep([*((lbl, srv.plan) for lbl, (_, srv) in self._up.items()), (label, plan)])
-        return self._up[label][1]
+        if found is None:
+            self.keep([*((lbl, srv.plan) for lbl, (_, srv) in self._up.items()), (label, plan)])
+            found = self._up[label][1]
+        for lbl, (_, srv) in self._up.items():
+            if srv is found:
+                self.served(lbl)
+        return found
 
     def fits(self, plans: Sequence[Plan]) -> bool:
         return fits_together(self.backend, plans)
@@ -206,4 +230,4 @@ class ServerLab:
 
     def close(self) -> None:
         while self._up:
-            self._up.popitem()[1][0].close()
+            self._stop(next(iter(self._up)))
