@@ -118,6 +118,7 @@ class SimLab:
         self.now = 0.0
         self.up: dict[str, Plan] = {}
         self.starts = 0
+        self.restarts = 0  # its drafters forget between requests
         self.lines: list[str] = []
         self.aimed: dict[str, float] = {}
         self.most_up = 0

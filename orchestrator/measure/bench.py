@@ -188,7 +188,7 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
                   "drift": round(intervals.drift(timed, BASELINE), 4),
                   "other_cores": round(noise.cores, 3), "noise": noise.text(),
                   "precision": precision,
-                  "restarts": room.restarts if isinstance(room, lab.ServerLab) else 0}
+                  "restarts": room.restarts}
     return samples
 
 

@@ -51,6 +51,8 @@ class Timed:
 
 
 class Lab(Protocol):
+    restarts: int  # servers restarted because they remember earlier requests (Adapter.remembers)
+
     @property
     def say(self) -> Say: ...
 

@@ -39,7 +39,7 @@ from specctl.orchestrator.measure import engine, intervals
 from specctl.orchestrator.measure.costs import Costs
 from specctl.orchestrator.measure.fit import Estimates, fit_alpha
 from specctl.orchestrator.measure.intervals import LOW_Q, Interval, quantile
-from specctl.orchestrator.measure.lab import Config, Lab, ServerLab, Timed
+from specctl.orchestrator.measure.lab import Config, Lab, Timed
 from specctl.orchestrator.measure.race import MIN_BLOCKS, Entry, Race
 from specctl.orchestrator.measure.trials import Bench, Measurer, measured, speedup
 from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag, chain_of
@@ -269,7 +269,7 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
     drift = race.drift()
     noise = intervals.noise(race.samples)
     seen = f"{noise.text()}; the baseline drifted {drift:.0%} between blocks"
-    if isinstance(lab, ServerLab) and lab.restarts:
+    if lab.restarts:
         seen += f"; {lab.restarts} restart(s) of servers that remember earlier requests"
     settled = race.stopped in ("precision", "decided")
     method: Method
