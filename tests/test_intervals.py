@@ -46,6 +46,32 @@ def test_steps_are_exact_and_noise_only_lengthens_their_time() -> None:
     assert got.low <= got.point <= got.high and got.half_width < 0.05
 
 
+def test_two_configurations_are_told_apart_directly_where_the_baseline_is_noisy() -> None:
+    # A takes 8% fewer steps than B on every prompt; every request is slowed by outside load,
+    # the baseline's much more (1-2x) than A's and B's (1-1.05x). Against the baseline their
+    # intervals overlap; against each other (the baseline's time cancels) A is surely ahead.
+    import random
+    rng = random.Random(5)
+    cats = {i: "code" for i in range(4)}
+    a: intervals.Pairs = {}
+    b: intervals.Pairs = {}
+    for block in range(3):
+        for i in range(4):
+            base = timed("baseline", i, 64 * 0.1 * rng.uniform(1.0, 2.0), block=block)
+            a.setdefault(i, []).append(
+                (timed("A", i, 24 * 0.2 * rng.uniform(1.0, 1.05), 40, block, 40), base))
+            b.setdefault(i, []).append(
+                (timed("B", i, 26 * 0.2 * rng.uniform(1.0, 1.05), 38, block, 40), base))
+    weights = {"code": 1.0}
+    ia, ib = intervals.speedup(a, cats, weights), intervals.speedup(b, cats, weights)
+    rel = intervals.relative(a, b, cats, weights)
+    assert ia is not None and ib is not None and rel is not None
+    assert ia.low < ib.point  # the old test (A's bottom above B's point) cannot decide
+    assert rel.point == pytest.approx(ia.point / ib.point)
+    assert rel.low > 1.0 and rel.point > 1.05  # directly: A is ahead by the margin, surely
+    assert intervals.relative(a, {}, cats, weights) is None  # nothing in common
+
+
 def test_pairs_above_the_physical_bound_are_discarded_and_counted() -> None:
     assert intervals.bound("draft", 2, 0.235) == pytest.approx(3 / 1.47)
     assert intervals.bound("ngram", 4, 0.0) == 5.0

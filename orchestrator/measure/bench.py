@@ -227,7 +227,7 @@ def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workloa
             continue
         limit = _limit(cfg.plan, cost) or float("inf")
         pairs, _ = intervals.plausible(intervals.pair(timed, cfg.label, BASELINE), limit)
-        got = intervals.speedup(pairs, cats, workload.weights())
+        got = intervals.speedup(pairs, cats, workload.weights(), poolable=not cfg.plan.chain)
         widths.append(got.half_width if got else float("inf"))
     return max(widths, default=0.0)
 
@@ -280,7 +280,7 @@ def _limit(plan: Plan, cost: float | None) -> float | None:
 
 
 def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float],
-             limit: float | None) -> dict[str, Any]:
+             limit: float | None, poolable: bool = True) -> dict[str, Any]:
     """The speedup of the paired samples and its 95% interval (measure/intervals.py: exact
     steps, step times a low quantile), held to the physical bound: pairs above it are
     discarded and counted, a figure above it is flagged (never reported bare)."""
@@ -296,7 +296,8 @@ def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float
             Timed(BASELINE, pid, b.tokens, b.tokens / b.decode_tps, SpecStats(),
                   block=b.repeat)))
     kept, dropped = intervals.plausible(timed, limit) if limit else (timed, 0)
-    got = intervals.speedup(kept, {pid: c for (c, _), pid in ids.items()}, weights)
+    got = intervals.speedup(kept, {pid: c for (c, _), pid in ids.items()}, weights,
+                            poolable=poolable)
     if got is None:
         return {"bound": limit, "discarded": dropped}
     ratios = [b.per_token / s.per_token for ps in kept.values() for s, b in ps]
@@ -309,7 +310,9 @@ def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float
 
 
 def _group(samples: Sequence[Sample], config: str, category: str | None,
-           weights: Mapping[str, float], limit: float | None = None) -> dict[str, Any]:
+           weights: Mapping[str, float], limit: float | None = None,
+           poolable: bool = True) -> dict[str, Any]:
+    """`poolable` False: the configuration's steps cost differently by prompt (a chain)."""
     pairs = _pairs(samples, config, category)
     mine = {category: 1.0} if category else weights
     out: dict[str, Any] = {
@@ -318,7 +321,7 @@ def _group(samples: Sequence[Sample], config: str, category: str | None,
         "tps": statistics.median([s.decode_tps for s, _ in pairs]) if pairs else None,
     }
     if pairs:
-        out |= _speedup(pairs, mine, limit)
+        out |= _speedup(pairs, mine, limit, poolable)
     total = sum((SpecStats(s.drafted, s.accepted, s.drafts) for s, _ in pairs), SpecStats())
     identical, _ = _identity(samples, config, category)
     out |= {"drafted": total.drafted, "accepted": total.accepted,
@@ -366,8 +369,9 @@ def summarize(samples: Sequence[Sample], configs: Sequence[Config],
     categories = list(dict.fromkeys(s.category for s in samples if s.level == 1))
     weights = dict(weights or {c: 1 / len(categories) for c in categories})
     table = {cfg.label: {"overall": _group(samples, cfg.label, None, weights,
-                                           _limit(cfg.plan, cost)),
-                         **{c: _group(samples, cfg.label, c, weights, _limit(cfg.plan, cost))
+                                           _limit(cfg.plan, cost), not cfg.plan.chain),
+                         **{c: _group(samples, cfg.label, c, weights, _limit(cfg.plan, cost),
+                                      not cfg.plan.chain)
                             for c in categories}}
              for cfg in configs if cfg.label not in (BASELINE, FLOOR)}
     has_floor = any(cfg.label == FLOOR for cfg in configs)

@@ -128,8 +128,46 @@ def _score(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
     return workload.speedup(mine, base, weights)
 
 
+def _pools(pairs: Pairs, cats: Mapping[int, str], poolable: bool = True,
+           ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Step times of the configuration (one pool where steps draft alike, by category where
+    not: _uniform; never one pool where the caller knows steps differ, `poolable` False: a
+    chain's steps cost what the drafter that proposed costs) and of the baseline (one pool)."""
+    pool = POOL if poolable and _uniform(pairs) else None
+    mine: dict[str, list[float]] = {}
+    base: dict[str, list[float]] = {}
+    for i, ps in pairs.items():
+        mine.setdefault(pool or cats[i], []).extend(step_time(s) for s, _ in ps)
+        base.setdefault(POOL, []).extend(step_time(b) for _, b in ps)
+    return mine, base
+
+
+def _times(side: dict[str, list[float]], cats: Mapping[int, str]) -> dict[str, float]:
+    return {c: quantile(side[POOL if POOL in side else c], LOW_Q) for c in cats.values()
+            if (POOL if POOL in side else c) in side}
+
+
+def _resampled(side: dict[str, list[float]], rng: random.Random) -> dict[str, list[float]]:
+    return {c: rng.choices(v, k=len(v)) for c, v in side.items()}
+
+
+def _interval(point: float, values: list[float], n: int) -> Interval:
+    values.sort()
+    tail = (1 - CONFIDENCE) / 2
+    return Interval(point, quantile(values, tail), quantile(values, 1 - tail), n)
+
+
+def _weighed(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
+             only: str | None) -> tuple[Pairs, Mapping[str, float]]:
+    if only is not None:
+        pairs = {i: ps for i, ps in pairs.items() if cats[i] == only}
+        weights = {only: 1.0}
+    return {i: ps for i, ps in pairs.items() if weights.get(cats[i], 0.0) > 0}, weights
+
+
 def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
-            only: str | None = None, seed: int = 0, rounds: int = BOOT) -> Interval | None:
+            only: str | None = None, seed: int = 0, rounds: int = BOOT,
+            poolable: bool = True) -> Interval | None:
     """The workload speedup of the paired timings with its bootstrap interval (None: no
     pairs). `only`: one category's.
 
@@ -138,34 +176,40 @@ def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
     where steps draft alike, by category where not: _uniform), and each prompt takes its steps
     at that time. A longer context slows both sides' steps alike, so pooling prompts of unlike
     contexts moves both times and their ratio stays. The bootstrap resamples each pool."""
-    if only is not None:
-        pairs = {i: ps for i, ps in pairs.items() if cats[i] == only}
-        weights = {only: 1.0}
-    pairs = {i: ps for i, ps in pairs.items() if weights.get(cats[i], 0.0) > 0}
+    pairs, weights = _weighed(pairs, cats, weights, only)
     if not pairs:
         return None
-    pool = POOL if _uniform(pairs) else None  # else by category
-    mine: dict[str, list[float]] = {}
-    base: dict[str, list[float]] = {}
-    for i, ps in pairs.items():
-        mine.setdefault(pool or cats[i], []).extend(step_time(s) for s, _ in ps)
-        base.setdefault(POOL, []).extend(step_time(b) for _, b in ps)
-
-    def times(side: dict[str, list[float]]) -> dict[str, float]:
-        return {c: quantile(side[POOL if POOL in side else c], LOW_Q) for c in cats.values()
-                if (POOL if POOL in side else c) in side}
-
-    point = _score(pairs, cats, weights, times(mine), times(base))
+    mine, base = _pools(pairs, cats, poolable)
+    point = _score(pairs, cats, weights, _times(mine, cats), _times(base, cats))
     rng = random.Random(seed)
-    values = []
-    for _ in range(rounds):
-        m = {c: rng.choices(v, k=len(v)) for c, v in mine.items()}
-        b = {c: rng.choices(v, k=len(v)) for c, v in base.items()}
-        values.append(_score(pairs, cats, weights, times(m), times(b)))
-    values.sort()
-    tail = (1 - CONFIDENCE) / 2
-    return Interval(point, quantile(values, tail), quantile(values, 1 - tail),
-                    sum(len(ps) for ps in pairs.values()))
+    values = [_score(pairs, cats, weights, _times(_resampled(mine, rng), cats),
+                     _times(_resampled(base, rng), cats)) for _ in range(rounds)]
+    return _interval(point, values, sum(len(ps) for ps in pairs.values()))
+
+
+def relative(a: Pairs, b: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
+             only: str | None = None, seed: int = 0, rounds: int = BOOT,
+             poolable: tuple[bool, bool] = (True, True)) -> Interval | None:
+    """a's workload speedup over b's, with its bootstrap interval, on the prompts both measured
+    (None: none). Both are held to the same baseline, whose time then cancels: only the two
+    configurations' step times are resampled. Two configurations are told apart far sooner so
+    than by comparing their two intervals against the baseline, each carrying its noise."""
+    a, weights = _weighed(a, cats, weights, only)
+    common = [i for i in a if i in b]
+    if not common:
+        return None
+    a, b = {i: a[i] for i in common}, {i: b[i] for i in common}
+    mine_a, base = _pools(a, cats, poolable[0])
+    mine_b, _ = _pools(b, cats, poolable[1])
+    base_t = _times(base, cats)
+
+    def ratio(x: dict[str, list[float]], y: dict[str, list[float]]) -> float:
+        under = _score(b, cats, weights, _times(y, cats), base_t)
+        return _score(a, cats, weights, _times(x, cats), base_t) / under if under > 0 else 0.0
+
+    rng = random.Random(seed)
+    values = [ratio(_resampled(mine_a, rng), _resampled(mine_b, rng)) for _ in range(rounds)]
+    return _interval(ratio(mine_a, mine_b), values, sum(len(ps) for ps in a.values()))
 
 
 def drift(samples: Sequence[Timed], baseline: str) -> float:

@@ -3,10 +3,13 @@ blocks (paired: every server up, each prompt asked of each in turn; sequential: 
 time, A B B A ...), until the leader's interval is as narrow as asked or the time is spent.
 
 Decisions rest on intervals (95%, measure/intervals.py), never on one sample:
-- a challenger is dropped once its interval's top cannot beat the leader by the margin (from
-  its first block on: a block is every prompt of the workload);
-- it takes the lead only when its point beats the leader's by the margin and its interval's
-  bottom is above the leader's point, or the leader cannot pay (its top is under the margin);
+- a challenger is compared with the leader directly: its speedup over the leader's on the
+  same prompts and blocks (intervals.relative), where the baseline's noise cancels;
+- it is dropped once that interval's top cannot beat the leader by the margin (from its
+  first block on: a block is every prompt of the workload);
+- it takes the lead only when that interval's point beats the leader by the margin and its
+  bottom is above 1 (surely faster), or the leader cannot pay (its top is under the margin);
+  so near-ties stay with the leader, the cost model's pick, and a tune repeats;
 - "off" is decided only when no measured configuration's top reaches the margin;
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
 - a pair above the physical bound is discarded as noise (and counted).
@@ -41,6 +44,12 @@ class Entry:
     @property
     def method(self) -> str:
         return self.config[1].method
+
+    @property
+    def poolable(self) -> bool:
+        """Whether its steps may cost alike on every prompt (a draft model alone at a fixed k);
+        not a chain's, whose steps cost what the drafter that proposed costs."""
+        return not self.config[1].chain
 
 
 @dataclass
@@ -85,7 +94,7 @@ class Race:
 
     def judge(self, e: Entry) -> None:
         pairs = self.pairs(e)
-        e.interval = intervals.speedup(pairs, self.cats, self.weights)
+        e.interval = intervals.speedup(pairs, self.cats, self.weights, poolable=e.poolable)
         e.drafted = sum(s.spec.drafted for ps in pairs.values() for s, _ in ps)
 
     def categories(self, e: Entry) -> dict[str, Interval]:
@@ -94,7 +103,8 @@ class Race:
         for cat in self.lab.workload.categories:
             if self.weights.get(cat, 0.0) <= 0:
                 continue  # not in the traffic tuned for
-            got = intervals.speedup(pairs, self.cats, self.weights, only=cat)
+            got = intervals.speedup(pairs, self.cats, self.weights, only=cat,
+                                    poolable=e.poolable)
             if got is not None:
                 out[cat] = got
         return out
@@ -130,10 +140,17 @@ class Race:
             active = [lead, *rivals] if lead not in active else active
         return lead
 
+    def versus(self, e: Entry, lead: Entry) -> Interval | None:
+        """e's speedup over the leader's on the prompts and blocks both measured."""
+        return intervals.relative(self.pairs(e), self.pairs(lead), self.cats, self.weights,
+                                  poolable=(e.poolable, lead.poolable))
+
     def hopeless(self, e: Entry, lead: Entry) -> bool:
         if e.interval is None:
             return True
+        rel = self.versus(e, lead)
         return e.interval.high <= _point(lead) * (1 + self.margin) or (
+            rel is not None and rel.high <= 1 + self.margin) or (
             e.blocks >= MIN_BLOCKS and e.drafted == 0)
 
     def leader(self, entries: Sequence[Entry]) -> Entry:
@@ -142,10 +159,15 @@ class Race:
             if e is lead or e.interval is None or e.drafted == 0 or e.blocks < MIN_BLOCKS \
                     or e.interval.point > e.bound:  # above the physical bound: noise
                 continue
-            # beats it by the margin, surely (its bottom above the lead's point), or the
-            # lead cannot pay at all (its top under the baseline plus the margin)
-            if e.interval.point > _point(lead) * (1 + self.margin) and (
-                    e.interval.low > _point(lead) or _top(lead) < 1 + self.margin):
+            # beats it by the margin, surely (measured against it directly; without common
+            # prompts, its bottom above the lead's point), or the lead cannot pay at all
+            # (its top under the baseline plus the margin)
+            rel = self.versus(e, lead)
+            ahead = rel.point > 1 + self.margin and rel.low > 1 if rel is not None else (
+                e.interval.point > _point(lead) * (1 + self.margin)
+                and e.interval.low > _point(lead))
+            if ahead or (_top(lead) < 1 + self.margin
+                         and e.interval.point > _point(lead) * (1 + self.margin)):
                 lead = e
         return lead
 
