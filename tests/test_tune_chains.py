@@ -82,6 +82,10 @@ def test_the_chain_wins_where_edits_copy_and_the_draft_pays_elsewhere(
     assert min(result.categories.values()) >= 0.98  # and keeps every category
     chosen = plan.but(method=result.method, k=result.k, chain=steps_of(result.chain))
     assert chosen.short() == f"draft k={result.k} + ngram-mod k=16"
+    if not noise:  # and measures what the law says (a chain's steps are not pooled across
+        # prompts: its copying steps, free of the draft model, would pass for all of them)
+        truth = lab.law.true_speedup(chosen, plan.draft.ref if plan.draft else "")
+        assert result.speedup == pytest.approx(truth, rel=0.05)
 
 
 def test_ngram_mod_alone_wins_where_the_draft_does_not_pay(plan: Plan) -> None:
