@@ -250,8 +250,10 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
     On the workload (--prompts, --mix) at the profile's concurrency: measures the target alone,
     the draft alone and one speculative run (k = 8 or max-k), fits the Leviathan cost model per
     prompt (acceptance by position, c, v(k)), ranks k by the workload's throughput, measures the
-    model's best k, then confirms it in paired trials against the baseline (with n-gram and a
-    p-min as challengers) until the 95% interval is within --precision or --budget is spent; a
+    model's best k, then confirms it in paired trials against the baseline (with n-gram, a p-min
+    and, on llama.cpp, ngram-mod and the pick chained with ngram-mod as challengers, each
+    compared with the pick directly on the same prompts) until the 95% interval is within
+    --precision or --budget is spent; a challenger wins only when it is surely 5% faster, a
     category counts as slowed, and "off" is chosen, only when an interval says so. A result that
     did not reach the precision is not saved. On backends that switch k by batch size (vLLM) it
     also measures that schedule. Before saving, a short
