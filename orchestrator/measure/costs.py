@@ -1,6 +1,7 @@
 """The step costs of a speculative configuration from short requests: many of them, interleaved
 across the configurations (or in alternating blocks, one server at a time), each cost a low
-quantile of its timings (outside load only lengthens a request). c is the draft's step over the
+quantile of its timings (outside load only lengthens a request), each configuration's requests
+as long in time as the baseline's (Costs.lengths). c is the draft's step over the
 target's; v(k) a verification step of k drafts, in target steps."""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from specctl.orchestrator.measure import intervals
 from specctl.orchestrator.measure.intervals import LOW_Q, quantile
 from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
 
-SHORT_TOKENS = 16  # the short requests that time the costs
+SHORT_TOKENS = 16  # the short requests that time the costs (the baseline's length)
+LONGEST = 8 * SHORT_TOKENS  # a faster configuration's, to last as long as the baseline's
 COST_BLOCKS = 2  # short requests per prompt and configuration...
 MIN_SAMPLES = 8  # ...and at least this many per configuration (few prompts: more rounds)
 
@@ -38,7 +40,24 @@ class Costs:
             self.samples += rounds(self.lab, everyone, prompts * blocks, SHORT_TOKENS, 0, True)
             return
         for block in range(blocks):
-            self.samples += rounds(self.lab, everyone, prompts, SHORT_TOKENS, block, False)
+            self.samples += rounds(self.lab, everyone, prompts, SHORT_TOKENS, block, False,
+                                   self.lengths())
+
+    def lengths(self) -> dict[str, int]:
+        """Each configuration's request length so that it lasts as long as the baseline's (by
+        the median time per token so far): outside load comes in bursts, and a short request
+        slips between them more often than a long one. Timed at unlike lengths, the faster side
+        would be seen clean and the slower one not, and c would come out too low."""
+        base = [t.per_token for t in self.samples if t.label == self.baseline[0]]
+        if not base:
+            return {}
+        mid = quantile(base, 0.5)
+        out = {}
+        for label in {t.label for t in self.samples} - {self.baseline[0]}:
+            mine = quantile([t.per_token for t in self.samples if t.label == label], 0.5)
+            if mine > 0:
+                out[label] = max(SHORT_TOKENS, min(LONGEST, round(SHORT_TOKENS * mid / mine)))
+        return out
 
     def per_token(self, label: str) -> float:
         return quantile([t.per_token for t in self.samples if t.label == label], LOW_Q)

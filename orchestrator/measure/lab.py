@@ -11,7 +11,7 @@ logic on a simulated engine with a known speed law and injected noise (tests/sim
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -94,22 +94,25 @@ def fits_together(backend: Adapter, plans: Sequence[Plan]) -> bool:
 
 
 def rounds(lab: Lab, configs: Sequence[Config], prompts: Sequence[int], max_tokens: int,
-           block: int, sequential: bool) -> list[Timed]:
+           block: int, sequential: bool, lengths: Mapping[str, int] | None = None,
+           ) -> list[Timed]:
     """Every prompt once on every configuration. Paired: all served, each prompt asked of each
     in turn (the order rotating). Sequential: one server at a time, all prompts on it, the order
-    of configurations reversed every other block (A B, B A, ...: a server already up stays)."""
+    of configurations reversed every other block (A B, B A, ...: a server already up stays).
+    `lengths`: max_tokens by label, where it differs."""
     out = []
+    size = lengths or {}
     if not sequential:
         lab.keep(configs)
         for n, i in enumerate(prompts):
             shift = (block + n) % len(configs)
             for label, _plan in [*configs[shift:], *configs[:shift]]:
-                out.append(_tag(lab.ask(label, i, max_tokens), block))
+                out.append(_tag(lab.ask(label, i, size.get(label, max_tokens)), block))
         return out
     order = list(configs) if block % 2 == 0 else list(reversed(configs))
     for cfg in order:
         lab.keep([cfg])
-        out += [_tag(lab.ask(cfg[0], i, max_tokens), block) for i in prompts]
+        out += [_tag(lab.ask(cfg[0], i, size.get(cfg[0], max_tokens)), block) for i in prompts]
     return out
 
 
