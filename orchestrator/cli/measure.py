@@ -114,13 +114,16 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
               help="Measure the profile on each of these installed backends (each with its "
                    "own speculation), save the fastest for this machine: `plan` then prefers "
                    "it.")
+@click.option("--untuned", is_flag=True,
+              help="Start from the profile as written, not from the setting `specctl tune` "
+                   "saved (e.g. to measure the draft alone at --k when tune saved a chain).")
 def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeats: int,
           prompts_arg: str,
           mix: str | None, levels: str | None, max_tokens: int, json_out: Path | None,
           as_json: bool, plot: Path | None, quality: bool,
           quality_against: str, samples: int, temperature: float | None, top_p: float | None,
           floor: bool | None, precision: float | None, budget: str, sequential: bool,
-          versus: str | None) -> None:
+          versus: str | None, untuned: bool) -> None:
     """Measure the speedup over the no-draft baseline on this machine, same prompts and build.
 
     Baseline and speculative servers run side by side and get the same requests interleaved,
@@ -151,7 +154,7 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
                       tuple(a for a in (also or "").split(",") if a.strip()), repeats,
                       max_tokens, tuple(sorted(set(_ints(levels) or [1]) | {1})), quality,
                       quality_against, samples, temperature, top_p, floor, precision,
-                      _seconds(budget), sequential)
+                      _seconds(budget), sequential, untuned)
     with render.progress_bar(err_console, "bench") as step:
         done = command.run(app, ask, step)
     _write(done.report, json_out, as_json, lambda: render.show_bench(console, done.report))

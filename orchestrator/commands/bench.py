@@ -41,6 +41,7 @@ class Ask:
     precision: float | None = None
     budget: float = 600.0
     sequential: bool = False
+    untuned: bool = False  # the profile as written, not what `tune` saved
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class Outcome:
 
 
 def run(app: App, ask: Ask, step: Say) -> Outcome:
-    resolved = app.resolve(ask.profile)
+    resolved = app.resolve(ask.profile, use_tuned=not ask.untuned)
     plan = resolved.plan
     want_floor = ask.quality if ask.floor is None else ask.floor
     rejecting = resolved.backend.rejecting(plan, resolved.installed) if want_floor else None
