@@ -227,7 +227,8 @@ def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workloa
             continue
         limit = _limit(cfg.plan, cost) or float("inf")
         pairs, _ = intervals.plausible(intervals.pair(timed, cfg.label, BASELINE), limit)
-        got = intervals.speedup(pairs, cats, workload.weights(), poolable=not cfg.plan.chain)
+        got = intervals.speedup(pairs, cats, workload.weights(),
+                                poolable=intervals.poolable(cfg.plan))
         widths.append(got.half_width if got else float("inf"))
     return max(widths, default=0.0)
 
@@ -368,11 +369,10 @@ def summarize(samples: Sequence[Sample], configs: Sequence[Config],
               cost: float | None = None) -> dict[str, Any]:
     categories = list(dict.fromkeys(s.category for s in samples if s.level == 1))
     weights = dict(weights or {c: 1 / len(categories) for c in categories})
-    table = {cfg.label: {"overall": _group(samples, cfg.label, None, weights,
-                                           _limit(cfg.plan, cost), not cfg.plan.chain),
-                         **{c: _group(samples, cfg.label, c, weights, _limit(cfg.plan, cost),
-                                      not cfg.plan.chain)
-                            for c in categories}}
+    table = {cfg.label: {c or "overall": _group(samples, cfg.label, c, weights,
+                                                _limit(cfg.plan, cost),
+                                                intervals.poolable(cfg.plan))
+                         for c in [None, *categories]}
              for cfg in configs if cfg.label not in (BASELINE, FLOOR)}
     has_floor = any(cfg.label == FLOOR for cfg in configs)
     for rows in table.values():

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from specctl.orchestrator.measure import workload
 from specctl.orchestrator.measure.lab import Timed
 from specctl.orchestrator.measure.workload import Request
+from specctl.orchestrator.planning.plan import Plan
 
 LOW_Q = 0.1  # the quantile of repeated timings taken as a configuration's time
 CONFIDENCE = 0.95
@@ -126,6 +127,12 @@ def _score(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
         mine.append(Request(c, tokens, n * mine_t[c]))
         base.append(Request(c, tokens, tokens * base_t[c]))
     return workload.speedup(mine, base, weights)
+
+
+def poolable(plan: Plan) -> bool:
+    """Whether a configuration's steps may cost alike on every prompt (then _uniform decides);
+    never a chain's, whose steps cost what the drafter that proposed costs."""
+    return not plan.chain
 
 
 def _pools(pairs: Pairs, cats: Mapping[int, str], poolable: bool = True,

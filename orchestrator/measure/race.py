@@ -47,9 +47,7 @@ class Entry:
 
     @property
     def poolable(self) -> bool:
-        """Whether its steps may cost alike on every prompt (a draft model alone at a fixed k);
-        not a chain's, whose steps cost what the drafter that proposed costs."""
-        return not self.config[1].chain
+        return intervals.poolable(self.config[1])
 
 
 @dataclass
