@@ -150,6 +150,24 @@ def test_when_the_precision_is_not_reached_it_says_what_to_do(plan: Plan) -> Non
 
 
 
+def test_challengers_that_do_not_fit_in_the_budget_left_are_not_measured_and_said(
+        plan: Plan) -> None:
+    """On a busy machine acceptance and costs can use most of the budget; a first block of
+    every candidate would then overrun it several times (a real tune under load: 737 s for a
+    240 s budget). The pick is measured; the others are listed as not measured, with why."""
+    law = laws(1, plan)[0]
+    extra = {"methods": frozenset({"ngram-mod"}), "chains": True}
+    tight_lab, roomy_lab = SimLab(law, plan, seed=4, noise=0.3), SimLab(law, plan, seed=4,
+                                                                        noise=0.3)
+    tight = tune(plan, tight_lab, max_k=8, budget=60.0, **extra)  # type: ignore[arg-type]
+    roomy = tune(plan, roomy_lab, max_k=8, budget=240.0, **extra)  # type: ignore[arg-type]
+    assert len(roomy.measured) == 6 and not roomy.skipped  # the probe's row and 5 candidates
+    assert [m.label for m in tight.measured] == ["draft k=8 (short requests)", f"draft k={tight.k}"]
+    assert len(tight.skipped) == 4
+    assert all("not measured" in s and "--budget" in s for s in tight.skipped)
+    assert tight_lab.now < roomy_lab.now * 0.6
+
+
 def test_an_impossible_trial_is_caught_in_report_table_and_saved_result(
         plan: Plan, tmp_path: Path) -> None:
     # a burst aimed at the baseline's first request makes that pair 20x faster than the law

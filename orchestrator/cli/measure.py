@@ -238,7 +238,9 @@ def _versus(app: App, profile_ref: str, names: str, ks: tuple[int, ...], work: W
 @click.option("--precision", default=0.05, show_default=True, type=_Finite(0.005, 0.5),
               help="Measure until the speedup's 95% interval is within this (0.05: +-5%).")
 @click.option("--budget", default="4m", show_default=True, metavar="DURATION",
-              help="...or until this much time is spent (e.g. 90s, 4m, 15m).")
+              help="...or until this much time is spent (e.g. 90s, 4m, 15m), all of tune's "
+                   "measuring included; a challenger that no longer fits is listed as not "
+                   "measured.")
 @click.option("--sequential", is_flag=True,
               help="One server at a time, in alternating blocks (what happens by itself when "
                    "the baseline and a speculative server do not fit in memory together).")

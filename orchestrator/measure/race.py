@@ -13,6 +13,10 @@ Decisions rest on intervals (95%, measure/intervals.py), never on one sample:
 - "off" is decided only when no measured configuration's top reaches the margin;
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
 - a pair above the physical bound is discarded as noise (and counted).
+A challenger's first block is run only when it fits in what is left of the budget (by the
+expected time of a request, `expect`): on a busy machine the fixed work (acceptance, costs)
+can use most of it, and a block of every candidate would then overrun it several times; what
+does not fit is reported as not measured, never as lost.
 The leader is measured at least MIN_BLOCKS blocks before anything is settled; every decision
 rests on a 95% interval over all the requests so far (a block is one request per prompt of the
 workload on each side), never on one request.
@@ -62,6 +66,7 @@ class Race:
     samples: list[Timed] = field(default_factory=list)
     block: int = 0
     stopped: str = ""  # "precision", "decided" or "budget"
+    expect: dict[str, float] = field(default_factory=dict)  # seconds a request, by label
 
     @property
     def cats(self) -> dict[int, str]:
@@ -112,6 +117,7 @@ class Race:
         lead = leader or entries[0]
         active = [e for e in entries if not e.dropped]
         while active:
+            active = self.admit(active, lead)
             self.measure(active)
             lead = self.leader([lead, *entries])
             for e in active:
@@ -137,6 +143,35 @@ class Race:
                 break
             active = [lead, *rivals] if lead not in active else active
         return lead
+
+    def admit(self, active: list[Entry], lead: Entry) -> list[Entry]:
+        """The active entries whose next block fits in the budget left: the leader always;
+        a challenger not yet measured only while the block's expected time fits (in order).
+        Without expectations every one is admitted."""
+        if not self.expect:
+            return active
+        n = len(self.lab.workload.prompts)
+        left = self.deadline - self.lab.clock()
+        need = n * self._expected(self.baseline[0])
+        need += sum(n * self._expected(e.label) for e in active if e is lead or e.blocks)
+        out = []
+        for e in active:
+            if e is lead or e.blocks:
+                out.append(e)
+                continue
+            more = n * self._expected(e.label)
+            if need + more <= left:
+                need += more
+                out.append(e)
+                continue
+            e.dropped = (f"not measured: {max(left, 0.0):.0f} s of the budget were left and a "
+                         f"block with it takes about {need + more:.0f} s; a longer --budget "
+                         "measures it")
+            self.lab.say(f"{e.label}: {e.dropped}")
+        return out
+
+    def _expected(self, label: str) -> float:
+        return self.expect.get(label, self.expect.get(self.baseline[0], 0.0))
 
     def versus(self, e: Entry, lead: Entry) -> Interval | None:
         """e's speedup over the leader's on the prompts and blocks both measured."""

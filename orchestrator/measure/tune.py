@@ -14,7 +14,8 @@ cannot move much, then confirm the choice end to end in paired trials.
    and the pick chained with ngram-mod (copy-heavy work: code edits), and a p-min at the
    pick's k (not run when the cost model's bound says it cannot win) against the baseline,
    block after block on the same
-   prompts, until the leader's 95% interval is within the precision or the budget is spent. A
+   prompts, until the leader's 95% interval is within the precision or the budget is spent
+   (the whole tune's: a challenger whose first block no longer fits is not measured, and said). A
    challenger leads only when its interval says it beats the pick by the margin; it is dropped
    when its interval says it cannot.
 5. A category counts as slowed only when its interval's top is under GUARD; then a p-min and a
@@ -158,6 +159,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
         e.bound = intervals.bound("draft", probe_k, est.cost)
     entries, skipped = _candidates(plan, est, pick_k, probe, probe_k, predicted[pick_k],
                                    margin, methods, chains)
+    race.expect = _expect(costs, base[0], tokens, entries, predicted[pick_k])
     lead = race.run(entries)  # 4. paired trials
     cats = race.categories(lead)
     slowed = {c: iv for c, iv in cats.items() if iv.high < GUARD}
@@ -165,12 +167,30 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     if slowed and lead.interval is not None and lead.interval.point > 1 + margin:
         kept = _guard(plan, lab, race, lead, slowed, entries, budget, margin, est.cost)  # 5.
     rows = [_row(race, e) for e in entries if e.interval is not None]
+    skipped += [f"{e.label}: {e.dropped}" for e in entries if e.interval is None and e.dropped]
     if probe not in entries:  # the probe as the short requests measured it
         shadow = replace(race, samples=[*first, *costs.samples])
         shadow.judge(probe)
         rows.insert(0, _row(shadow, probe, " (short requests)"))
     return _result(plan, lab, race, lead, kept, slowed, est, curve, rows, skipped, margin,
                    precision, budget, seq, time.monotonic() - wall, lab.clock() - started)
+
+
+def _expect(costs: Costs, baseline: str, tokens: dict[int, int], entries: Sequence[Entry],
+            predicted: float) -> dict[str, float]:
+    """The expected seconds of a full-length request, by label, as the machine is now (median
+    timings, not the low quantile the costs take): the baseline's, and each candidate's at the
+    pick's predicted speed (a challenger is there to beat it; the race will tell)."""
+    mine = [t for t in costs.samples if t.label == baseline]
+    if not mine or not tokens:
+        return {}
+    length = sum(tokens.values()) / len(tokens)
+    decode = length * quantile([t.per_token for t in mine], 0.5)
+    overhead = quantile([max(0.0, t.wall_s - t.seconds) for t in mine], 0.5)
+    out = {baseline: decode + overhead}
+    for e in entries:
+        out[e.label] = decode / max(predicted, 1.0) + overhead
+    return out
 
 
 def _candidates(plan: Plan, est: Estimates, k: int, probe: Entry, probe_k: int,
