@@ -336,7 +336,11 @@ def test_profile_values_never_reach_a_shell(env: dict[str, str], tmp_path: Path)
     assert not marker.exists()
 
 
-def test_bench_killed_with_sigterm_stops_its_servers(env: dict[str, str], smol: Path) -> None:
+@pytest.mark.parametrize("signals", [1, 2])
+def test_bench_killed_with_sigterm_stops_its_servers(env: dict[str, str], smol: Path,
+                                                     signals: int) -> None:
+    """Twice: a second SIGTERM (from `timeout`, a process manager, an impatient user) while the
+    first one's cleanup runs must not cut it short and leave servers behind."""
     bench = subprocess.Popen([sys.executable, "-m", "specctl", "bench", "--profile", str(smol),
                               "--prompts", "4", "--repeats", "3", "--max-tokens", "64"],
                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -350,6 +354,8 @@ def test_bench_killed_with_sigterm_stops_its_servers(env: dict[str, str], smol: 
         return found
 
     wait_for(lambda: len(servers()) == 2)  # baseline and speculative, side by side
-    bench.send_signal(signal.SIGTERM)
+    for _ in range(signals):
+        bench.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
     assert bench.wait(timeout=30) == 128 + signal.SIGTERM
     wait_for(lambda: not servers(), timeout=20)

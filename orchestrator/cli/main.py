@@ -27,7 +27,13 @@ PATH_ERRORS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.E
 
 
 def _exit_on(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds: servers that bench/tune started are stopped
+    """Unwind: servers that bench/tune started are stopped on the way out. A second signal
+    (`timeout`, a process manager, a user pressing on) must not cut that cleanup short and
+    leave them running: from the first on, SIGTERM and SIGHUP are ignored (stopping a server
+    has its own bounded grace, then SIGKILL)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
 
 
 def main() -> None:
