@@ -336,7 +336,7 @@ def test_profile_values_never_reach_a_shell(env: dict[str, str], tmp_path: Path)
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("signals", [1, 2])
+@pytest.mark.parametrize("signals", [1, 30])
 def test_bench_killed_with_sigterm_stops_its_servers(env: dict[str, str], smol: Path,
                                                      signals: int) -> None:
     """Twice: a second SIGTERM (from `timeout`, a process manager, an impatient user) while the
@@ -355,7 +355,8 @@ def test_bench_killed_with_sigterm_stops_its_servers(env: dict[str, str], smol: 
 
     wait_for(lambda: len(servers()) == 2)  # baseline and speculative, side by side
     for _ in range(signals):
-        bench.send_signal(signal.SIGTERM)
-        time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            bench.send_signal(signal.SIGTERM)
+        time.sleep(0.02)
     assert bench.wait(timeout=30) == 128 + signal.SIGTERM
     wait_for(lambda: not servers(), timeout=20)
