@@ -110,8 +110,11 @@ class SimLab:
     law's time stretched by the bursts running while they do."""
 
     def __init__(self, law: Law, plan: Plan, seed: int = 0, noise: float = 0.3,
-                 start_s: float = 3.0, fits: bool = True) -> None:
+                 start_s: float = 3.0, fits: bool = True, server_timed: bool = False) -> None:
+        """`server_timed`: replies timed as llama-server times them (its predicted_ms): the
+        first token comes from the prompt's pass, outside the decode time and every step."""
         self.law, self.rng = law, random.Random(seed)
+        self.server_timed = server_timed
         self.bursts = Bursts(self.rng, noise)
         self.draft_ref = plan.draft.ref if plan.draft else ""
         self.start_s, self.memory_fits = start_s, fits
@@ -145,9 +148,11 @@ class SimLab:
         plan = self.up[label]
         per_token, e, drafts = self.law.per_token(plan, prompt, self.draft_ref)
         k = plan.k if plan.speculative else 0
-        # each step: one token plus those accepted (at most k)
-        accepted = min(round(max_tokens * (e - 1) / e), max_tokens * k // (k + 1))
-        steps = max_tokens - accepted
+        # each step: one token plus those accepted (at most k); as llama-server times them,
+        # the first token is the prompt's pass's, in no step
+        made = max_tokens - 1 if self.server_timed else max_tokens
+        accepted = min(round(made * (e - 1) / e), made * k // (k + 1))
+        steps = made - accepted
         jitter = self.rng.uniform(1.0, 1.03)  # a quiet machine's own spread
         elapsed, busy = self.bursts.run(self.now, steps * per_token * e * jitter)
         if label in self.aimed and max_tokens > 16:  # a full-length request
@@ -161,8 +166,9 @@ class SimLab:
         elif plan.speculative and self.law.ngram_drafts:
             spec = SpecStats(round(steps * drafts), accepted, steps)
         elif plan.speculative:
-            steps, accepted = max_tokens, 0
-        return Timed(label, prompt, max_tokens, elapsed, spec, f"reply {prompt}", busy)
+            steps, accepted = made, 0
+        return Timed(label, prompt, max_tokens, elapsed, spec, f"reply {prompt}", busy,
+                     timed_by="server" if self.server_timed else "")
 
     def hit(self, factor: float, label: str = "baseline") -> None:
         """The next request to `label` is slowed `factor` times (a burst aimed at it)."""

@@ -29,6 +29,20 @@ def test_quantile_interpolates_and_its_low_end_is_the_minimum() -> None:
         intervals.quantile([], 0.1)
 
 
+def test_a_servers_decode_time_leaves_out_the_first_token() -> None:
+    """As llama-server logged it: 16 tokens, 13 drafts accepted, 'mean len = 7.50', eval time
+    786 ms: 2 verification steps of 393 ms (not 3 of 262), 15 tokens decoded. The client's
+    clock covers the prompt's pass too: there it counts as a step."""
+    server = Timed("k8", 0, 16, 0.786, SpecStats(13, 13, 2), timed_by="server")
+    assert intervals.steps(server) == 2 and (13 + 2) / 2 == 7.5
+    assert intervals.step_time(server) == pytest.approx(0.393)
+    assert server.per_token == pytest.approx(0.786 / 15)
+    client = replace(server, timed_by="client")
+    assert intervals.steps(client) == 3 and client.per_token == pytest.approx(0.786 / 16)
+    one = Timed("baseline", 0, 1, 0.05, SpecStats(), timed_by="server")
+    assert intervals.steps(one) == 1 and one.per_token == pytest.approx(0.05)
+
+
 def test_steps_are_exact_and_noise_only_lengthens_their_time() -> None:
     cats = {0: "code", 1: "code"}
     pairs: intervals.Pairs = {}

@@ -293,9 +293,10 @@ def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float
         pid = ids.setdefault((s.category, s.prompt), len(ids))
         timed.setdefault(pid, []).append((
             Timed(s.config, pid, s.tokens, s.tokens / s.decode_tps,
-                  SpecStats(s.drafted, s.accepted, s.drafts), block=s.repeat),
+                  SpecStats(s.drafted, s.accepted, s.drafts), block=s.repeat,
+                  timed_by=s.timed_by),
             Timed(BASELINE, pid, b.tokens, b.tokens / b.decode_tps, SpecStats(),
-                  block=b.repeat)))
+                  block=b.repeat, timed_by=b.timed_by)))
     kept, dropped = intervals.plausible(timed, limit) if limit else (timed, 0)
     got = intervals.speedup(kept, {pid: c for (c, _), pid in ids.items()}, weights,
                             poolable=poolable)

@@ -100,8 +100,9 @@ def plausible(pairs: Pairs, limit: float) -> tuple[Pairs, int]:
 
 def steps(t: Timed) -> int:
     """Verification steps of a request, exactly: each yields one token of the target's own
-    plus the drafts it accepted (a baseline step yields one)."""
-    return max(1, t.tokens - t.spec.accepted)
+    plus the drafts it accepted (a baseline step yields one); only those its time covers
+    (Timed.decoded: a server's decode time leaves out the first token, the prompt's)."""
+    return max(1, t.decoded - t.spec.accepted)
 
 
 def step_time(t: Timed) -> float:
