@@ -152,13 +152,10 @@ class Race:
             return active
         n = len(self.lab.workload.prompts)
         left = self.deadline - self.lab.clock()
-        need = n * self._expected(self.baseline[0])
-        need += sum(n * self._expected(e.label) for e in active if e is lead or e.blocks)
-        out = []
-        for e in active:
-            if e is lead or e.blocks:
-                out.append(e)
-                continue
+        out = [e for e in active if e is lead or e.blocks]
+        need = n * sum(self._expected(label) for label in [self.baseline[0],
+                                                             *(e.label for e in out)])
+        for e in [e for e in active if e not in out]:
             more = n * self._expected(e.label)
             if need + more <= left:
                 need += more
