@@ -146,3 +146,13 @@ def test_doctor_shows_each_gpus_total_used_and_free_and_what_was_hidden(terminal
     text = " ".join(rendered(lambda c: render.show_hardware(c, shared), terminal).split())
     assert "NVIDIA L40S, 45.0 GiB, 22.5 GiB used by other processes, 22.5 GiB free" in text
     assert " GB" not in text
+
+
+def test_the_sweeps_time_ratio_is_of_the_seconds_it_shows() -> None:
+    from specctl.orchestrator.measure.tuned import Measured, Result
+    row = Measured(label="draft k=1", method="draft", k=1, p_min=None, speedup=1.2, tps=12.0)
+    tuned = Result(profile="p", method="draft", k=1, p_min=None, speedup=1.2, summary="s",
+                   alpha=0.8, cost=0.3, verify={}, baseline_tps=10.0, seconds=71.4)
+    data = render.sweep_json([row], 10.0, 19.96, tuned)  # shown as 20.0 s
+    assert data["seconds"] == 20.0
+    assert data["tuned"]["time_ratio"] == round(71.4 / 20.0, 3)  # 3.570, not 71.4/19.96 = 3.577

@@ -281,7 +281,8 @@ def show_tuned(console: Console, result: Tuned) -> None:
 def sweep_json(results: list[Measured], base_tps: float, seconds: float,
                tuned: Tuned | None) -> dict[str, Any]:
     best = max(results, key=lambda m: m.speedup)
-    data: dict[str, Any] = {"baseline_tps": round(base_tps, 3), "seconds": round(seconds, 1),
+    seconds = round(seconds, 1)  # the ratio below is of the figures shown, not of hidden digits
+    data: dict[str, Any] = {"baseline_tps": round(base_tps, 3), "seconds": seconds,
                             "best_k": best.k, "best_speedup": best.speedup,
                             "sweep": [{"k": m.k, "speedup": m.speedup, "tps": m.tps,
                                        "acceptance": m.acceptance} for m in results]}
