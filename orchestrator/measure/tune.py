@@ -8,7 +8,8 @@ cannot move much, then confirm the choice end to end in paired trials.
    probe, interleaved; outside load only lengthens a request, so each cost is a low quantile of
    its timings: c (the draft's step over the target's) and v(k) (a verification step of k
    drafts, in target steps). v is measured again at the model's favourite k when it is not the
-   probe's (v need not be linear), up to three points.
+   probe's (v need not be linear), up to three points, while this fixed work has used less
+   than half the budget (on a busy machine it can use all of it, and the trials get none).
 3. The cost model predicts every k's workload speedup (fit.Estimates); its best is the pick.
 4. Paired trials (race.py): the pick, n-gram, where the backend has them ngram-mod alone
    and the pick chained with ngram-mod (copy-heavy work: code edits), and a p-min at the
@@ -20,7 +21,11 @@ cannot move much, then confirm the choice end to end in paired trials.
    when its interval says it cannot.
 5. A category counts as slowed only when its interval's top is under GUARD; then a p-min and a
    shorter k are tried, and the best that slows none and pays wins.
-6. "off" only when the best's interval says it cannot beat the baseline by the margin.
+6. "off" when the best's interval says it cannot beat the baseline by the margin ("decided"),
+   or when it is not shown to: speculation takes over only when its measured point beats the
+   baseline by the margin and either its interval's bottom is over 1 or the cost model
+   predicts that it pays by the margin too (a near-tie stays with the baseline: on a flat curve
+   which k measured best is noise).
 
 Every figure is held to the physical bound (k+1)/(k*c+1) for the c measured here (n-gram: k+1):
 pairs above it are discarded as noise and counted; an estimate above it is flagged and cannot
@@ -55,6 +60,7 @@ GUARD = 0.98  # a category is slowed when its interval's top is under this
 PRECISION = 0.05  # the headline's interval half-width to reach
 BUDGET = 240.0  # seconds of tune, by default
 MAX_VERIFY_POINTS = 3
+FIXED_SHARE = 0.5  # v is measured again only while acceptance and costs used less of the budget
 NGRAM_MOD_K = 16  # ngram-mod's longest draft: a found n-gram continues for many tokens
 
 
@@ -145,6 +151,11 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     while True:
         pick_k = costmodel.best(curve).k
         if pick_k in costs.verify or len(costs.verify) >= MAX_VERIFY_POINTS:
+            break
+        if lab.clock() - started > budget * FIXED_SHARE:  # the trials need the rest
+            lab.say(f"v({pick_k}) not measured: acceptance and costs used "
+                    f"{lab.clock() - started:.0f} s of the {budget:.0f} s budget; the model "
+                    "takes v as linear from the points measured")
             break
         cfg = (_label(plan.but(k=pick_k, p_min=None)), plan.but(k=pick_k, p_min=None))
         costs.time([cfg])
@@ -302,6 +313,13 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
         method, k, p_min = "none", 0, None
         summary = (f"nothing beats the baseline by {margin:.0%} (best {top.label} "
                    f"{iv.text()}): speculation off")
+    elif not _pays(iv, margin, _predicted(top, curve)):
+        method, k, p_min = "none", 0, None
+        model = _predicted(top, curve)
+        summary = (f"nothing is shown to beat the baseline by {margin:.0%} (best {top.label} "
+                   f"{iv.text()}: it needs a point over {1 + margin:.2f}x and a bottom over "
+                   "1.00x" + (f" or the cost model's agreement, which predicts {model:.2f}x"
+                              if model is not None else "") + "): speculation off")
     else:
         tp = top.config[1]
         method, k, p_min = tp.method, tp.k, tp.p_min
@@ -333,6 +351,26 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
                   measured=rows, skipped=skipped, seconds=round(seconds, 1),
                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settled=settled,
                   stopped=race.stopped, noise=seen[:1000], sequential=seq)
+
+
+def _pays(iv: Interval, margin: float, predicted: float | None) -> bool:
+    """Whether speculation takes over from the baseline: its measured point beats it by the
+    margin, and either its interval's bottom is above it (surely faster, as a challenger takes
+    the lead in the race) or the cost model, from inputs noise cannot move much, predicts that
+    it pays by the margin too. A near-tie stays with the baseline: where no
+    k pays, which k measured best is noise, and a tune that turned a different one on each
+    time would contradict itself."""
+    if iv.point <= 1 + margin:
+        return False
+    return iv.low > 1 or (predicted is not None and predicted > 1 + margin)
+
+
+def _predicted(e: Entry, curve: Sequence[costmodel.Point]) -> float | None:
+    """The cost model's speedup for a plain draft configuration (it models nothing else)."""
+    plan = e.config[1]
+    if plan.method != "draft" or plan.p_min is not None or plan.chain:
+        return None
+    return next((p.speedup for p in curve if p.k == plan.k), None)
 
 
 def schedule(plan: Plan, bench: Bench, levels: Sequence[int], ks: Sequence[int],
