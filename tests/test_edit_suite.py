@@ -48,6 +48,11 @@ def test_bench_also_measures_other_methods_in_the_same_run() -> None:
                       "draft k=2 + ngram-mod k=16", "draft k=4 + ngram-mod k=16"]
     mod = bench.configs_for(plan, [4], None, ["ngram-mod"])[2].plan
     assert (mod.method, mod.draft, mod.k) == ("ngram-mod", None, 16)
-    for bad in ("ngram-mod+draft", "warp", "draft+"):
+    # tune's pick as tune measured it: a method at its own k, a chain's at its own
+    at = bench.configs_for(plan, [8], None, ["ngram:8", "draft+ngram-mod:12"])
+    assert [c.label for c in at[2:]] == ["ngram k=8", "draft k=8 + ngram-mod k=12"]
+    assert (at[2].plan.method, at[2].plan.k, at[2].plan.draft) == ("ngram", 8, None)
+    for bad in ("ngram-mod+draft", "warp", "draft+", "draft:4", "ngram:0", "ngram:x",
+                "ngram:33"):
         with pytest.raises(ProfileError, match="--also"):
             bench.configs_for(plan, [4], None, [bad])

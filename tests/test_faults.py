@@ -360,3 +360,33 @@ def test_bench_killed_with_sigterm_stops_its_servers(env: dict[str, str], smol: 
         time.sleep(0.02)
     assert bench.wait(timeout=30) == 128 + signal.SIGTERM
     wait_for(lambda: not servers(), timeout=20)
+
+
+def test_bench_k_after_tune_turned_speculation_off_measures_the_profiles_draft(
+        env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a tune saved "off" the plan has no draft model: `bench --k 2` failed in 4 s with
+    "'draft' speculation needs a draft file (-md)" instead of measuring the draft it asked for."""
+    from specctl.orchestrator.commands import bench
+    from specctl.orchestrator.measure import tuned
+    from specctl.orchestrator.measure.workload import from_suites
+
+    profile = tmp_path / "smol.toml"
+    profile.write_text(SMOL.replace("k = 3", 'k = "auto"'))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    app = App.from_env()
+    written = app.resolve(str(profile))
+    off = tuned.Result(profile="smol", method="none", k=0, p_min=None, speedup=1.0,
+                       summary="nothing beats the baseline by 5%: speculation off", alpha=0.5,
+                       cost=1.0, verify={}, baseline_tps=10.0,
+                       key=app.tuned_key(written.plan, written.installed))
+    tuned.save(app.dirs.tuned, off)
+    assert app.resolve(str(profile)).plan.draft is None  # what tune saved
+    said: list[str] = []
+    work = from_suites({"chat": ["Say hello."]}, {})
+    asked = bench.resolve(app, bench.Ask(str(profile), work, ks=(2,)), said.append)
+    assert asked.plan.draft is not None and written.plan.draft is not None
+    assert asked.plan.draft.ref == written.plan.draft.ref
+    assert any("has no draft model (speculation off)" in line for line in said), said
+    plain = bench.resolve(app, bench.Ask(str(profile), work), said.append)
+    assert plain.plan.draft is None and not plain.plan.speculative  # no --k: what tune saved

@@ -68,8 +68,9 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
                    "and answers from a pasted document).")
 @click.option("--k", "ks", metavar="K,K,...", help="Draft lengths to compare (default: the "
               "plan's k).")
-@click.option("--also", metavar="M[+M],...", help="Other methods to measure in the same run, "
-              "e.g. ngram-mod,draft+ngram-mod (a draft at each --k chained with ngram-mod).")
+@click.option("--also", metavar="M[:K][+M[:K]],...", help="Other methods to measure in the same "
+              "run, e.g. ngram:8,ngram-mod,draft+ngram-mod (a draft at each --k chained with "
+              "ngram-mod); K: the method's draft length (default: its usual one).")
 @click.option("--repeats", default=2, show_default=True, help="Passes over the prompts.")
 @click.option("--prompts", "prompts_arg", default="4", show_default=True, metavar="N|FILE",
               help="Prompts per category (each shipped suite has 12), or a file of your own: "

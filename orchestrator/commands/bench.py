@@ -59,8 +59,24 @@ class Outcome:
                 f"report is {self.saved})")
 
 
-def run(app: App, ask: Ask, step: Say) -> Outcome:
+def resolve(app: App, ask: Ask, step: Say) -> Resolved:
+    """The plan to measure: what `tune` saved unless --untuned; the profile as written when
+    drafts are asked for (--k with speculation tuned off, --also draft+...) and the saved
+    setting has no draft model, which they would otherwise lack."""
     resolved = app.resolve(ask.profile, use_tuned=not ask.untuned)
+    drafts = (ask.ks and not resolved.plan.speculative) or any(
+        a.split("+")[0].partition(":")[0].strip() == "draft" for a in ask.also)
+    if resolved.plan.draft is None and drafts and not ask.untuned:
+        written = app.resolve(ask.profile, use_tuned=False)
+        if written.plan.draft is not None:
+            step(f"the setting `specctl tune` saved has no draft model "
+                 f"({resolved.plan.describe_spec()}): the drafts asked for use the profile's")
+            return written
+    return resolved
+
+
+def run(app: App, ask: Ask, step: Say) -> Outcome:
+    resolved = resolve(app, ask, step)
     plan = resolved.plan
     want_floor = ask.quality if ask.floor is None else ask.floor
     rejecting = resolved.backend.rejecting(plan, resolved.installed) if want_floor else None

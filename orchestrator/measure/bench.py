@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.adapters.base import Adapter
+from specctl.orchestrator.config.profiles import MAX_K
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ProfileError
@@ -107,25 +108,33 @@ def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
 
 
 def _also(plan: Plan, ks: Sequence[int], also: Sequence[str]) -> list[Plan]:
-    """`bench --also`: each `METHOD[+METHOD...]` as plans (a draft at each k, others at their
-    usual k; the methods after the first are chained n-gram methods)."""
+    """`bench --also`: each `METHOD[:K][+METHOD[:K]...]` as plans (a draft at each --k, others
+    at K or their usual k; the methods after the first are chained n-gram methods)."""
     from specctl.orchestrator.planning.planner import DEFAULT_K
 
     out = []
     for item in also:
-        head, *rest = [m.strip() for m in item.split("+")]
-        known = set(DEFAULT_K) | {"draft"}
-        bad = [m for m in (head, *rest) if m not in known or (m in rest and m not in NGRAMS)]
-        if bad or not head:
-            raise ProfileError(f"--also {item!r}: expected METHOD[+NGRAM_METHOD], e.g. "
-                               "ngram-mod or draft+ngram-mod")
-        chain = tuple(Step(m, DEFAULT_K[m]) for m in rest)  # type: ignore[arg-type]
+        steps = [_step(item, part.strip(), DEFAULT_K) for part in item.split("+")]
+        (head, k), rest = steps[0], steps[1:]
+        if not head or any(m not in NGRAMS for m, _ in rest) or (head == "draft" and k):
+            raise ProfileError(f"--also {item!r}: expected METHOD[:K][+NGRAM_METHOD[:K]], e.g. "
+                               "ngram:8, ngram-mod or draft+ngram-mod (a draft's k is --k)")
+        chain = tuple(Step(m, k_ or DEFAULT_K[m]) for m, k_ in rest)  # type: ignore[arg-type]
         if head == "draft":
-            out += [plan.but(method="draft", k=k, chain=chain) for k in ks or [plan.k or 4]]
+            out += [plan.but(method="draft", k=k_, chain=chain) for k_ in ks or [plan.k or 4]]
         else:
-            out.append(plan.but(method=head, k=DEFAULT_K[head], draft=None, p_min=None,
+            out.append(plan.but(method=head, k=k or DEFAULT_K[head], draft=None, p_min=None,
                                 chain=chain))
     return out
+
+
+def _step(item: str, part: str, known: Mapping[str, int]) -> tuple[str, int]:
+    """`METHOD` or `METHOD:K` of an --also item (K 0: the method's usual k)."""
+    method, _, k = part.partition(":")
+    if method not in {*known, "draft"} or (k and not (k.isdigit() and 1 <= int(k) <= MAX_K)):
+        raise ProfileError(f"--also {item!r}: {part!r} is not METHOD or METHOD:K (K 1-{MAX_K}); "
+                           f"methods: draft, {', '.join(sorted(known))}")
+    return method, int(k or 0)
 
 
 def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
