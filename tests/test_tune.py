@@ -146,6 +146,8 @@ def test_v_is_measured_again_only_while_the_fixed_work_leaves_the_trials_half_th
     assert list(tight.verify) == ["8"]
     assert any(line.startswith("v(") and "not measured" in line and "of the 120 s budget"
                in line for line in tight_lab.lines), tight_lab.lines
+    assert tight.skipped[0].startswith("v(")  # in the result too, with why
+    assert not any(line.startswith("v(") for line in roomy.skipped)
     assert tight.measured  # the trials ran
 
 
@@ -196,8 +198,9 @@ def test_challengers_that_do_not_fit_in_the_budget_left_are_not_measured_and_sai
     roomy = tune(plan, roomy_lab, max_k=8, budget=240.0, **extra)  # type: ignore[arg-type]
     assert len(roomy.measured) == 6 and not roomy.skipped  # the probe's row and 5 candidates
     assert [m.label for m in tight.measured] == ["draft k=8 (short requests)", f"draft k={tight.k}"]
-    assert len(tight.skipped) == 4
-    assert all("not measured" in s and "--budget" in s for s in tight.skipped)
+    others = [s for s in tight.skipped if not s.startswith("v(")]  # the trials' candidates
+    assert len(others) == 4
+    assert all("not measured" in s and "--budget" in s for s in others)
     assert tight_lab.now < roomy_lab.now * 0.6
 
 

@@ -148,14 +148,16 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
                     cost=round(costs.cost, 4), verify=dict(costs.verify), accept_at=accept,
                     time_share=_shares(lab, tokens))
     curve = est.curve(max_k)  # 3. predict; v again at the favourite when new
+    unmeasured: list[str] = []
     while True:
         pick_k = costmodel.best(curve).k
         if pick_k in costs.verify or len(costs.verify) >= MAX_VERIFY_POINTS:
             break
         if lab.clock() - started > budget * FIXED_SHARE:  # the trials need the rest
-            lab.say(f"v({pick_k}) not measured: acceptance and costs used "
-                    f"{lab.clock() - started:.0f} s of the {budget:.0f} s budget; the model "
-                    "takes v as linear from the points measured")
+            unmeasured.append(f"v({pick_k}): not measured: acceptance and costs used "
+                              f"{lab.clock() - started:.0f} s of the {budget:.0f} s budget; "
+                              "the model takes v as linear from the points measured")
+            lab.say(unmeasured[-1])
             break
         cfg = (_label(plan.but(k=pick_k, p_min=None)), plan.but(k=pick_k, p_min=None))
         costs.time([cfg])
@@ -170,6 +172,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
         e.bound = intervals.bound("draft", probe_k, est.cost)
     entries, skipped = _candidates(plan, est, pick_k, probe, probe_k, predicted[pick_k],
                                    margin, methods, chains)
+    skipped = unmeasured + skipped
     race.expect = _expect(costs, base[0], tokens, entries, predicted[pick_k])
     lead = race.run(entries)  # 4. paired trials
     cats = race.categories(lead)
