@@ -53,6 +53,6 @@ def test_bench_also_measures_other_methods_in_the_same_run() -> None:
     assert [c.label for c in at[2:]] == ["ngram k=8", "draft k=8 + ngram-mod k=12"]
     assert (at[2].plan.method, at[2].plan.k, at[2].plan.draft) == ("ngram", 8, None)
     for bad in ("ngram-mod+draft", "warp", "draft+", "draft:4", "ngram:0", "ngram:x",
-                "ngram:33"):
+                "ngram:33", "ngram:\u00b2", "ngram:-1"):
         with pytest.raises(ProfileError, match="--also"):
             bench.configs_for(plan, [4], None, [bad])

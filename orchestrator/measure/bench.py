@@ -131,7 +131,8 @@ def _also(plan: Plan, ks: Sequence[int], also: Sequence[str]) -> list[Plan]:
 def _step(item: str, part: str, known: Mapping[str, int]) -> tuple[str, int]:
     """`METHOD` or `METHOD:K` of an --also item (K 0: the method's usual k)."""
     method, _, k = part.partition(":")
-    if method not in {*known, "draft"} or (k and not (k.isdigit() and 1 <= int(k) <= MAX_K)):
+    number = k.isascii() and k.isdigit()  # not "²", which isdigit() lets through to int()
+    if method not in {*known, "draft"} or (k and not (number and 1 <= int(k) <= MAX_K)):
         raise ProfileError(f"--also {item!r}: {part!r} is not METHOD or METHOD:K (K 1-{MAX_K}); "
                            f"methods: draft, {', '.join(sorted(known))}")
     return method, int(k or 0)
