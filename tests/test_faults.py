@@ -212,13 +212,19 @@ def test_state_file_truncated_then_down(env: dict[str, str], smol: Path) -> None
     assert done.returncode == 0 and "stopped" in done.stdout, done.stderr
 
 
-def test_tuning_file_garbage_is_set_aside_and_reported_by_plan(
-        env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _auto_k_app(env: dict[str, str], tmp_path: Path,
+                monkeypatch: pytest.MonkeyPatch) -> tuple[Path, App]:
+    """The smol profile with k = "auto" (so a tuned result is looked up), and the App of env."""
     profile = tmp_path / "smol.toml"
     profile.write_text(SMOL.replace("k = 3", 'k = "auto"'))
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    app = App.from_env()
+    return profile, App.from_env()
+
+
+def test_tuning_file_garbage_is_set_aside_and_reported_by_plan(
+        env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile, app = _auto_k_app(env, tmp_path, monkeypatch)
     resolved = app.resolve(str(profile))
     app.dirs.tuned.mkdir(parents=True)
     bad = app.dirs.tuned / f"{app.tuned_key(resolved.plan, resolved.installed)}.json"
@@ -370,11 +376,7 @@ def test_bench_k_after_tune_turned_speculation_off_measures_the_profiles_draft(
     from specctl.orchestrator.measure import tuned
     from specctl.orchestrator.measure.workload import from_suites
 
-    profile = tmp_path / "smol.toml"
-    profile.write_text(SMOL.replace("k = 3", 'k = "auto"'))
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    app = App.from_env()
+    profile, app = _auto_k_app(env, tmp_path, monkeypatch)
     written = app.resolve(str(profile))
     off = tuned.Result(profile="smol", method="none", k=0, p_min=None, speedup=1.0,
                        summary="nothing beats the baseline by 5%: speculation off", alpha=0.5,

@@ -64,8 +64,7 @@ def resolve(app: App, ask: Ask, step: Say) -> Resolved:
     drafts are asked for (--k with speculation tuned off, --also draft+...) and the saved
     setting has no draft model, which they would otherwise lack."""
     resolved = app.resolve(ask.profile, use_tuned=not ask.untuned)
-    drafts = (ask.ks and not resolved.plan.speculative) or any(
-        a.split("+")[0].partition(":")[0].strip() == "draft" for a in ask.also)
+    drafts = (ask.ks and not resolved.plan.speculative) or bench_mod.asks_for_draft(ask.also)
     if resolved.plan.draft is None and drafts and not ask.untuned:
         written = app.resolve(ask.profile, use_tuned=False)
         if written.plan.draft is not None:

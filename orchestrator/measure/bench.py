@@ -128,6 +128,11 @@ def _also(plan: Plan, ks: Sequence[int], also: Sequence[str]) -> list[Plan]:
     return out
 
 
+def asks_for_draft(also: Sequence[str]) -> bool:
+    """Whether an --also item is a draft model (`draft`, `draft+ngram-mod`, ...)."""
+    return any(item.split("+")[0].partition(":")[0].strip() == "draft" for item in also)
+
+
 def _step(item: str, part: str, known: Mapping[str, int]) -> tuple[str, int]:
     """`METHOD` or `METHOD:K` of an --also item (K 0: the method's usual k)."""
     method, _, k = part.partition(":")

@@ -316,9 +316,8 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
         method, k, p_min = "none", 0, None
         summary = (f"nothing beats the baseline by {margin:.0%} (best {top.label} "
                    f"{iv.text()}): speculation off")
-    elif not _pays(iv, margin, _predicted(top, curve)):
+    elif not _pays(iv, margin, model := _predicted(top, curve)):
         method, k, p_min = "none", 0, None
-        model = _predicted(top, curve)
         summary = (f"nothing is shown to beat the baseline by {margin:.0%} (best {top.label} "
                    f"{iv.text()}: it needs a point over {1 + margin:.2f}x and a bottom over "
                    "1.00x" + (f" or the cost model's agreement, which predicts {model:.2f}x"
