@@ -126,6 +126,7 @@ class SimLab:
         self.aimed: dict[str, float] = {}
         self.most_up = 0
         self.workload = law.workload()
+        self.asked: list[tuple[float, str, int]] = []  # (when, label, prompt) of each request
 
     def say(self, line: str) -> None:
         self.lines.append(line)
@@ -145,6 +146,7 @@ class SimLab:
         return self.memory_fits or len(plans) < 2
 
     def ask(self, label: str, prompt: int, max_tokens: int) -> Timed:
+        self.asked.append((self.now, label, prompt))
         plan = self.up[label]
         per_token, e, drafts = self.law.per_token(plan, prompt, self.draft_ref)
         k = plan.k if plan.speculative else 0

@@ -1,18 +1,20 @@
 """The tuner's decisions on a simulated engine with a known speed law (tests/simengine.py: the
 Leviathan law, exact draft counters, a simulated clock) and injected noise bursts (each slows what
-runs during it 2-5x). Under bursts covering 30% of the time, 20 tunes of 20 laws must pick the
-law's best draft length (within one) in at least 19, never "off" (every law pays at least 1.2x).
+runs during it 2-5x). Under bursts covering 30% of the time, 20 tunes of 20 laws must each pick a
+configuration within 5% of the law's best draft length's speed in at least 19, never "off" (every
+law pays at least 1.2x); where n-gram wins, at cpu-demo's speed and with every llama.cpp method in
+the race, 19 of 20 tunes find it within the default budget, which holds.
 
-The algorithm before this one (one sample per prompt, each trial on its own server, the baseline
-measured once at the start, a category guard on point estimates), run on the same simulation
-through a Measurer adapter, picked right in 13 of these 20 under bursts (20 of 20 without): two
-"off" from a noisy category, five k two or more away. In simulated time this one takes 1.2x the
-old one's without bursts (131 s against 109 s a tune, mean of the 20) and 1.8x under them.
-The real llama-server run of `specctl tune` is in test_tune_real.py."""
+The tuner before this one (a fixed phase of acceptance and cost requests, then trials of the
+model's pick and its challengers) spent most of a real 240 s budget on the fixed phase and never
+measured n-gram on cpu-demo. The real llama-server run of `specctl tune` is in test_tune_real.py."""
 
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,11 +23,13 @@ from rich.console import Console
 from specctl.orchestrator.cli import render
 from specctl.orchestrator.measure.fit import fit_alpha
 from specctl.orchestrator.measure.tune import tune
-from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag
+from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag, steps_of
 from specctl.orchestrator.planning import costmodel
-from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.planning.plan import Plan, Step
 from tests import plans
 from tests.simengine import Law, SimLab, laws
+
+LLAMACPP = frozenset({"none", "draft", "ngram", "ngram-mod", "ngram-map-k", "mtp"})
 
 
 @pytest.fixture
@@ -39,13 +43,25 @@ def tuned(plan: Plan, law: Law, seed: int = 0, noise: float = 0.0, **kw: object)
     return result
 
 
+def picked(plan: Plan, result: Result) -> Plan:
+    """What the result serves."""
+    return plan.but(method=result.method, k=result.k, p_min=result.p_min,
+                    draft=plan.draft if result.method == "draft" else None,
+                    chain=steps_of(result.chain))
+
+
+def share_of_best(plan: Plan, law: Law, result: Result) -> float:
+    """The pick's true speed over the law's best draft length's."""
+    draft = plan.draft.ref if plan.draft else ""
+    return law.true_speedup(picked(plan, result), draft) / law.best(plan)[1]
+
+
 def test_twenty_tunes_under_noise_bursts_pick_the_laws_best(plan: Plan) -> None:
     right = []
     for n, law in enumerate(laws(20, plan)):
-        best_k, best = law.best(plan)
-        assert best >= 1.2
+        assert law.best(plan)[1] >= 1.2
         result = tuned(plan, law, seed=n, noise=0.3)
-        right.append(result.method == "draft" and abs(result.k - best_k) <= 1)
+        right.append(result.method == "draft" and share_of_best(plan, law, result) >= 0.95)
         if result.method != "none":  # the headline carries its interval, within the bound
             assert result.low is not None and result.high is not None
             assert result.low <= result.speedup <= result.high
@@ -54,10 +70,9 @@ def test_twenty_tunes_under_noise_bursts_pick_the_laws_best(plan: Plan) -> None:
 
 def test_quiet_tunes_reach_the_precision_and_the_true_speedup(plan: Plan) -> None:
     for n, law in enumerate(laws(5, plan, seed=7)):
-        best_k, _ = law.best(plan)
         result = tuned(plan, law, seed=n)
         assert result.settled and result.stopped in ("precision", "decided"), result.summary
-        assert abs(result.k - best_k) <= 1
+        assert share_of_best(plan, law, result) >= 0.95, result.summary
         assert result.low is not None and result.high is not None
         assert (result.high - result.low) / 2 <= 0.05 * result.speedup
         assert law.true_speedup(plan.but(k=result.k, p_min=result.p_min), "testbed:qwen-0.5b-q4") \
@@ -83,12 +98,11 @@ def test_fit_alpha_inverts_the_expected_accepted_length() -> None:
             assert fit_alpha(mean, k) == pytest.approx(alpha, abs=2e-3)
 
 
-def test_p_min_is_not_run_where_drafts_are_already_accepted(plan: Plan) -> None:
+def test_p_min_races_and_loses_where_drafts_are_already_accepted(plan: Plan) -> None:
     law = Law(alphas=(0.99,) * 6, cost=0.05)
     result = tuned(plan, law)
-    assert not any("p-min" in m.label for m in result.measured)  # the cost model's bound
-    assert result.skipped and "p-min 0.5: not run" in result.skipped[0]
-    assert result.p_min is None
+    assert any("p-min" in m.label for m in result.measured)  # in the first block, as all are
+    assert result.p_min is None and result.method == "draft"
 
 
 def test_a_screen_that_drafted_nothing_cannot_win(plan: Plan) -> None:
@@ -125,43 +139,44 @@ def test_the_mix_decides(plan: Plan) -> None:
     assert chat.method == "none" or chat.k < code.k or chat.p_min is not None
 
 
-def test_when_verification_is_not_linear_v_is_measured_where_the_model_looks(
-        plan: Plan) -> None:
+def test_v_comes_from_the_race_at_every_draft_length_it_measured(plan: Plan) -> None:
+    """No separate cost phase: v(k) is each raced draft length's step time less k*c, and where
+    v is not linear the model's favourite joins the race when it was not measured."""
     law = Law(alphas=(0.85,) * 6, cost=0.25, verify=lambda k: 1 + 0.7 * k ** 0.5)
-    best_k, _ = law.best(plan)
     result = tuned(plan, law, seed=1, noise=0.3)
-    assert len(result.verify) >= 2  # measured at the probe and at the model's favourite
-    assert abs(result.k - best_k) <= 1, (result.k, best_k)
+    assert {"2", "3", "8"} <= set(result.verify)
+    for k in (2, 3, 8):
+        assert result.verify[str(k)] == pytest.approx(1 + 0.7 * k ** 0.5, rel=0.1)
+    assert share_of_best(plan, law, result) >= 0.9, result.summary  # a flat law: k=2-8 in 6%
 
 
-def test_v_is_measured_again_only_while_the_fixed_work_leaves_the_trials_half_the_budget(
-        plan: Plan) -> None:
-    """Under load acceptance and costs alone used all of a real tune's 240 s; two more v
-    points (each a server and a round of short requests) left the trials nothing."""
-    law = Law(alphas=(0.85,) * 6, cost=0.25, verify=lambda k: 1 + 0.7 * k ** 0.5)
-    roomy_lab, tight_lab = SimLab(law, plan, seed=1), SimLab(law, plan, seed=1)
-    roomy = tune(plan, roomy_lab, max_k=8, budget=240.0)
-    tight = tune(plan, tight_lab, max_k=8, budget=120.0)
-    assert len(roomy.verify) == 3  # the probe's k and the model's favourites
-    assert list(tight.verify) == ["8"]
-    assert any(line.startswith("v(") and "not measured" in line and "of the 120 s budget"
-               in line for line in tight_lab.lines), tight_lab.lines
-    assert tight.skipped[0].startswith("v(")  # in the result too, with why
-    assert not any(line.startswith("v(") for line in roomy.skipped)
-    assert tight.measured  # the trials ran
+def test_the_first_block_races_every_candidate_and_the_budget_holds(plan: Plan) -> None:
+    """The draft-alone timings stay within 15% of the budget; every candidate is measured in
+    the first block; the tune ends within the budget plus 10%, server starts included."""
+    law = laws(1, plan)[0]
+    lab = SimLab(law, plan, seed=4, noise=0.3)
+    result = tune(plan, lab, max_k=8, methods=LLAMACPP, chains=True)
+    labels = {m.label.split(" (")[0] for m in result.measured}
+    assert {"draft k=3", "draft k=2", "draft k=8", "ngram k=8", "ngram-mod k=16",
+            "draft k=3 + ngram-mod k=16", "draft k=3 p-min 0.5"} <= labels, labels
+    assert lab.now <= 240 * 1.1, lab.now
+    fixed = max(at for at, label, _ in lab.asked if label == "draft alone")
+    assert fixed <= 240 * 0.15, fixed
 
 
-def test_a_near_tie_stays_with_the_baseline_tune_after_tune(plan: Plan) -> None:
+def test_a_near_tie_is_served_as_the_baseline_tune_after_tune(plan: Plan) -> None:
     """Where no k pays (a flat curve around 1.0x, as cpu-demo's default mix on 2 cores), which k
-    measures best is noise. Speculation takes over only when it is surely faster or the cost
-    model agrees it pays; before, 6 of these 12 tunes turned on k=3 (1.03-1.06x) and 6 said off."""
+    measures best is noise. Each tune saves its best measured with its interval, and `up` serves
+    it only when the interval's bottom is above 1.00x: tune after tune, what is served is off.
+    Before the intervals decided this, 6 of these 12 tunes turned on k=3 (1.03-1.06x)."""
     law = Law(alphas=(0.95, 0.95, 0.7, 0.7, 0.85, 0.85), cost=0.25, verify=lambda k: 1.5 + 0.25 * k)
     assert law.best(plan)[1] < 1.05
     results = [tuned(plan, law, seed=400 + n, noise=0.3) for n in range(12)]
-    off = [r for r in results if r.method == "none"]
-    assert len(off) >= 10, [(r.method, r.k, r.speedup) for r in results]
-    shown = [r for r in off if "nothing is shown to beat" in r.summary]
-    assert shown and all("the cost model's agreement, which predicts" in r.summary for r in shown)
+    served_off = [r for r in results if not r.serves]
+    assert len(served_off) >= 10, [(r.method, r.k, r.speedup, r.low) for r in results]
+    on = [r for r in served_off if r.method != "none"]
+    assert all("not surely faster than the baseline" in r.summary for r in on)
+    assert all(abs(r.speedup - 1.0) < 0.1 for r in results)  # the headlines agree
 
 
 def test_sequential_blocks_one_server_at_a_time_say_the_drift(plan: Plan) -> None:
@@ -176,10 +191,10 @@ def test_sequential_blocks_one_server_at_a_time_say_the_drift(plan: Plan) -> Non
 def test_when_the_precision_is_not_reached_it_says_what_to_do(plan: Plan) -> None:
     law = laws(1, plan, seed=5)[0]
     result = tune(plan, SimLab(law, plan, seed=4, noise=0.6), max_k=8, budget=60.0)
-    assert not result.settled and result.stopped == "budget"
-    assert "(budget 60 s;" in result.summary and "--budget" in result.summary
-    spent = int(result.summary.split("not reached in ")[1].split(" s")[0])
-    assert spent >= 60  # the time it took, not the budget it was given
+    assert not result.settled and result.stopped == "budget" and result.state == "provisional"
+    assert "(budget 60 s, precision ±5% asked)" in result.summary and "--budget" in result.summary
+    spent = int(result.summary.split("% in ")[1].split(" s")[0])
+    assert 30 <= spent <= 66  # the time it took, within the budget
     assert "other processes used" in result.summary
 
 
@@ -187,21 +202,21 @@ def test_when_the_precision_is_not_reached_it_says_what_to_do(plan: Plan) -> Non
 
 def test_challengers_that_do_not_fit_in_the_budget_left_are_not_measured_and_said(
         plan: Plan) -> None:
-    """On a busy machine acceptance and costs can use most of the budget; a first block of
-    every candidate would then overrun it several times (a real tune under load: 737 s for a
-    240 s budget). The pick is measured; the others are listed as not measured, with why."""
+    """A budget too short for a first block of every candidate, even at the shortest screen:
+    the cost model's pick and those that fit are measured, the others listed as not measured,
+    with why, and the tune ends within the budget plus 10% (a real tune under load had run
+    737 s for a 240 s budget)."""
     law = laws(1, plan)[0]
-    extra = {"methods": frozenset({"ngram-mod"}), "chains": True}
-    tight_lab, roomy_lab = SimLab(law, plan, seed=4, noise=0.3), SimLab(law, plan, seed=4,
-                                                                        noise=0.3)
-    tight = tune(plan, tight_lab, max_k=8, budget=60.0, **extra)  # type: ignore[arg-type]
-    roomy = tune(plan, roomy_lab, max_k=8, budget=240.0, **extra)  # type: ignore[arg-type]
-    assert len(roomy.measured) == 6 and not roomy.skipped  # the probe's row and 5 candidates
-    assert [m.label for m in tight.measured] == ["draft k=8 (short requests)", f"draft k={tight.k}"]
-    others = [s for s in tight.skipped if not s.startswith("v(")]  # the trials' candidates
-    assert len(others) == 4
-    assert all("not measured" in s and "--budget" in s for s in others)
-    assert tight_lab.now < roomy_lab.now * 0.6
+    tight_lab = SimLab(law, plan, seed=4, noise=0.3, start_s=6.0)
+    roomy_lab = SimLab(law, plan, seed=4, noise=0.3, start_s=6.0)
+    tight = tune(plan, tight_lab, max_k=8, budget=40.0, methods=LLAMACPP, chains=True)
+    roomy = tune(plan, roomy_lab, max_k=8, budget=240.0, methods=LLAMACPP, chains=True)
+    assert len(roomy.measured) >= 7 and not roomy.skipped
+    assert tight.measured and tight.measured[0].label.startswith("draft k=3")
+    others = tight.skipped
+    assert others and all("not measured" in s and "--budget" in s for s in others)
+    assert len(tight.measured) + len(others) >= 7
+    assert tight_lab.now <= 40 * 1.1, tight_lab.now
 
 
 def test_an_impossible_trial_is_caught_in_report_table_and_saved_result(
@@ -253,3 +268,59 @@ def test_the_leader_of_a_real_noisy_tune_gives_way(plan: Plan) -> None:
     assert race.leader([lead, rival]) is rival
     sure = Entry("x", ("x", plan), 2.9, Interval(1.3, 1.2, 1.4), blocks=2, drafted=9)
     assert race.leader([sure, rival]) is sure  # a leader that pays keeps its lead
+
+
+@dataclass
+class CopyingLaw(Law):
+    """cpu-demo's shape: the draft barely pays (0.9-1.1x), n-gram copies where replies repeat
+    the prompt (summaries) and wins overall; ngram-mod copies less; a chain costs the draft's
+    steps where nothing is copied."""
+
+    mod_gain: Sequence[float] = (1.0,) * 6
+
+    def per_token(self, plan: Plan, i: int, draft_ref: str) -> tuple[float, float, float]:
+        t0 = 1 / self.base_tps
+        if plan.method == "ngram-mod":
+            return t0 / self.mod_gain[i], self.mod_gain[i], float(plan.k)
+        if plan.chain:
+            own = super().per_token(plan.but(chain=()), i, draft_ref)
+            return (min(own[0], t0 / self.mod_gain[i]), *own[1:])
+        return super().per_token(plan, i, draft_ref)
+
+
+def copying_laws(n: int, plan: Plan, seed: int = 11) -> list[CopyingLaw]:
+    """`n` laws at cpu-demo's speed (8.5 tok/s) where n-gram beats every other candidate by
+    at least 8%."""
+    rng = random.Random(seed)
+    out: list[CopyingLaw] = []
+    draft = plan.draft.ref if plan.draft else ""
+    while len(out) < n:
+        a = rng.uniform(0.6, 0.8)
+        gains = [rng.uniform(1.05, 1.3), rng.uniform(0.95, 1.05), rng.uniform(1.5, 2.0)]
+        law = CopyingLaw(alphas=(a + 0.1, a + 0.1, a - 0.15, a - 0.15, a, a),
+                         cost=rng.uniform(0.2, 0.3), verify=lambda k: 1.4 + 0.12 * k,
+                         base_tps=8.5, ngram_gain=tuple(g for g in gains for _ in range(2)),
+                         mod_gain=tuple(g ** 0.7 for g in gains for _ in range(2)))
+        ngram = law.true_speedup(plan.but(method="ngram", draft=None, k=8, p_min=None), draft)
+        others = [law.best(plan)[1], *(law.true_speedup(p, draft) for p in (
+            plan.but(method="ngram-mod", draft=None, k=16, p_min=None),
+            plan.but(chain=(Step("ngram-mod", 16),)), plan.but(p_min=0.5)))]
+        if ngram >= 1.08 * max(others):
+            out.append(law)
+    return out
+
+
+def test_where_n_gram_wins_the_race_finds_it_within_the_default_budget(plan: Plan) -> None:
+    """cpu-demo measured n-gram k=8 1.15x where the draft gave 0.99x, and the tuner before this
+    one never measured n-gram within its 240 s. Under bursts over 30% of the time, at cpu-demo's
+    speed, with every llama.cpp method in the race: 19 of 20 tunes pick n-gram, each within the
+    budget plus 10%, each saved (settled or provisional)."""
+    found, times = [], []
+    for n, law in enumerate(copying_laws(20, plan)):
+        lab = SimLab(law, plan, seed=n, noise=0.3)
+        result = tune(plan, lab, max_k=8, methods=LLAMACPP, chains=True)
+        found.append(result.method == "ngram")
+        times.append(lab.now)
+        assert result.state in ("settled", "provisional")
+    assert sum(found) >= 19, found
+    assert max(times) <= 240 * 1.1, times

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from specctl.orchestrator.cli.base import PROFILE, cli, console, err_console
-from specctl.orchestrator.errors import NotUsableError, SpecctlError
+from specctl.orchestrator.errors import NotUsableError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -303,10 +303,11 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
         return
     click.echo(json.dumps(done.result.to_json(), indent=2)) if as_json else \
         render.show_tuned(console, done.result)
-    if done.saved is None:
-        raise SpecctlError(done.problem() or "not saved")
-    err_console.print(f"saved: {done.saved}; `specctl plan -p {done.profile}` now uses it",
-                      highlight=False)
+    uses = ("now serve it" if done.result.serves else
+            "serve without a draft (" + ("speculation off" if done.result.method == "none"
+                                         else "not surely faster") + ")")
+    err_console.print(f"saved ({done.result.state}): {done.saved}; `specctl plan/up -p "
+                      f"{done.profile}` {uses}", highlight=False)
 
 
 def _seconds(text: str) -> float:

@@ -1,6 +1,7 @@
 """`specctl tune`: resolve the plan once (without the saved result), measure on real servers
-(measure/tune.py's race), add the k-by-batch schedule where the engine switches k by batch
-size, check sampling before saving, and save only a result that settled."""
+(measure/tune.py's race) within the budget, less what the sampling check will take, add the
+k-by-batch schedule where the engine switches k by batch size, check sampling before saving,
+and save the decision, settled or provisional."""
 
 from __future__ import annotations
 
@@ -37,17 +38,14 @@ class Ask:
     sequential: bool = False
 
 
+GATE_SHARE = 0.15  # of the budget, kept for the sampling check after the race
+
+
 @dataclass(frozen=True)
 class Outcome:
     result: tuned_mod.Result
-    saved: Path | None  # None: it did not settle, so it was not saved
+    saved: Path
     profile: str
-
-    def problem(self) -> str | None:
-        """One line when the result was not saved (its interval missed the precision)."""
-        if self.saved is not None:
-            return None
-        return f"not saved: precision {self.result.summary.split('; precision ', 1)[-1]}"
 
 
 @dataclass(frozen=True)
@@ -95,8 +93,7 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
     result = result.model_copy(update={
         "key": app.tuned_key(resolved.plan, resolved.installed),
         "workload": ask.work.describe(), "concurrency": level})
-    path = tuned_mod.save(app.dirs.tuned, result) if result.settled else None
-    return Outcome(result, path, resolved.plan.profile)
+    return Outcome(result, tuned_mod.save(app.dirs.tuned, result), resolved.plan.profile)
 
 
 def sweep(app: App, ask: Ask, step: Say) -> Sweep:
@@ -129,7 +126,8 @@ def _tuned(app: App, resolved: Resolved, ask: Ask, step: Say) -> tuned_mod.Resul
         return tune_mod.tune(resolved.plan, room, ask.max_k, max_tokens=ask.max_tokens,
                              precision=ask.precision, budget=ask.budget,
                              sequential=ask.sequential, methods=resolved.installed.methods,
-                             chains=resolved.installed.chains)
+                             chains=resolved.installed.chains,
+                             reserve=ask.budget * GATE_SHARE if ask.quality else 0.0)
     finally:
         room.close()
 

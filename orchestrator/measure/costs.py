@@ -27,13 +27,14 @@ class Costs:
         self.verify: dict[int, float] = {}
         self.cost = 0.0
 
-    def time(self, configs: Sequence[Config]) -> None:
-        """Short requests, COST_BLOCKS per prompt and configuration and at least MIN_SAMPLES
+    def time(self, configs: Sequence[Config], prompts: Sequence[int] | None = None,
+             least: int = MIN_SAMPLES) -> None:
+        """Short requests, COST_BLOCKS per prompt and configuration and at least `least`
         (and the baseline's, the first time): interleaved with every server up, else all of
-        one server's in one block (a server starts once)."""
-        n = len(self.lab.workload.prompts)
-        prompts = list(range(n))
-        blocks = max(COST_BLOCKS, -(-MIN_SAMPLES // n))
+        one server's in one block (a server starts once). `prompts`: these only (default all)."""
+        prompts = list(range(len(self.lab.workload.prompts)) if prompts is None else prompts)
+        n = len(prompts)
+        blocks = max(COST_BLOCKS, -(-least // n))
         timed = any(t.label == self.baseline[0] for t in self.samples)
         everyone = [*configs] if timed else [self.baseline, *configs]  # its time is known
         if self.sequential or not self.lab.fits([p for _, p in everyone]):

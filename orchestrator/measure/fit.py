@@ -28,8 +28,10 @@ class Estimates:
     time_share: dict[int, float] = field(default_factory=dict)  # per prompt: workload weight
 
     def curve(self, max_k: int) -> list[costmodel.Point]:
-        """The workload speedup predicted per k (time-weighted over prompts)."""
+        """The workload speedup predicted per k (time-weighted over prompts); v with a fixed
+        part of one draft step (c) where only one draft length was timed."""
         weights = ([self.time_share.get(i, 0.0) for i in self.accept_at]
                    if self.time_share else None)
         return costmodel.curve_over_prompts(list(self.accept_at.values()), self.alpha, self.cost,
-                                            max_k, costmodel.linear_verify(self.verify), weights)
+                                            max_k, costmodel.linear_verify(self.verify,
+                                                                           self.cost), weights)

@@ -120,13 +120,17 @@ def _uniform(pairs: Pairs) -> bool:
 
 def _score(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
            mine_t: Mapping[str, float], base_t: Mapping[str, float]) -> float:
+    """Each prompt at its longest request's length: the configuration's steps per baseline step
+    (the median over its pairs; a pair is one length, the blocks of a race need not be: the
+    first screens every candidate with short requests) times the baseline's steps."""
     mine, base = [], []
     for i, ps in pairs.items():
         c = cats[i]
-        n = sorted(steps(s) for s, _ in ps)[len(ps) // 2]
-        tokens = ps[0][1].tokens
-        mine.append(Request(c, tokens, n * mine_t[c]))
-        base.append(Request(c, tokens, tokens * base_t[c]))
+        per = sorted(steps(s) / steps(b) for s, b in ps)[len(ps) // 2]
+        n = max(steps(b) for _, b in ps)
+        tokens = max(b.tokens for _, b in ps)
+        mine.append(Request(c, tokens, per * n * mine_t[c]))
+        base.append(Request(c, tokens, n * base_t[c]))
     return workload.speedup(mine, base, weights)
 
 

@@ -13,13 +13,14 @@ Decisions rest on intervals (95%, measure/intervals.py), never on one sample:
 - "off" is decided only when no measured configuration's top reaches the margin;
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
 - a pair above the physical bound is discarded as noise (and counted).
-A challenger's first block is run only when it fits in what is left of the budget (by the
-expected time of a request, `expect`): on a busy machine the fixed work (acceptance, costs)
-can use most of it, and a block of every candidate would then overrun it several times; what
-does not fit is reported as not measured, never as lost.
-The leader is measured at least MIN_BLOCKS blocks before anything is settled; every decision
-rests on a 95% interval over all the requests so far (a block is one request per prompt of the
-workload on each side), never on one request.
+The budget holds: a block runs only as far as it fits in what is left (by the expected time of
+each configuration's requests, from its own timings so far, else the baseline's): the first
+block screens every candidate with requests short enough (`screen` tokens) that it fits in
+part of the budget; later blocks are full length; a block that no longer fits whole runs on as
+many prompts as fit (one of each category at least, taken in turn), and a challenger whose first
+block does not fit is reported as not measured, never as lost.
+Every decision rests on a 95% interval over all the requests so far (a block is one request per
+prompt of the workload on each side), never on one request.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from specctl.orchestrator.measure.intervals import Interval
 from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
 
 MIN_BLOCKS = 1  # a block: one request per prompt of the workload, both sides
+SLACK = 1.05  # a block may run to this share of the time left (expectations are medians)
 
 
 @dataclass
@@ -63,10 +65,13 @@ class Race:
     margin: float
     precision: float
     deadline: float  # on the lab's clock
+    screen: int = 0  # the first block's request length (0: max_tokens)
+    prior: list[Timed] = field(default_factory=list)  # timings from before (expectations only)
+    start_s: float = 0.0  # expected seconds to start a server
     samples: list[Timed] = field(default_factory=list)
     block: int = 0
     stopped: str = ""  # "precision", "decided" or "budget"
-    expect: dict[str, float] = field(default_factory=dict)  # seconds a request, by label
+    pace: float = 1.0  # the last block's time over its expected time (restarts, starts, load)
 
     @property
     def cats(self) -> dict[int, str]:
@@ -76,15 +81,31 @@ class Race:
     def weights(self) -> Mapping[str, float]:
         return self.lab.workload.weights()
 
-    def measure(self, active: Sequence[Entry]) -> None:
-        """One block of every active entry and the baseline."""
+    @property
+    def tokens(self) -> int:
+        """This block's request length: the screen's first, then the full length."""
+        return self.screen if self.block == 0 and self.screen else self.max_tokens
+
+    def order(self) -> list[int]:
+        """The workload's prompts taken one of each category in turn (a block cut short stays
+        balanced), categories outside the traffic tuned for left out."""
+        by_cat: dict[str, list[int]] = {}
+        for i, p in enumerate(self.lab.workload.prompts):
+            if self.weights.get(p.category, 0.0) > 0:
+                by_cat.setdefault(p.category, []).append(i)
+        out: list[int] = []
+        for n in range(max((len(v) for v in by_cat.values()), default=0)):
+            out += [v[n] for v in by_cat.values() if n < len(v)]
+        return out
+
+    def measure(self, active: Sequence[Entry], prompts: Sequence[int] | None = None) -> None:
+        """One block of every active entry and the baseline (on `prompts`: all by default)."""
         configs = [self.baseline, *(e.config for e in active)]
-        prompts = range(len(self.lab.workload.prompts))
         if not self.sequential and not self.lab.fits([p for _, p in configs]):
             self.sequential = True
             self.lab.say(f"{len(configs)} servers do not fit in memory together: one at a time")
-        self.samples += rounds(self.lab, configs, prompts, self.max_tokens, self.block,
-                               self.sequential)
+        self.samples += rounds(self.lab, configs, self.order() if prompts is None else prompts,
+                               self.tokens, self.block, self.sequential)
         self.block += 1
         for e in active:
             e.blocks += 1
@@ -112,13 +133,23 @@ class Race:
                 out[cat] = got
         return out
 
-    def run(self, entries: list[Entry], leader: Entry | None = None) -> Entry:
-        """Measure until settled; returns the leader (the first entry unless beaten)."""
+    def run(self, entries: list[Entry], leader: Entry | None = None,
+            blocks: int | None = None) -> Entry:
+        """Measure until settled, the budget is spent or `blocks` more blocks ran; returns the
+        leader (the first entry unless beaten)."""
         lead = leader or entries[0]
         active = [e for e in entries if not e.dropped]
-        while active:
-            active = self.admit(active, lead)
-            self.measure(active)
+        ran = 0
+        while active and (blocks is None or ran < blocks):
+            active, prompts = self.admit(active, lead)
+            if not active:
+                self.stopped = "budget"
+                break
+            expected, began = self.cost(active, len(prompts)) / self.pace, self.lab.clock()
+            self.measure(active, prompts)
+            if expected > 0:
+                self.pace = min(3.0, max(1.0, (self.lab.clock() - began) / expected))
+            ran += 1
             lead = self.leader([lead, *entries])
             for e in active:
                 if e is not lead and self.hopeless(e, lead):
@@ -129,7 +160,7 @@ class Race:
             active = [e for e in active if not e.dropped]
             if min([lead.blocks, *(e.blocks for e in active if e.blocks)]) < MIN_BLOCKS:
                 active = [lead, *(e for e in active if e is not lead)]
-                continue  # the budget too is looked at only from MIN_BLOCKS on
+                continue
             if all(_top(e) < 1 + self.margin for e in [lead, *active]):
                 self.stopped = "decided"  # no top reaches the baseline plus the margin
                 break
@@ -144,31 +175,61 @@ class Race:
             active = [lead, *rivals] if lead not in active else active
         return lead
 
-    def admit(self, active: list[Entry], lead: Entry) -> list[Entry]:
-        """The active entries whose next block fits in the budget left: the leader always;
-        a challenger not yet measured only while the block's expected time fits (in order).
-        Without expectations every one is admitted."""
-        if not self.expect:
-            return active
-        n = len(self.lab.workload.prompts)
-        left = self.deadline - self.lab.clock()
-        out = [e for e in active if e is lead or e.blocks]
-        need = n * sum(self._expected(label) for label in [self.baseline[0],
-                                                             *(e.label for e in out)])
-        for e in [e for e in active if e not in out]:
-            more = n * self._expected(e.label)
-            if need + more <= left:
-                need += more
-                out.append(e)
-                continue
-            e.dropped = (f"not measured: {max(left, 0.0):.0f} s of the budget were left and a "
-                         f"block with it takes about {need + more:.0f} s; a longer --budget "
-                         "measures it")
-            self.lab.say(f"{e.label}: {e.dropped}")
-        return out
+    def expected(self, label: str, tokens: int) -> float:
+        """Seconds a request of `tokens` takes on `label`, as the machine is now: the median
+        decode time per token and overhead of its own timings so far, else the baseline's."""
+        mine = [t for t in self.samples if t.label == label and t.tokens]
+        if not mine:
+            mine = [t for t in [*self.samples, *self.prior]
+                    if t.label == self.baseline[0] and t.tokens]
+        if not mine:
+            return 0.0
+        per = intervals.quantile([t.per_token for t in mine], 0.5)
+        extra = intervals.quantile([max(0.0, t.wall_s - t.seconds) for t in mine], 0.5)
+        return per * tokens + extra
 
-    def _expected(self, label: str) -> float:
-        return self.expect.get(label, self.expect.get(self.baseline[0], 0.0))
+    def cost(self, entries: Sequence[Entry], prompts: int) -> float:
+        """Expected seconds of a block of `entries` (and the baseline) on `prompts` prompts,
+        the servers not up yet started."""
+        labels = [self.baseline[0], *(e.label for e in entries)]
+        fresh = len(labels) if self.sequential else sum(1 for e in entries if e.blocks == 0)
+        return self.pace * (prompts * sum(self.expected(lbl, self.tokens) for lbl in labels)
+                            + fresh * self.start_s)
+
+    def admit(self, active: list[Entry], lead: Entry) -> tuple[list[Entry], list[int]]:
+        """What the next block measures within the time left: the leader and the challengers
+        measured before, on every prompt, or on as many as fit (at least one of each
+        category); then each new challenger while the whole block still fits (in order). A
+        new one that does not is said and not measured; nothing fits: nothing is measured."""
+        order = self.order()
+        left = (self.deadline - self.lab.clock()) * SLACK
+        cats = len({self.cats[i] for i in order})
+        out = [e for e in active if e is lead or e.blocks]
+        if not out:  # the first block: the leader is new too
+            out = [lead] if lead in active else active[:1]
+        n = len(order)
+        while n >= cats and self.cost(out, n) > left:
+            n -= 1
+        while len(out) > 1 and n < cats:  # not even a round: the leader's alone
+            out, n = out[:1], len(order)
+            while n >= cats and self.cost(out, n) > left:
+                n -= 1
+        if n < max(cats, 1):
+            for e in active:
+                if not e.blocks:
+                    self._not_measured(e, left, self.cost([e], len(order)))
+            return [], []
+        for e in [e for e in active if e not in out]:
+            if self.cost([*out, e], n) <= left:
+                out.append(e)
+            else:
+                self._not_measured(e, left, self.cost([*out, e], n))
+        return out, order[:n]
+
+    def _not_measured(self, e: Entry, left: float, need: float) -> None:
+        e.dropped = (f"not measured: {max(left, 0.0):.0f} s of the budget were left and a "
+                     f"block with it takes about {need:.0f} s; a longer --budget measures it")
+        self.lab.say(f"{e.label}: {e.dropped}")
 
     def versus(self, e: Entry, lead: Entry) -> Interval | None:
         """e's speedup over the leader's on the prompts and blocks both measured."""

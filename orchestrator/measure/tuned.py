@@ -110,6 +110,20 @@ def bound_flag(bound: float | None, figures: dict[str, float], flag: str = "") -
             + (f"; {flag}" if flag else ""))[:500]
 
 
+class Winner(_Model):
+    """A category's best measured configuration in the race ("none": the baseline)."""
+
+    category: str = Field(max_length=64)
+    label: str = Field(max_length=200)
+    method: Method
+    k: int = Field(ge=0, le=MAX_K)
+    p_min: PMin | None
+    chain: list[Chained] = Field(default_factory=list, max_length=4)
+    speedup: Ratio
+    low: Ratio | None = None  # its 95% interval on the category
+    high: Ratio | None = None
+
+
 class Result(_Model):
     profile: str = Field(max_length=64)
     method: Method  # "none" = speculation off
@@ -139,7 +153,9 @@ class Result(_Model):
     quality: str = Field("", max_length=2000)  # tune's sampling check before it saved
     low: Ratio | None = None  # the headline's 95% interval
     high: Ratio | None = None
-    settled: bool = True  # the interval reached the precision asked (or decided): else unsaved
+    settled: bool = True  # the interval reached the precision asked (or decided): else
+    # provisional (the budget ran out first); saved either way
+    winners: list[Winner] = Field(default_factory=list, max_length=64)  # each category's best
     stopped: str = Field("", max_length=40)  # "precision", "decided" or "budget"
     noise: str = Field("", max_length=1000)  # what else ran, the baseline's drift
     sequential: bool = False  # one server at a time (two did not fit, or --sequential)
@@ -154,6 +170,16 @@ class Result(_Model):
                 c.method not in NGRAMS or c.method == self.method for c in self.chain)):
             raise ValueError("a chain adds n-gram methods to another method")
         return self
+
+    @property
+    def state(self) -> str:
+        return "settled" if self.settled else "provisional"
+
+    @property
+    def serves(self) -> bool:
+        """Whether `up` serves it: speculation on and its interval's bottom above 1.00x (a
+        result from before intervals were saved is served as it was)."""
+        return self.method != "none" and (self.low is None or self.low > 1.0)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump()

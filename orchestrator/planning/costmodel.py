@@ -107,17 +107,31 @@ def gain(points: Sequence[Point]) -> Point | None:
     return top if top.speedup > 1.0 else None
 
 
-def linear_verify(samples: dict[int, float]) -> Verify:
-    """v(k) from measured verification costs at some k (1 at k=0), linearly interpolated."""
-    pts = sorted({0: 1.0, **samples}.items())
+def linear_verify(samples: dict[int, float], fixed: float = 0.0) -> Verify:
+    """v(k) from measured verification costs at some k; v(0) = 1 (the target's own step).
+
+    Between measured points it is linear; beyond them the nearest segment's line goes on, so
+    below the smallest k the fixed part the points show is kept (a speculative step costs more
+    than its drafts and the target's pass: the drafter catches up on what was accepted). With
+    one point there is no second to show that part: `fixed` (in target steps, e.g. one step of
+    the draft, c, from the draft-alone timings) stands for it, and the slope takes the rest.
+    Without the fixed part, a line from (0, 1) through v(8) had predicted 1.12-1.39x at k=1-2
+    for 0.83-0.85x measured."""
+    pts = sorted(samples.items())
+    if not pts:
+        return lambda k: 1.0 if k <= 0 else 1.0 + fixed
+    if len(pts) == 1:
+        (k1, v1), = pts
+        base = 1.0 + max(0.0, min(fixed, v1 - 1.0))
+        return lambda k: 1.0 if k <= 0 else base + (v1 - base) * k / k1
 
     def v(k: float) -> float:
+        if k <= 0:
+            return 1.0
         for (k0, v0), (k1, v1) in itertools.pairwise(pts):
             if k <= k1:
-                return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
-        if len(pts) == 1:
-            return pts[0][1]
+                return max(1.0, v0 + (v1 - v0) * (k - k0) / (k1 - k0))
         (k0, v0), (k1, v1) = pts[-2], pts[-1]
-        return v1 + (v1 - v0) / (k1 - k0) * (k - k1)
+        return max(1.0, v1 + (v1 - v0) / (k1 - k0) * (k - k1))
 
     return v

@@ -98,11 +98,12 @@ class Plan:
         chained = "".join(f" + {s.describe()}" for s in self.chain)
         if self.method == "ngram":
             return f"n-gram prompt lookup, k={self.k}{chained}"
+        source = "untuned: cost model" if self.k_source == "cost model" else self.k_source
         if self.method in NGRAMS:
-            return f"{Step(self.method, self.k).describe()} ({self.k_source}){chained}"
+            return f"{Step(self.method, self.k).describe()} ({source}){chained}"
         what = f"{self.method} {self.draft.name}" if self.draft else self.method  # no "mtp mtp"
         extra = f", p-min {self.p_min}" if self.p_min is not None else ""
-        return f"{what}, k={self.k} ({self.k_source}){extra}{chained}"
+        return f"{what}, k={self.k} ({source}){extra}{chained}"
 
     def short(self) -> str:
         """The methods as a list: 'draft k=4 + ngram-mod k=16'."""

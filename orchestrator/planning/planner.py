@@ -43,6 +43,8 @@ class Tuned:
     summary: str
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
     chain: tuple[Step, ...] = ()
+    low: float | None = None  # the speedup's 95% interval's bottom, as measured
+    state: str = "settled"  # or "provisional": the budget ran out before the precision
 
 
 TunedLookup = Callable[[Plan, Installed], Tuned | None]
@@ -294,7 +296,13 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
     except StateError as exc:  # a saved result that failed validation: set aside, not used
         found = None
         reasons.append(f"Tuned result ignored: {exc}")
-    if found is not None:
+    if found is not None and found.method != "none" and found.low is not None \
+            and found.low <= 1.0:
+        plan = plan.but(method="none", k=0, draft=None, chain=(), k_source="tuned")
+        why = (f"`specctl tune` ({found.state}) found {found.summary.split('; ', 1)[0]}, not "
+               "surely faster than without a draft (its interval reaches under 1.00x): "
+               "serving without one; `specctl tune` with a longer --budget may show it pays")
+    elif found is not None:
         draft_kept = draft if found.method == "draft" else None
         p_min = found.p_min if found.p_min is not None else plan.p_min
         plan = plan.but(method=found.method, k=found.k, p_min=p_min, draft=draft_kept,
