@@ -133,7 +133,7 @@ class App:
             return None
         return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary,
                              tuple((a, b, k) for a, b, k in found.k_by_batch),
-                             tuned.steps_of(found.chain), found.low, found.state)
+                             tuned.steps_of(found.chain), found.serves, found.state)
 
     def certificate_of_run(self, plan: Mapping[str, Any]) -> certificates.Found | None:
         """The losslessness certificate state of a run's recorded plan (`status`)."""

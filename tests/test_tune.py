@@ -27,7 +27,7 @@ from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag, ste
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Plan, Step
 from tests import plans
-from tests.simengine import Law, SimLab, laws
+from tests.simengine import Law, SimLab, copying, laws
 
 LLAMACPP = frozenset({"none", "draft", "ngram", "ngram-mod", "ngram-map-k", "mtp"})
 
@@ -281,7 +281,7 @@ class CopyingLaw(Law):
     def per_token(self, plan: Plan, i: int, draft_ref: str) -> tuple[float, float, float]:
         t0 = 1 / self.base_tps
         if plan.method == "ngram-mod":
-            return t0 / self.mod_gain[i], self.mod_gain[i], float(plan.k)
+            return copying(t0, self.mod_gain[i], plan.k)
         if plan.chain:
             own = super().per_token(plan.but(chain=()), i, draft_ref)
             return (min(own[0], t0 / self.mod_gain[i]), *own[1:])

@@ -26,17 +26,20 @@ def test_tune_measures_real_servers_saves_the_result_and_plan_follows_it(tmp_pat
     assert 0.5 < result["cost"] < 2.0  # the draft is the target: c is about 1
     assert result["alpha"] > 0.8  # greedy self-drafting accepts (nearly) everything
     assert [p["k"] for p in result["predicted"]] == [1, 2, 3]
-    probe = result["measured"][0]
-    assert probe["label"].startswith("draft k=3") and probe["acceptance"] > 0.8
-    assert result["settled"] and result["stopped"] in ("precision", "decided")
+    drafts = [m for m in result["measured"] if m["method"] == "draft" and not m["p_min"]]
+    assert {m["k"] for m in drafts} >= {2, 3}  # the race's own draft lengths
+    assert all(m["acceptance"] > 0.8 for m in drafts)
+    assert set(result["verify"]) >= {"2", "3"}  # v from the race's step times at each
+    assert result["stopped"] in ("precision", "decided", "budget")  # saved either way
+    assert result["settled"] == (result["stopped"] != "budget")
+    assert {w["category"] for w in result["winners"]} == {"code", "chat", "summarize"}
     if result["method"] != "none":  # the headline carries its interval
         assert result["low"] <= result["speedup"] <= result["high"]
     assert all(m["bound"] is None or m["speedup"] <= m["bound"] or m["flag"]
                for m in result["measured"])
     labels = [m["label"] for m in result["measured"]]
     assert any(label.startswith("ngram k=") for label in labels)
-    # p-min is measured, or not run where the cost model shows it cannot win (and says so)
-    assert any("p-min 0.5" in line for line in labels + result["skipped"])
+    assert any("p-min 0.5" in line for line in labels)  # every candidate in the first block
     assert result["method"] in ("draft", "ngram", "ngram-mod", "none")
     if result["method"] != "none":  # checked by sampling before it was saved (and says so)
         assert result["quality"].startswith("sampling at temperature 0.8, top-p "), result
@@ -49,10 +52,13 @@ def test_tune_measures_real_servers_saves_the_result_and_plan_follows_it(tmp_pat
     planned = specctl("plan", "--profile", str(profile), "--json")
     assert planned.returncode == 0, planned.stderr
     plan = json.loads(planned.stdout)
-    assert plan["method"] == result["method"]
-    if result["method"] != "none":
+    served = result["method"] != "none" and result["low"] > 1.0 and result["speedup"] > 1.05
+    assert plan["method"] == (result["method"] if served else "none")
+    if served:
         assert (plan["k"], plan["k_source"]) == (result["k"], "tuned")
-    assert "`specctl tune` on this machine" in plan["reasons"][-1]
+    assert "`specctl tune`" in plan["reasons"][-1]
+    if result["method"] != "none" and not served:  # not surely faster: served without
+        assert plan["method"] == "none" and "not surely faster" in plan["reasons"][-1]
 
     swept = specctl("tune", "--profile", str(profile), "--exhaustive", "--max-k", "2",
                     "--max-tokens", "24", "--json")

@@ -239,9 +239,9 @@ def _versus(app: App, profile_ref: str, names: str, ks: tuple[int, ...], work: W
 @click.option("--precision", default=0.05, show_default=True, type=_Finite(0.005, 0.5),
               help="Measure until the speedup's 95% interval is within this (0.05: +-5%).")
 @click.option("--budget", default="4m", show_default=True, metavar="DURATION",
-              help="...or until this much time is spent (e.g. 90s, 4m, 15m), all of tune's "
-                   "measuring included; a challenger that no longer fits is listed as not "
-                   "measured.")
+              help="...or until this much time is spent (e.g. 90s, 4m, 15m), server starts "
+                   "and the sampling check included; a challenger that no longer fits is "
+                   "listed as not measured.")
 @click.option("--sequential", is_flag=True,
               help="One server at a time, in alternating blocks (what happens by itself when "
                    "the baseline and a speculative server do not fit in memory together).")
@@ -250,21 +250,24 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
          max_k: int, exhaustive: bool, show: bool, prompts_arg: str, mix: str | None,
          concurrency: int | None, max_tokens: int, quality: bool, precision: float,
          budget: str, sequential: bool, as_json: bool) -> None:
-    """Choose k (and p-min, n-gram or off) for your traffic on this machine; `plan` and `up`
-    then use it.
+    """Choose the speculation for your traffic on this machine (a draft at some k, a p-min,
+    n-gram, ngram-mod, a chain, or off); `plan` and `up` then use it.
 
-    On the workload (--prompts, --mix) at the profile's concurrency: measures the target alone,
-    the draft alone and one speculative run (k = 8 or max-k), fits the Leviathan cost model per
-    prompt (acceptance by position, c, v(k)), ranks k by the workload's throughput, measures the
-    model's best k, then confirms it in paired trials against the baseline (with n-gram, a p-min
-    and, on llama.cpp, ngram-mod and the pick chained with ngram-mod as challengers, each
-    compared with the pick directly on the same prompts) until the 95% interval is within
-    --precision or --budget is spent; a challenger wins only when it is surely 5% faster, a
-    category counts as slowed, and "off" is chosen, only when an interval says so. A result that
-    did not reach the precision is not saved. On backends that switch k by batch size (vLLM) it
-    also measures that schedule. Before saving, a short
-    sampling check (--no-quality skips it) refuses a setting whose output at temperature > 0
-    differs from the target's alone; `bench --quality` is the full check.
+    One paired race against the baseline on the workload (--prompts, --mix) at the profile's
+    concurrency, within --budget (everything included: server starts, the sampling check).
+    After short draft-alone timings (c, at most 15% of the budget), every configuration the
+    engine has enters the first block: the draft at the cost model's k and at 2 and max-k,
+    n-gram, a p-min and, on llama.cpp, ngram-mod and the draft chained with ngram-mod. The first
+    block screens them with short requests; losers leave by paired intervals against the
+    leader (a challenger leads only when it is surely 5% faster); later blocks are full length.
+    The cost model, fitted to the race's own counters and step times, adds its favourite k when
+    it was not raced. The best measured is always saved with its 95% interval, "settled" when
+    the interval reached --precision (or "off" was decided) and "provisional" when the budget
+    ran out first; `up` serves it only when its interval's bottom is above 1.00x. Each
+    category's winner is saved too. On backends that switch k by batch size (vLLM) it also
+    measures that schedule. Before saving, a short sampling check (--no-quality skips it)
+    refuses a setting whose output at temperature > 0 differs from the target's alone;
+    `bench --quality` is the full check.
 
     \b
     specctl tune --what-if --alpha 0.8 --cost 0.1    (the cost model alone)

@@ -274,8 +274,17 @@ def show_tuned(console: Console, result: Tuned) -> None:
         console.print(f"schedule: {ranges}", highlight=False, markup=False)
     if result.quality:
         console.print(f"quality: {result.quality}", highlight=False, markup=False)
-    console.print(f"[bold]result:[/bold] {escape(result.summary)} (tuning took "
-                  f"{result.seconds:.0f} s)")
+    if result.winners:
+        console.print("each category's best: " + "; ".join(
+            f"{w.category} {w.label}" + (f" {w.speedup:.2f}x [{w.low:.2f}-{w.high:.2f}]"
+                                         if w.low is not None and w.high is not None else "")
+            for w in result.winners), highlight=False, markup=False)
+    console.print(f"[bold]result ({result.state}):[/bold] {escape(result.summary)} (tuning "
+                  f"took {result.seconds:.0f} s)")
+    if result.method != "none" and not result.serves:
+        console.print("served: without a draft (not surely faster: it needs an interval "
+                      "above 1.00x and a point 5% over)",
+                      highlight=False, markup=False)
 
 
 def sweep_json(results: list[Measured], base_tps: float, seconds: float,

@@ -28,21 +28,25 @@ class Costs:
         self.cost = 0.0
 
     def time(self, configs: Sequence[Config], prompts: Sequence[int] | None = None,
-             least: int = MIN_SAMPLES) -> None:
+             least: int = MIN_SAMPLES, until: float | None = None) -> None:
         """Short requests, COST_BLOCKS per prompt and configuration and at least `least`
         (and the baseline's, the first time): interleaved with every server up, else all of
-        one server's in one block (a server starts once). `prompts`: these only (default all)."""
+        one server's in one block (a server starts once). `prompts`: these only (default all).
+        `until` (on the lab's clock): no more requests once it has passed, one of each
+        configuration taken (on a busy machine short requests too can take minutes)."""
         prompts = list(range(len(self.lab.workload.prompts)) if prompts is None else prompts)
         n = len(prompts)
         blocks = max(COST_BLOCKS, -(-least // n))
         timed = any(t.label == self.baseline[0] for t in self.samples)
         everyone = [*configs] if timed else [self.baseline, *configs]  # its time is known
-        if self.sequential or not self.lab.fits([p for _, p in everyone]):
-            self.samples += rounds(self.lab, everyone, prompts * blocks, SHORT_TOKENS, 0, True)
-            return
-        for block in range(blocks):
-            self.samples += rounds(self.lab, everyone, prompts, SHORT_TOKENS, block, False,
-                                   self.lengths())
+        seq = self.sequential or not self.lab.fits([p for _, p in everyone])
+        for cfgs, block, i in ([([c], 0, i) for c in everyone for i in prompts * blocks] if seq
+                               else [(everyone, b, i) for b in range(blocks) for i in prompts]):
+            if until is not None and self.lab.clock() >= until and all(
+                    any(t.label == c[0] for t in self.samples) for c in cfgs):
+                continue
+            self.samples += rounds(self.lab, cfgs, [i], SHORT_TOKENS, block, seq,
+                                   None if seq else self.lengths())
 
     def lengths(self) -> dict[str, int]:
         """Each configuration's request length so that it lasts as long as the baseline's (by

@@ -77,8 +77,14 @@ Pairs = dict[int, list[tuple[Timed, Timed]]]  # prompt -> (configuration's, base
 
 
 def pair(samples: Sequence[Timed], label: str, baseline: str) -> Pairs:
-    """Each of `label`'s timings with the baseline's on the same prompt in the same block."""
-    base = {(t.prompt, t.block): t for t in samples if t.label == baseline}
+    """Each of `label`'s timings with the baseline's on the same prompt in the same block (the
+    calmest, where it was asked again after outside load)."""
+    base: dict[tuple[int, int], Timed] = {}
+    for t in samples:
+        if t.label == baseline:
+            seen = base.get((t.prompt, t.block))
+            if seen is None or t.busy <= seen.busy:
+                base[(t.prompt, t.block)] = t
     out: Pairs = {}
     for t in samples:
         if t.label == label and (t.prompt, t.block) in base:
@@ -96,6 +102,20 @@ def plausible(pairs: Pairs, limit: float) -> tuple[Pairs, int]:
         if ok:
             kept[i] = ok
     return kept, dropped
+
+
+CALM = 0.5  # cores other processes used during a request, under which it ran undisturbed
+
+
+def calm(pairs: Pairs) -> Pairs:
+    """Per prompt, the pairs during which other processes used under CALM cores on both sides
+    (the CPU watch saw them), where there is one; else all of them. Outside load only slows a
+    request, and a seen burst is no measurement of the configuration."""
+    out: Pairs = {}
+    for i, ps in pairs.items():
+        quiet = [(s, b) for s, b in ps if max(s.busy, b.busy) < CALM]
+        out[i] = quiet or ps
+    return out
 
 
 def steps(t: Timed) -> int:

@@ -101,26 +101,39 @@ def fits_together(backend: Adapter, plans: Sequence[Plan]) -> bool:
     return total <= budget
 
 
+BUSY = 0.5  # cores other processes used during a request, from which it counts as disturbed
+
+
 def rounds(lab: Lab, configs: Sequence[Config], prompts: Sequence[int], max_tokens: int,
            block: int, sequential: bool, lengths: Mapping[str, int] | None = None,
-           ) -> list[Timed]:
+           again: Callable[[], bool] | None = None) -> list[Timed]:
     """Every prompt once on every configuration. Paired: all served, each prompt asked of each
     in turn (the order rotating). Sequential: one server at a time, all prompts on it, the order
     of configurations reversed every other block (A B, B A, ...: a server already up stays).
-    `lengths`: max_tokens by label, where it differs."""
+    `lengths`: max_tokens by label, where it differs. `again`: while it says so, a request
+    during which other processes used BUSY cores or more is asked once more (both count:
+    outside load only slows a request, and the low quantiles take the calm one)."""
     out = []
     size = lengths or {}
+
+    def ask(label: str, i: int) -> None:
+        t = _tag(lab.ask(label, i, size.get(label, max_tokens)), block)
+        out.append(t)
+        if again is not None and t.busy >= BUSY and again():
+            out.append(_tag(lab.ask(label, i, size.get(label, max_tokens)), block))
+
     if not sequential:
         lab.keep(configs)
         for n, i in enumerate(prompts):
             shift = (block + n) % len(configs)
             for label, _plan in [*configs[shift:], *configs[:shift]]:
-                out.append(_tag(lab.ask(label, i, size.get(label, max_tokens)), block))
+                ask(label, i)
         return out
     order = list(configs) if block % 2 == 0 else list(reversed(configs))
     for cfg in order:
         lab.keep([cfg])
-        out += [_tag(lab.ask(cfg[0], i, size.get(cfg[0], max_tokens)), block) for i in prompts]
+        for i in prompts:
+            ask(cfg[0], i)
     return out
 
 

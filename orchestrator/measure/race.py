@@ -14,11 +14,13 @@ Decisions rest on intervals (95%, measure/intervals.py), never on one sample:
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
 - a pair above the physical bound is discarded as noise (and counted).
 The budget holds: a block runs only as far as it fits in what is left (by the expected time of
-each configuration's requests, from its own timings so far, else the baseline's): the first
-block screens every candidate with requests short enough (`screen` tokens) that it fits in
-part of the budget; later blocks are full length; a block that no longer fits whole runs on as
-many prompts as fit (one of each category at least, taken in turn), and a challenger whose first
-block does not fit is reported as not measured, never as lost.
+each configuration's requests, from its own timings so far, else the baseline's). Each block's
+requests are as long as fits in SHARE of the time left (max_tokens at most, MIN_TOKENS at
+least): the first, with every candidate in it, screens with short requests; as losers leave,
+blocks grow to full length (many short requests also give the low quantiles more samples under
+bursty load). A block that no longer fits whole runs on as many prompts as fit (one of each
+category at least, taken in turn), and a challenger whose first block does not fit is reported
+as not measured, never as lost.
 Every decision rests on a 95% interval over all the requests so far (a block is one request per
 prompt of the workload on each side), never on one request.
 """
@@ -34,6 +36,8 @@ from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
 
 MIN_BLOCKS = 1  # a block: one request per prompt of the workload, both sides
 SLACK = 1.05  # a block may run to this share of the time left (expectations are medians)
+SHARE = 0.45  # of the time left: the longest requests whose block fits in it are asked
+MIN_TOKENS = 16  # the shortest request a block asks
 
 
 @dataclass
@@ -65,7 +69,7 @@ class Race:
     margin: float
     precision: float
     deadline: float  # on the lab's clock
-    screen: int = 0  # the first block's request length (0: max_tokens)
+    tokens: int = 0  # this block's request length (admit chooses it)
     prior: list[Timed] = field(default_factory=list)  # timings from before (expectations only)
     start_s: float = 0.0  # expected seconds to start a server
     samples: list[Timed] = field(default_factory=list)
@@ -81,10 +85,14 @@ class Race:
     def weights(self) -> Mapping[str, float]:
         return self.lab.workload.weights()
 
-    @property
-    def tokens(self) -> int:
-        """This block's request length: the screen's first, then the full length."""
-        return self.screen if self.block == 0 and self.screen else self.max_tokens
+    def length(self, entries: Sequence[Entry], prompts: int, room: float) -> int:
+        """The longest request (in steps of 8 tokens, MIN_TOKENS to max_tokens) at which a
+        block of `entries` on `prompts` prompts fits in `room` seconds; MIN_TOKENS when none
+        does."""
+        self.tokens = max(self.max_tokens, MIN_TOKENS)
+        while self.tokens > MIN_TOKENS and self.cost(entries, prompts) > room:
+            self.tokens = max(MIN_TOKENS, self.tokens - 8)
+        return self.tokens
 
     def order(self) -> list[int]:
         """The workload's prompts taken one of each category in turn (a block cut short stays
@@ -105,7 +113,8 @@ class Race:
             self.sequential = True
             self.lab.say(f"{len(configs)} servers do not fit in memory together: one at a time")
         self.samples += rounds(self.lab, configs, self.order() if prompts is None else prompts,
-                               self.tokens, self.block, self.sequential)
+                               self.tokens or self.max_tokens, self.block, self.sequential,
+                               again=lambda: self.lab.clock() < self.deadline)
         self.block += 1
         for e in active:
             e.blocks += 1
@@ -114,7 +123,7 @@ class Race:
     def pairs(self, e: Entry) -> intervals.Pairs:
         kept, e.discarded = intervals.plausible(
             intervals.pair(self.samples, e.label, self.baseline[0]), e.bound)
-        return kept
+        return intervals.calm(kept)
 
     def judge(self, e: Entry) -> None:
         pairs = self.pairs(e)
@@ -138,30 +147,32 @@ class Race:
         """Measure until settled, the budget is spent or `blocks` more blocks ran; returns the
         leader (the first entry unless beaten)."""
         lead = leader or entries[0]
-        active = [e for e in entries if not e.dropped]
+        active = [e for e in entries if not e.dropped]  # still in the race
         ran = 0
         while active and (blocks is None or ran < blocks):
-            active, prompts = self.admit(active, lead)
-            if not active:
+            now, prompts = self.admit(active, lead)  # what this block measures
+            active = [e for e in active if not e.dropped]
+            if not now:
                 self.stopped = "budget"
                 break
-            expected, began = self.cost(active, len(prompts)) / self.pace, self.lab.clock()
-            self.measure(active, prompts)
+            expected, began = self.cost(now, len(prompts)) / self.pace, self.lab.clock()
+            self.measure(now, prompts)
             if expected > 0:
                 self.pace = min(3.0, max(1.0, (self.lab.clock() - began) / expected))
             ran += 1
             lead = self.leader([lead, *entries])
-            for e in active:
+            for e in now:
                 if e is not lead and self.hopeless(e, lead):
                     e.dropped = (f"cannot win: its {intervals.CONFIDENCE:.0%} interval reaches "
                                  f"{_top(e):.2f}x, it needs over "
                                  f"{_point(lead) * (1 + self.margin):.2f}x")
                     self.lab.say(f"{e.label}: {e.dropped}")
             active = [e for e in active if not e.dropped]
+            if lead not in active:
+                active.insert(0, lead)
             if min([lead.blocks, *(e.blocks for e in active if e.blocks)]) < MIN_BLOCKS:
-                active = [lead, *(e for e in active if e is not lead)]
                 continue
-            if all(_top(e) < 1 + self.margin for e in [lead, *active]):
+            if all(_top(e) < 1 + self.margin for e in active if e.blocks):
                 self.stopped = "decided"  # no top reaches the baseline plus the margin
                 break
             rivals = [e for e in active if e is not lead]
@@ -172,7 +183,6 @@ class Race:
             if self.lab.clock() >= self.deadline:
                 self.stopped = "budget"
                 break
-            active = [lead, *rivals] if lead not in active else active
         return lead
 
     def expected(self, label: str, tokens: int) -> float:
@@ -204,9 +214,11 @@ class Race:
         order = self.order()
         left = (self.deadline - self.lab.clock()) * SLACK
         cats = len({self.cats[i] for i in order})
-        out = [e for e in active if e is lead or e.blocks]
-        if not out:  # the first block: the leader is new too
-            out = [lead] if lead in active else active[:1]
+        self.length(active, len(order), left / SLACK * SHARE)
+        out = [e for e in active if e is lead] + [e for e in active if e is not lead
+                                                      and e.blocks]
+        if not out:
+            out = active[:1]
         n = len(order)
         while n >= cats and self.cost(out, n) > left:
             n -= 1
@@ -219,17 +231,28 @@ class Race:
                 if not e.blocks:
                     self._not_measured(e, left, self.cost([e], len(order)))
             return [], []
-        for e in [e for e in active if e not in out]:
+        for e in [e for e in active if e not in out and not e.blocks]:
             if self.cost([*out, e], n) <= left:
                 out.append(e)
             else:
                 self._not_measured(e, left, self.cost([*out, e], n))
-        return out, order[:n]
+        return out, order[:n]  # measured rivals that do not fit sit this block out
 
     def _not_measured(self, e: Entry, left: float, need: float) -> None:
         e.dropped = (f"not measured: {max(left, 0.0):.0f} s of the budget were left and a "
                      f"block with it takes about {need:.0f} s; a longer --budget measures it")
         self.lab.say(f"{e.label}: {e.dropped}")
+
+    def final(self, entries: Sequence[Entry], lead: Entry) -> Entry:
+        """The decision when the race ends: the best point measured among the leader and the
+        configurations still in it (not shown unable to win), the leader on a tie. The leader
+        rule (surely ahead by the margin) keeps the race's comparisons steady; once the budget
+        is spent, the best measured is the best answer there is."""
+        alive = [e for e in entries if e.interval is not None and e.drafted
+                 and e.blocks >= MIN_BLOCKS and e.interval.point <= e.bound
+                 and not e.dropped.startswith("cannot win")]
+        best = max(alive, key=_point, default=lead)
+        return best if _point(best) > _point(lead) else lead
 
     def versus(self, e: Entry, lead: Entry) -> Interval | None:
         """e's speedup over the leader's on the prompts and blocks both measured."""

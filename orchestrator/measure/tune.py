@@ -7,9 +7,10 @@ one paired race, within the budget, and always leave a decision.
 2. The race (race.py), every candidate in the first block: the draft at the cost model's k and
    over 2..max-k (2 and max-k always: the step times at both ends), n-gram, and where the build
    has them ngram-mod alone and the draft chained with ngram-mod, and a p-min at the cost
-   model's k. The first block screens them all with requests short enough that it fits in
-   SCREEN_SHARE of the time left; later blocks are full length. Losers leave by paired
-   intervals against the leader (successive elimination).
+   model's k. Each block asks requests as long as fit in part of the time left (race.SHARE):
+   the first, with every candidate, screens with short ones; as losers leave by paired
+   intervals against the leader (successive elimination), blocks grow to full length. When it
+   ends, the leader stands unless one still in the race measured a point 5% ahead of it.
 3. After the first block, the cost model from the race's own counters and step timings: the
    longest draft's per-position acceptance per prompt (exact at temperature 0: a shorter draft
    is its prefix), each measured draft length's step time in target steps (v(k) = step - k*c,
@@ -39,7 +40,7 @@ from specctl.orchestrator.measure.costs import Costs
 from specctl.orchestrator.measure.fit import Estimates, fit_alpha
 from specctl.orchestrator.measure.intervals import LOW_Q, Interval, quantile
 from specctl.orchestrator.measure.lab import Config, Lab, Timed
-from specctl.orchestrator.measure.race import MIN_BLOCKS, Entry, Race
+from specctl.orchestrator.measure.race import MIN_BLOCKS, SHARE, Entry, Race
 from specctl.orchestrator.measure.trials import Bench, Measurer, measured, speedup
 from specctl.orchestrator.measure.tuned import Measured, Result, Winner, bound_flag, chain_of
 from specctl.orchestrator.planning import costmodel
@@ -52,8 +53,6 @@ GUARD = 0.98  # a category is slowed when its interval's top is under this
 PRECISION = 0.05  # the headline's interval half-width to reach
 BUDGET = 240.0  # seconds of tune, by default
 FIXED_SHARE = 0.15  # the most of the budget the draft-alone timings may take
-SCREEN_SHARE = 0.45  # of the time left: the first block, every candidate in it
-MIN_SCREEN = 16  # tokens: the shortest screening request
 NGRAM_K = 8  # n-gram's draft length: its drafts cost nothing to make
 NGRAM_MOD_K = 16  # ngram-mod's longest draft: a found n-gram continues for many tokens
 
@@ -142,14 +141,15 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     lab.say(f"timing the draft alone against the target (c); {_left(lab, deadline)}")
     costs = Costs(lab, base, seq)  # 1. c from short timings
     one_each = Race(lab, base, max_tokens, seq, margin, precision, deadline).order()
-    costs.time([alone], prompts=one_each[:len(lab.workload.categories)], least=4)
+    costs.time([alone], prompts=one_each[:len(lab.workload.categories)], least=4,
+               until=started + budget * FIXED_SHARE)
     cost = round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
     entries = [_entry(e.config[1], cost) for e in entries]
     race = Race(lab, base, max_tokens, seq, margin, precision, deadline, prior=costs.samples,
                 start_s=_start_s(lab, costs, started))
-    race.screen = _screen(race, entries, max_tokens)
-    lab.say(f"first block: {len(entries)} candidates and the baseline, {race.screen} tokens "
-            f"a request, about {race.cost(entries, len(race.order())):.0f} s; "
+    lab.say(f"first block: {len(entries)} candidates and the baseline, "
+            f"{race.length(entries, len(race.order()), (deadline - lab.clock()) * SHARE)} "
+            f"tokens a request, about {race.cost(entries, len(race.order())):.0f} s; "
             + _left(lab, deadline))
     lead = race.run(entries, blocks=1)  # 2. every candidate in the first block
     est = _model(lab, race, entries, cost, max_k)  # 3. the cost model from the race
@@ -166,6 +166,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
         lab.say(f"full-length blocks: {sum(1 for e in entries if not e.dropped)} still in the "
                 f"race; {_left(lab, deadline)}")
         lead = race.run(entries, leader=lead)
+    lead = race.final(entries, lead)
     cats = race.categories(lead)
     slowed = {c: iv for c, iv in cats.items() if iv.high < GUARD}
     kept: Entry | None = lead
@@ -191,21 +192,6 @@ def _start_s(lab: Lab, costs: Costs, began: float) -> float:
     """A server's start, as the draft-alone timings' two took (their requests' time off)."""
     busy = sum(t.wall_s or t.seconds for t in costs.samples)
     return max(0.0, (lab.clock() - began - busy) / 2)
-
-
-def _screen(race: Race, entries: Sequence[Entry], max_tokens: int) -> int:
-    """The first block's request length: the longest (in steps of 8 tokens, MIN_SCREEN at
-    least, max_tokens at most) at which a block of every candidate fits in SCREEN_SHARE of the
-    time left."""
-    room = (race.deadline - race.lab.clock()) * SCREEN_SHARE
-    n = len(race.order())
-    tokens = max_tokens
-    while tokens > MIN_SCREEN:
-        race.screen = tokens
-        if race.cost(entries, n) <= room:
-            break
-        tokens = max(MIN_SCREEN, tokens - 8)
-    return tokens
 
 
 def _model(lab: Lab, race: Race, entries: Sequence[Entry], cost: float,
@@ -342,9 +328,10 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
         method, k, p_min = tp.method, tp.k, tp.p_min
         summary = (f"{top.label} measured {iv.text()} over the baseline ("
                    + ", ".join(f"{c} {v.point:.2f}x" for c, v in cats.items()) + ")")
-        if iv.low <= 1.0:
-            summary += ("; not surely faster than the baseline (its interval reaches under "
-                        "1.00x): `up` serves without a draft until a tune shows it is")
+        if iv.low <= 1.0 or iv.point <= 1 + margin:
+            summary += ("; not surely faster than the baseline (it needs an interval above "
+                        f"1.00x and a point over {1 + margin:.2f}x): `up` serves without a "
+                        "draft until a tune shows it is")
     if settled:
         summary += f"; settled: {race.stopped} reached (±{iv.half_width:.0%})"
     else:

@@ -24,6 +24,7 @@ from specctl.orchestrator.files import (
     read_text,
     write_atomic,
 )
+from specctl.orchestrator.measure.engine import MARGIN
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.testbed import sha256_file
 from specctl.orchestrator.planning.plan import NGRAMS, Method, Plan, Step
@@ -177,9 +178,10 @@ class Result(_Model):
 
     @property
     def serves(self) -> bool:
-        """Whether `up` serves it: speculation on and its interval's bottom above 1.00x (a
-        result from before intervals were saved is served as it was)."""
-        return self.method != "none" and (self.low is None or self.low > 1.0)
+        """Whether `up` serves it: speculation on, its interval's bottom above 1.00x and its
+        point over the baseline by the margin every comparison uses (a near-tie is noise)."""
+        return self.method != "none" and self.speedup > 1 + MARGIN and (
+            self.low is None or self.low > 1.0)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump()

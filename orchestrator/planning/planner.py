@@ -43,7 +43,7 @@ class Tuned:
     summary: str
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
     chain: tuple[Step, ...] = ()
-    low: float | None = None  # the speedup's 95% interval's bottom, as measured
+    served: bool = True  # surely faster (measure.tuned.Result.serves): else served without
     state: str = "settled"  # or "provisional": the budget ran out before the precision
 
 
@@ -296,11 +296,11 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
     except StateError as exc:  # a saved result that failed validation: set aside, not used
         found = None
         reasons.append(f"Tuned result ignored: {exc}")
-    if found is not None and found.method != "none" and found.low is not None \
-            and found.low <= 1.0:
+    if found is not None and found.method != "none" and not found.served:
         plan = plan.but(method="none", k=0, draft=None, chain=(), k_source="tuned")
         why = (f"`specctl tune` ({found.state}) found {found.summary.split('; ', 1)[0]}, not "
-               "surely faster than without a draft (its interval reaches under 1.00x): "
+               "surely faster than without a draft (its interval must be above 1.00x and "
+               "its point 5% over): "
                "serving without one; `specctl tune` with a longer --budget may show it pays")
     elif found is not None:
         draft_kept = draft if found.method == "draft" else None
