@@ -106,17 +106,21 @@ BUSY = 0.5  # cores other processes used during a request, from which it counts 
 
 def rounds(lab: Lab, configs: Sequence[Config], prompts: Sequence[int], max_tokens: int,
            block: int, sequential: bool, lengths: Mapping[str, int] | None = None,
-           again: Callable[[], bool] | None = None) -> list[Timed]:
+           again: Callable[[], bool] | None = None,
+           stop: Callable[[], bool] | None = None) -> list[Timed]:
     """Every prompt once on every configuration. Paired: all served, each prompt asked of each
     in turn (the order rotating). Sequential: one server at a time, all prompts on it, the order
     of configurations reversed every other block (A B, B A, ...: a server already up stays).
     `lengths`: max_tokens by label, where it differs. `again`: while it says so, a request
     during which other processes used BUSY cores or more is asked once more (both count:
-    outside load only slows a request, and the low quantiles take the calm one)."""
+    outside load only slows a request, and the low quantiles take the calm one). `stop`: once
+    it says so, nothing more is asked (a budget's end: the block stays partial)."""
     out = []
     size = lengths or {}
 
     def ask(label: str, i: int) -> None:
+        if stop is not None and stop():
+            return
         t = _tag(lab.ask(label, i, size.get(label, max_tokens)), block)
         out.append(t)
         if again is not None and t.busy >= BUSY and again():
