@@ -141,10 +141,14 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.commands import bench as command
+    from specctl.orchestrator.files import output_path
     from specctl.orchestrator.measure import reports
 
     if plot:
-        reports.check_plotting()  # before minutes of measuring, not after
+        reports.check_plotting(plot)  # before minutes of measuring, not after
+    for out in (json_out, plot):  # a missing folder, a FIFO: said now, not after measuring
+        if out is not None:
+            output_path(out)
     work = _workload(suite, prompts_arg, mix)
     app = App.from_env()
     if versus:
@@ -172,8 +176,10 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
 def _write(data: object, path: Path | None, as_json: bool, show: Callable[[], None]) -> None:
     """A report: to --output FILE too, then as JSON on stdout (--json) or shown."""
     text = json.dumps(data, indent=2)
-    if path:
-        path.write_text(text + "\n")
+    if path is not None:
+        from specctl.orchestrator.files import write_output
+
+        write_output(path, text + "\n")
     click.echo(text) if as_json else show()
 
 

