@@ -138,3 +138,73 @@ def test_bench_output_paths_are_checked_before_anything_runs(
     code, _, err = run_main(monkeypatch, capsys, "bench", "-p", str(profile), option, name)
     one_line_error(code, err)
     assert "m.gguf" not in err and ("cannot write" in err or "--plot" in err), err
+
+
+# --- command-line values --------------------------------------------------------------------------
+
+CPU = str(Path(__file__).parent / "fixtures" / "hardware" / "linux_cpu_2c_24g.json")
+flag_values = {
+    "--port": st.one_of(st.integers(-2, 70000).map(str), st.sampled_from(
+        ["", " ", "080", "8080.0", "1e3", "0x50", "nan", "８０８０", "-0"])),
+    "--ctx": st.one_of(st.integers(-1, 1 << 25).map(str), st.sampled_from(["", "4k", "inf"])),
+    "--host": st.sampled_from(["", "127.0.0.1", "::1", "localhost", "0.0.0.0", "a b", "[::1]",
+                               "\x1b[31m", "host\n"]),
+    "--backend": st.sampled_from(["", ",", " , ", "llamacpp", "llama.cpp", "nope", "vllm,",
+                                  "LLAMACPP"]),
+    "--draft": st.sampled_from(["", "none", "ngram", "auto", "ngram-mod", "testbed:nope",
+                                "/nonexistent.gguf", "hf:", "hf:a/b/c"]),
+}
+
+
+@FEW
+@given(flags=st.dictionaries(st.sampled_from(sorted(flag_values)), st.none(), min_size=1,
+                             max_size=3).flatmap(lambda chosen: st.fixed_dictionaries(
+                           {k: flag_values[k] for k in chosen})))
+def test_plan_flags_are_used_as_given_or_refused_in_one_line(
+        flags: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    args = [w for k, v in flags.items() for w in (k, v)]
+    code, out, err = run_main(monkeypatch, capsys, "plan", "testbed:smollm2-135m",
+                              "--hardware", CPU, "--json", *args)
+    if code != 0:
+        one_line_error(code, err)
+        return
+    import json
+
+    plan = json.loads(out)
+    argv = plan["argv"]
+    given = {"--port": "--port", "--host": "--host", "--ctx": "-c"}
+    for flag, engine_flag in given.items():
+        if flag in flags and plan["backend"] == "llamacpp":
+            value = argv[argv.index(engine_flag) + 1]
+            if flag == "--ctx":  # shrunk to fit memory, never grown
+                assert int(value) <= int(flags[flag])
+            else:
+                assert value == str(int(flags[flag])) if flag == "--port" else flags[flag]
+    if "--backend" in flags:  # a value that names no backend is never the default
+        assert plan["backend"] in flags["--backend"].lower().replace(".", "")
+
+
+def test_an_empty_backend_flag_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `--backend ""` (or ",") planned with the default backend and exit 0."""
+    for value in ("", " , "):
+        code, _, err = run_main(monkeypatch, capsys, "plan", "testbed:smollm2-135m",
+                                "--hardware", CPU, "--backend", value)
+        one_line_error(code, err)
+        assert code == 2 and "--backend" in err
+
+
+@pytest.mark.parametrize("kind", ["missing", "file", "device"])
+def test_drafts_models_dir_that_is_no_folder_is_refused(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `drafts --models-dir` of a missing folder, a file or /dev/null searched nothing,
+    said nothing and exited 0."""
+    folder = {"missing": tmp_path / "nope", "file": tmp_path / "f.gguf",
+              "device": Path("/dev/null")}[kind]
+    (tmp_path / "f.gguf").write_bytes(b"GGUF")
+    code, _, err = run_main(monkeypatch, capsys, "drafts", "--target", "testbed:smollm2-135m",
+                            "--models-dir", str(folder))
+    one_line_error(code, err)
+    assert code == 2 and "not a folder" in err
