@@ -356,6 +356,18 @@ def models_testbed() -> None:
 
 
 
+def _folders(dirs: tuple[Path, ...]) -> tuple[Path, ...]:
+    """Folders named on the command line: each one that is not a folder is refused (a typo
+    would otherwise search nothing and say nothing)."""
+    from specctl.orchestrator import sanitise
+
+    for folder in dirs:
+        if not folder.is_dir():
+            raise click.BadParameter(f"{sanitise.line(folder)} is not a folder",
+                                     param_hint="'--models-dir'")
+    return dirs
+
+
 @cli.command()
 @click.option("--target", required=True, metavar="REF",
               help="Target model: .gguf path, hf:org/repo[:quant], STORE:name (another "
@@ -363,6 +375,7 @@ def models_testbed() -> None:
 @click.option("--backend", "backend_name", metavar="NAME",
               help="Whose vocabulary rule applies (default: the first this machine would use).")
 @click.option("--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path),
+              callback=lambda _ctx, _param, dirs: _folders(dirs),
               help="Another folder of GGUF files to search (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def drafts(target: str, backend_name: str | None, models_dirs: tuple[Path, ...],
