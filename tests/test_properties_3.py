@@ -208,3 +208,43 @@ def test_drafts_models_dir_that_is_no_folder_is_refused(
                             "--models-dir", str(folder))
     one_line_error(code, err)
     assert code == 2 and "not a folder" in err
+
+
+# --- profile fields -----------------------------------------------------------------------------
+
+def _plan_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+               profile: Path) -> tuple[int, dict[str, object], str]:
+    import json
+
+    code, out, err = run_main(monkeypatch, capsys, "plan", "-p", str(profile), "--hardware",
+                              CPU, "--json")
+    return code, (json.loads(out) if code == 0 else {}), err
+
+
+@pytest.mark.parametrize("top,section,method", [
+    ("auto", "none", "none"), ("testbed:qwen-0.5b-q4", "none", "none"),
+    ("none", "ngram", "ngram"), ("auto", "ngram-mod", "ngram-mod")])
+def test_a_backend_sections_draftless_draft_is_used(
+        top: str, section: str, method: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `[llamacpp] draft = "none"` was refused as "model file none not found" (a valid
+    value refused), and `[llamacpp] draft = "ngram"` under `draft = "none"` planned no
+    speculation (the section's draft was read for the model, never for the method)."""
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'target = "testbed:qwen-1.5b-f16"\ndraft = "{top}"\n'
+                       f'[llamacpp]\ndraft = "{section}"\n')
+    code, plan, err = _plan_json(monkeypatch, capsys, profile)
+    assert code == 0, err
+    assert plan["method"] == method and plan["draft"] is None
+
+
+def test_auto_with_a_head_method_is_a_pick_or_one_clear_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `draft_method = "eagle3"` with `draft = "auto"` looked for a model file named
+    'auto' ("model file auto not found; fix the path")."""
+    profile = tmp_path / "p.toml"
+    profile.write_text('target = "testbed:qwen-1.5b-f16"\ndraft_method = "eagle3"\n')
+    code, _, err = _plan_json(monkeypatch, capsys, profile)
+    one_line_error(code, err)
+    assert "model file auto" not in err and "eagle3" in err
