@@ -248,3 +248,78 @@ def test_auto_with_a_head_method_is_a_pick_or_one_clear_line(
     code, _, err = _plan_json(monkeypatch, capsys, profile)
     one_line_error(code, err)
     assert "model file auto" not in err and "eagle3" in err
+
+
+# --- GGUF headers: bounded in time, numbers are no vocabulary ---------------------------------
+
+def _numbers(item: int, n: int) -> bytes:
+    """An array header of n items of a numeric type (their bytes: zeros, holes in the file)."""
+    import struct
+
+    return struct.pack("<IIQ", 9, item, n) + bytes(n * {0: 1, 4: 4, 6: 4, 12: 8}[item])
+
+
+@FEW
+@given(st.sampled_from([0, 4, 6, 12]), st.sampled_from([16, 1 << 16, 1 << 22]),
+       st.booleans())
+def test_a_numeric_or_repeated_vocabulary_is_rejected_within_a_bound(
+        item: int, n: int, twice: bool) -> None:
+    """Before: a `tokenizer.ggml.tokens` array of numbers was read item by item in Python (4M
+    items each, and again for every repeat of the key: `drafts` spent minutes on a loaded machine)
+    and then judged a "compatible" vocabulary."""
+    import time
+
+    from specctl.orchestrator.errors import ModelError
+    from specctl.orchestrator.models import compat
+    from specctl.orchestrator.models.gguf_meta import _PARSED
+    from specctl.orchestrator.models.info import from_gguf
+    from tests import hostile_gguf
+
+    body = _numbers(item, n)
+    with tempfile.TemporaryDirectory(prefix="specctl-prop3-") as tmp:
+        kvs = [("tokenizer.ggml.model", hostile_gguf.scalar(8, "gpt2")),
+               ("tokenizer.ggml.tokens", body)] + ([("tokenizer.ggml.tokens", body)]
+                                                   if twice else [])
+        paths = [hostile_gguf.write(Path(tmp) / f"{name}.gguf", kvs) for name in ("t", "d")]
+        started = time.monotonic()
+        try:
+            target, draft = (from_gguf(p, str(p)) for p in paths)
+            why = compat.near(target, draft)
+        except ModelError as exc:  # refused: twice, or numbers where the texts belong
+            said = "appears twice" if twice else "no tokenizer vocabulary"
+            assert said in str(exc) and "\n" not in str(exc)
+            return
+        finally:
+            _PARSED.clear()
+            assert time.monotonic() - started < 5
+        pytest.fail(f"a vocabulary of numbers judged: {why!r}")
+
+
+def test_drafts_on_a_crafted_vocabulary_finishes_and_rejects_it(tmp_path: Path) -> None:
+    """The probe's case through the real command: the target and a draft whose vocabulary is
+    4M numbers, given twice. Before: 14 s on this 2-core machine under load (scaling with the
+    items), the draft listed as compatible."""
+    import subprocess
+
+    from tests import hostile_gguf
+    from tests.cli import specctl
+
+    body = _numbers(0, 1 << 22)
+    kvs = [("tokenizer.ggml.model", hostile_gguf.scalar(8, "gpt2")),
+           ("tokenizer.ggml.tokens", body), ("tokenizer.ggml.tokens", body)]
+    (tmp_path / "d").mkdir()
+    target = hostile_gguf.write(tmp_path / "t.gguf", kvs[:2])
+    hostile_gguf.write(tmp_path / "d" / "x.gguf", kvs)
+    env = {**os.environ, "SPECCTL_STATE_DIR": str(tmp_path / "state"),
+           "SPECCTL_CONFIG_DIR": str(tmp_path / "config")}
+    try:
+        done = specctl("drafts", "--target", str(target), "--models-dir", str(tmp_path / "d"),
+                       "--json", env=env, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("drafts did not finish within 30 s")
+    assert done.returncode == 0, done.stderr
+    import json
+
+    rows = {c["path"]: c for c in json.loads(done.stdout)["candidates"] if c["path"]}
+    crafted = rows[str(tmp_path / "d" / "x.gguf")]
+    assert not crafted["compatible"] and "appears twice" in crafted["reason"]

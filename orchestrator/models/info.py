@@ -14,6 +14,7 @@ from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import catalog, hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import (
     ArrayInfo,
+    ValueType,
     count,
     file_type_name,
     read_metadata,
@@ -135,7 +136,8 @@ def from_gguf(path: Path, ref: str) -> ModelInfo:
     return ModelInfo(
         ref=ref, name=name, path=path, architecture=arch, layers=num("block_count"), heads=heads,
         kv_heads=num("attention.head_count_kv", heads), head_dim=head_dim,
-        vocab_size=tokens.length if isinstance(tokens, ArrayInfo) else 0,
+        vocab_size=tokens.length if isinstance(tokens, ArrayInfo) and
+        tokens.item_type == ValueType.STRING else 0,  # numbers are no vocabulary
         vocab_type=VOCAB_TYPES.get(tok_model, tok_model),
         tokenizer=f"gguf:{tok_model}/{text(meta, 'tokenizer.ggml.pre', path, '-')}",
         params_b=known.params_b if known else None,
