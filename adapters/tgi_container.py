@@ -34,7 +34,7 @@ def default_hf_dirs(environ: Mapping[str, str], home: Path) -> tuple[str, str | 
 
 def bind_host(host: str) -> str:
     """The host side of `-p HOST:PORT:80`: an address, as the engines want it."""
-    if host == "localhost":
+    if host.lower() == "localhost":
         return "127.0.0.1"
     if host == "":
         return "0.0.0.0"

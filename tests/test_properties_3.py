@@ -323,3 +323,29 @@ def test_drafts_on_a_crafted_vocabulary_finishes_and_rejects_it(tmp_path: Path) 
     rows = {c["path"]: c for c in json.loads(done.stdout)["candidates"] if c["path"]}
     crafted = rows[str(tmp_path / "d" / "x.gguf")]
     assert not crafted["compatible"] and "appears twice" in crafted["reason"]
+
+
+@pytest.mark.parametrize("host", ["LOCALHOST", "LocalHost", "::ffff:127.0.0.1"])
+def test_a_loopback_host_in_any_spelling_is_used(
+        host: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `--host LOCALHOST` (host names are case-blind) and the IPv4 loopback mapped into
+    IPv6 were refused as "exposes the server beyond this machine" (a valid value refused)."""
+    import json
+
+    code, out, err = run_main(monkeypatch, capsys, "plan", "testbed:smollm2-135m",
+                              "--hardware", CPU, "--json", "--host", host)
+    assert code == 0, err
+    argv = json.loads(out)["argv"]
+    assert argv[argv.index("--host") + 1] == host
+
+
+@FEW
+@given(st.ip_addresses())
+def test_is_loopback_agrees_with_the_address(address: object) -> None:
+    import ipaddress
+
+    from specctl.orchestrator.contract.launch import is_loopback
+
+    ip = ipaddress.ip_address(str(address))
+    mapped = getattr(ip, "ipv4_mapped", None)
+    assert is_loopback(str(ip)) == (ip.is_loopback or bool(mapped and mapped.is_loopback))
