@@ -349,3 +349,20 @@ def test_is_loopback_agrees_with_the_address(address: object) -> None:
     ip = ipaddress.ip_address(str(address))
     mapped = getattr(ip, "ipv4_mapped", None)
     assert is_loopback(str(ip)) == (ip.is_loopback or bool(mapped and mapped.is_loopback))
+
+
+# --- SPECCTL_* values -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["/nonexistent/llama-server", "{tmp}"])
+def test_a_llama_server_variable_naming_no_file_is_refused(
+        value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: SPECCTL_LLAMA_SERVER naming a missing file (or a folder) was passed over for the
+    build in the cache or the one on PATH, and `plan` said exit 0 for a program the user did not
+    name (a wrong success)."""
+    monkeypatch.setenv("SPECCTL_LLAMA_SERVER", value.format(tmp=tmp_path))
+    # this machine (a recorded one is planned with the recorded dialect, nothing probed)
+    code, _, err = run_main(monkeypatch, capsys, "plan", "testbed:smollm2-135m",
+                            "--backend", "llamacpp")
+    one_line_error(code, err)
+    assert "SPECCTL_LLAMA_SERVER" in err
