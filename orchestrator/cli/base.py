@@ -65,7 +65,7 @@ def override_flags(func: Callable[..., Any]) -> Callable[..., Any]:
                 backend_names: str | None, draft: str | None, **kwargs: Any) -> Any:
         backends = tuple(n.strip() for n in (backend_names or "").split(",") if n.strip())
         if backend_names is not None and not backends:  # `--backend ""`: never the default
-            raise click.BadParameter("name a backend (`specctl backend list`), e.g. llamacpp",
+            raise click.BadParameter("name a backend (`specctl backend list` lists them)",
                                      param_hint="'--backend'")
         flags = Flags(port=port, host=host, ctx=ctx, backend=backends, draft=draft)
         return func(*args, flags=flags, **kwargs)
