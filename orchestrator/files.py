@@ -170,6 +170,16 @@ def write_output(path: str | os.PathLike[str], data: str | bytes) -> Path:
     return checked
 
 
+def expand_user(path: str | os.PathLike[str]) -> Path:
+    """`path` with a leading `~` or `~user` expanded as a shell does it: left as written when
+    that user (or a home) does not exist, never an exception (`~nosuchuser/x.gguf` in a
+    profile is a path that is not found, said as such)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        return Path(path)
+
+
 def check_name(name: str, what: str = "name") -> str:
     """`name` if it is a strict identifier (a profile, a run, a tuning key), else refused."""
     if not _NAME.fullmatch(name):

@@ -366,3 +366,35 @@ def test_a_llama_server_variable_naming_no_file_is_refused(
                             "--backend", "llamacpp")
     one_line_error(code, err)
     assert "SPECCTL_LLAMA_SERVER" in err
+
+
+# --- paths with ~ ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["target", "draft", "llamacpp.target", "--profile"])
+def test_a_tilde_of_no_user_is_a_path_not_a_traceback(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `target = "~nosuchuser/x.gguf"` in a profile (or as a draft, a section's target,
+    `--profile ~nosuchuser/p.toml`) ended in pathlib's RuntimeError ("Could not determine home
+    directory.") with a traceback. Now it is a path as written, not found, in one line."""
+    ghost = "~specctl-no-such-user-39"
+    profile = tmp_path / "p.toml"
+    body = {"target": f'target = "{ghost}/x.gguf"\n',
+            "draft": f'target = "testbed:smollm2-135m"\ndraft = "{ghost}/d.gguf"\n',
+            "llamacpp.target": f'target = "testbed:smollm2-135m"\n[llamacpp]\n'
+                               f'target = "{ghost}/x.gguf"\n'}.get(where, "")
+    profile.write_text(body)
+    ref = f"{ghost}/p.toml" if where == "--profile" else str(profile)
+    code, _, err = run_main(monkeypatch, capsys, "plan", "-p", ref, "--hardware", CPU)
+    one_line_error(code, err)
+    assert ghost in err
+
+
+@SOME
+@given(st.text(alphabet=st.sampled_from(list("~/ab.-_$")), max_size=12))
+def test_expand_user_never_raises(text: str) -> None:
+    from specctl.orchestrator.files import expand_user
+
+    got = expand_user(text)
+    assert str(got) == str(Path(text)) or not text.startswith("~") or str(got) == str(
+        Path(text).expanduser())

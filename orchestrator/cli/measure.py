@@ -44,6 +44,7 @@ def _ints(text: str | None) -> list[int]:
 
 def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
     """The shipped suites (N prompts each) or the user's prompts file, and the mix."""
+    from specctl.orchestrator.files import expand_user
     from specctl.orchestrator.measure import bench as bench_mod
     from specctl.orchestrator.measure import workload
 
@@ -54,7 +55,7 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
             raise click.BadParameter("--prompts N: 1 to 12 per category (or a file of yours)")
         names = [n for n in suite.split(",") if n] if not shares else list(shares)
         return workload.from_suites({n: bench_mod.load_suite(n)[:per] for n in names}, shares)
-    path = Path(prompts_arg).expanduser()
+    path = expand_user(prompts_arg)
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file (give a number of prompts per "
                                  "category, or a prompts file)")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.files import expand_user
 from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import catalog, hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import (
@@ -59,7 +60,7 @@ def parse_ref(text: str) -> ModelRef:
         return ModelRef("testbed", rest)
     if sep and rest and _STORE_SCHEME.fullmatch(scheme) and not rest.startswith(("/", "\\")):
         return ModelRef(scheme, rest)  # the store named by the scheme checks the rest
-    return ModelRef("gguf", str(Path(text).expanduser()))
+    return ModelRef("gguf", str(expand_user(text)))
 
 
 @dataclass(frozen=True)
