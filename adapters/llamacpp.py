@@ -142,6 +142,10 @@ class LlamaCpp(Adapter):
         return cls(configured=load_settings(_Settings).llama_server, backends_dir=dirs.backends)
 
     def locate(self) -> Path | None:
+        if self.configured is not None and not self.configured.is_file():  # never another one
+            raise BackendError(f"$SPECCTL_LLAMA_SERVER: {self.configured} is not a file; point "
+                               "it at a llama-server program, or unset it to use the one "
+                               "specctl builds or finds on PATH")
         if self.built is None and self.backends_dir is not None:
             self.built = llamacpp_build.installed_server(self.backends_dir, _toolchain())
         on_path = shutil.which("llama-server")

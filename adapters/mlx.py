@@ -47,6 +47,7 @@ from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.contract.settings import load_settings
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
+from specctl.orchestrator.files import expand_user
 
 if TYPE_CHECKING:
     from specctl.orchestrator.config.paths import Dirs
@@ -210,7 +211,7 @@ class Mlx(Adapter):
     @classmethod
     def create(cls, dirs: Dirs) -> Mlx:
         python = load_settings(_Settings).mlx_python
-        return cls(python=python.expanduser().absolute() if python is not None else None)
+        return cls(python=expand_user(python).absolute() if python is not None else None)
 
     # -- what is installed -------------------------------------------------------------------
     def candidates(self) -> list[Path]:

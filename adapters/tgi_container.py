@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from specctl.orchestrator.errors import BackendError
+from specctl.orchestrator.files import expand_user
 
 CONTAINER_PORT = 80  # the image sets PORT=80
 DATA = PurePosixPath("/data")  # the image's HF_HOME: downloads land in /data/hub
@@ -25,16 +26,16 @@ def image_tag(image: str) -> str:
 def default_hf_dirs(environ: Mapping[str, str], home: Path) -> tuple[str, str | None]:
     """The user's Hugging Face home (mounted as /data) and, when HF_HUB_CACHE puts the hub
     elsewhere, that hub (mounted as /data/hub)."""
-    hf_home = Path(environ.get("HF_HOME") or home / ".cache" / "huggingface").expanduser()
+    hf_home = expand_user(environ.get("HF_HOME") or home / ".cache" / "huggingface")
     hub = environ.get("HF_HUB_CACHE")
-    if hub and Path(hub).expanduser() != hf_home / "hub":
-        return str(hf_home), str(Path(hub).expanduser())
+    if hub and expand_user(hub) != hf_home / "hub":
+        return str(hf_home), str(expand_user(hub))
     return str(hf_home), None
 
 
 def bind_host(host: str) -> str:
     """The host side of `-p HOST:PORT:80`: an address, as the engines want it."""
-    if host == "localhost":
+    if host.lower() == "localhost":
         return "127.0.0.1"
     if host == "":
         return "0.0.0.0"

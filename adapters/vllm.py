@@ -26,6 +26,7 @@ from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.contract.settings import EnvVar, load_settings
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
+from specctl.orchestrator.files import expand_user
 from specctl.orchestrator.sizes import GIB, gib
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ class Vllm(Adapter):
         vllm_cache = environ.get("VLLM_CACHE_ROOT") or xdg / "vllm"
         config = environ.get("VLLM_CONFIG_ROOT") or home / ".config" / "vllm"
         triton = environ.get("TRITON_CACHE_DIR") or home / ".triton"
-        return tuple(Path(p).expanduser() for p in (vllm_cache, config, triton,
+        return tuple(expand_user(p) for p in (vllm_cache, config, triton,
                                                     xdg / "flashinfer"))
 
     def devices(self, options: Options) -> int:

@@ -105,10 +105,16 @@ def write_atomic(path: Path, text: str) -> None:
             raise ReadOnlyError(path.parent) from None
         raise StateError(f"cannot write {path}: {exc.strerror or exc}; set SPECCTL_STATE_DIR "
                          "to a writable place") from None
+    _replace(path, text.encode("utf-8"), "free some disk space or set SPECCTL_STATE_DIR to a "
+             "writable place")
+
+
+def _replace(path: Path, data: bytes, then: str) -> None:
+    """`data` into a temp file beside `path`, fsync'd, renamed over it (mode 0600)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o600)
@@ -118,26 +124,60 @@ def write_atomic(path: Path, text: str) -> None:
             os.unlink(tmp)
         if exc.errno == errno.EROFS:
             raise ReadOnlyError(path) from None
-        raise StateError(f"cannot write {path}: {exc.strerror or exc}; free some disk space or "
-                         "set SPECCTL_STATE_DIR to a writable place") from None
+        raise StateError(f"cannot write {path}: {exc.strerror or exc}; {then}") from None
 
 
-def write_output(path: Path, text: str) -> None:
-    """A file the user asked for (`doctor --record FILE`): written atomically, only as a
-    regular file: a folder, FIFO or device there is refused in one line (never a hang)."""
+def output_path(text: str | os.PathLike[str]) -> Path:
+    """A file the user named for specctl to write (`doctor --record`, `bench --output`,
+    `--plot`), checked before any work is done for it: its folder exists (nothing is made for
+    a typo), the name is not a folder's (a trailing '/', '.', a directory) and what is there
+    already is a regular file (a FIFO or device would hang or swallow it). One line if not."""
+    raw = os.fspath(text)
+    if not raw.strip():
+        raise StateError("cannot write to an empty path; name a file")
+    if raw.endswith(("/", os.sep)) or Path(raw).name in ("", ".", ".."):
+        raise StateError(f"cannot write {raw!r}: it names a folder; name a file in it")
+    path = Path(raw)
     try:
-        st = os.stat(path)
+        folder = os.stat(path.parent)
     except FileNotFoundError:
-        st = None
+        raise StateError(f"cannot write {path}: the folder {path.parent} does not exist; "
+                         "create it first or name another") from None
+    except (OSError, ValueError) as exc:
+        raise StateError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
+                         ) from None
+    if not stat.S_ISDIR(folder.st_mode):
+        raise StateError(f"cannot write {path}: {path.parent} is {_kind(folder.st_mode)}, "
+                         "not a folder")
+    try:
+        st: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        st = None  # a new file (or a dangling link, replaced by the file)
     except (OSError, ValueError) as exc:
         raise StateError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
                          ) from None
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise StateError(f"cannot write {path}: it is {_kind(st.st_mode)}; name a file")
+    return path
+
+
+def write_output(path: str | os.PathLike[str], data: str | bytes) -> Path:
+    """A file the user asked for, checked as `output_path` does, written atomically into its
+    existing folder (whose mode is left as it is: it is the user's, not specctl's)."""
+    checked = output_path(path)
+    _replace(checked, data.encode("utf-8") if isinstance(data, str) else data,
+             "check the folder's permissions and free space")
+    return checked
+
+
+def expand_user(path: str | os.PathLike[str]) -> Path:
+    """`path` with a leading `~` or `~user` expanded as a shell does it: left as written when
+    that user (or a home) does not exist, never an exception (`~nosuchuser/x.gguf` in a
+    profile is a path that is not found, said as such)."""
     try:
-        write_atomic(path, text)
-    except ValueError as exc:
-        raise StateError(f"cannot write {path}: {exc}") from None
+        return Path(path).expanduser()
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        return Path(path)
 
 
 def check_name(name: str, what: str = "name") -> str:

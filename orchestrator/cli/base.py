@@ -64,6 +64,9 @@ def override_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, port: int | None, host: str | None, ctx: int | None,
                 backend_names: str | None, draft: str | None, **kwargs: Any) -> Any:
         backends = tuple(n.strip() for n in (backend_names or "").split(",") if n.strip())
+        if backend_names is not None and not backends:  # `--backend ""`: never the default
+            raise click.BadParameter("name a backend (`specctl backend list` lists them)",
+                                     param_hint="'--backend'")
         flags = Flags(port=port, host=host, ctx=ctx, backend=backends, draft=draft)
         return func(*args, flags=flags, **kwargs)
 

@@ -44,6 +44,7 @@ def _ints(text: str | None) -> list[int]:
 
 def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
     """The shipped suites (N prompts each) or the user's prompts file, and the mix."""
+    from specctl.orchestrator.files import expand_user
     from specctl.orchestrator.measure import bench as bench_mod
     from specctl.orchestrator.measure import workload
 
@@ -54,7 +55,7 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
             raise click.BadParameter("--prompts N: 1 to 12 per category (or a file of yours)")
         names = [n for n in suite.split(",") if n] if not shares else list(shares)
         return workload.from_suites({n: bench_mod.load_suite(n)[:per] for n in names}, shares)
-    path = Path(prompts_arg).expanduser()
+    path = expand_user(prompts_arg)
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file (give a number of prompts per "
                                  "category, or a prompts file)")
@@ -141,10 +142,14 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.commands import bench as command
+    from specctl.orchestrator.files import output_path
     from specctl.orchestrator.measure import reports
 
     if plot:
-        reports.check_plotting()  # before minutes of measuring, not after
+        reports.check_plotting(plot)  # before minutes of measuring, not after
+    for out in (json_out, plot):  # a missing folder, a FIFO: said now, not after measuring
+        if out is not None:
+            output_path(out)
     work = _workload(suite, prompts_arg, mix)
     app = App.from_env()
     if versus:
@@ -172,8 +177,10 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
 def _write(data: object, path: Path | None, as_json: bool, show: Callable[[], None]) -> None:
     """A report: to --output FILE too, then as JSON on stdout (--json) or shown."""
     text = json.dumps(data, indent=2)
-    if path:
-        path.write_text(text + "\n")
+    if path is not None:
+        from specctl.orchestrator.files import write_output
+
+        write_output(path, text + "\n")
     click.echo(text) if as_json else show()
 
 

@@ -118,10 +118,11 @@ def profiles_show(name: str) -> None:
 @HARDWARE
 @click.option("--ray", "ray_address", metavar="ADDRESS",
               help="Also report the Ray cluster at ADDRESS (host:port or auto): nodes and GPUs.")
-@click.option("--record", type=click.Path(path_type=Path), metavar="FILE.json",
-              help="Write this machine's hardware to FILE for planning elsewhere.")
+@click.option("--record", metavar="FILE.json",
+              help="Write this machine's hardware to FILE (in a folder that exists) for "
+                   "planning elsewhere.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stdout).")
-def doctor(hardware: Path | None, ray_address: str | None, record: Path | None,
+def doctor(hardware: Path | None, ray_address: str | None, record: str | None,
            as_json: bool) -> None:
     """Show this machine, the backends found, and what would run.
 
@@ -132,13 +133,16 @@ def doctor(hardware: Path | None, ray_address: str | None, record: Path | None,
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.config import profiles as profiles_mod
-    from specctl.orchestrator.files import write_output
+    from specctl.orchestrator.files import output_path, write_output
 
+    if record is not None:
+        output_path(record)  # a typo'd folder is refused before anything is detected
     app = App.from_env()
     hw = app.hardware(hardware)
-    if record:
-        write_output(record, json.dumps(hw.to_json(), indent=2) + "\n")
-        err_console.print(f"recorded to {sanitise.line(record)}", highlight=False, markup=False)
+    if record is not None:
+        written = write_output(record, json.dumps(hw.to_json(), indent=2) + "\n")
+        err_console.print(f"recorded to {sanitise.line(written)}", highlight=False,
+                          markup=False)
     if as_json:
         click.echo(json.dumps(_doctor_json(app, hw, hardware is None), indent=2))
         return
@@ -352,6 +356,18 @@ def models_testbed() -> None:
 
 
 
+def _folders(dirs: tuple[Path, ...]) -> tuple[Path, ...]:
+    """Folders named on the command line: each one that is not a folder is refused (a typo
+    would otherwise search nothing and say nothing)."""
+    from specctl.orchestrator import sanitise
+
+    for folder in dirs:
+        if not folder.is_dir():
+            raise click.BadParameter(f"{sanitise.line(folder)} is not a folder",
+                                     param_hint="'--models-dir'")
+    return dirs
+
+
 @cli.command()
 @click.option("--target", required=True, metavar="REF",
               help="Target model: .gguf path, hf:org/repo[:quant], STORE:name (another "
@@ -359,6 +375,7 @@ def models_testbed() -> None:
 @click.option("--backend", "backend_name", metavar="NAME",
               help="Whose vocabulary rule applies (default: the first this machine would use).")
 @click.option("--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path),
+              callback=lambda _ctx, _param, dirs: _folders(dirs),
               help="Another folder of GGUF files to search (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def drafts(target: str, backend_name: str | None, models_dirs: tuple[Path, ...],

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from specctl.orchestrator.files import expand_user
 
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 _STORE = re.compile(r"[a-z][a-z0-9]+:\S+")  # another tool's store, e.g. ollama:qwen2.5:1.5b
@@ -60,7 +61,7 @@ class Flags:
 
 def bare_repo(text: str) -> bool:
     """`org/repo` written without `hf:` (the Hub habit), and no such file here."""
-    return bool(_REPO.fullmatch(text)) and not Path(text).expanduser().exists()
+    return bool(_REPO.fullmatch(text)) and not expand_user(text).exists()
 
 
 def is_model_ref(text: str) -> bool:
@@ -70,7 +71,7 @@ def is_model_ref(text: str) -> bool:
         return True
     if text.endswith(".toml"):
         return False
-    path = Path(text).expanduser()
+    path = expand_user(text)
     if path.is_dir() and (path / "config.json").is_file():
         return True
     return bool(_STORE.fullmatch(text)) and not path.exists()
@@ -85,7 +86,7 @@ def name_for(ref: str) -> str:
         stem = re.sub(r"[-_.]gguf$", "", stem, flags=re.IGNORECASE)
         text = f"{stem}-{quant}" if quant else stem
     elif ref.endswith(".gguf") or "/" in ref or ref.startswith((".", "~")):
-        path = Path(ref).expanduser()
+        path = expand_user(ref)
         text = path.stem if path.suffix == ".gguf" else path.name
     else:
         text = ref.partition(":")[2] or ref  # ollama:qwen2.5-coder:1.5b -> qwen2.5-coder:1.5b

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from specctl.orchestrator.contract.settings import load_settings
+from specctl.orchestrator.files import expand_user
 
 APP = "specctl"
 
@@ -34,7 +35,7 @@ class _Variables(BaseSettings):
     def _expand_user(cls, path: Path) -> Path:
         """~ expanded; a relative path is taken from here, so services and detached
         supervisors (started elsewhere) use the same dir."""
-        return path.expanduser().absolute()
+        return expand_user(path).absolute()
 
 
 class _Given(_Variables):

@@ -38,7 +38,7 @@ from specctl.orchestrator.config import overrides
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.errors import NameRefusedError, ProfileError
-from specctl.orchestrator.files import UnreadableError, check_name, read_text
+from specctl.orchestrator.files import UnreadableError, check_name, expand_user, read_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -306,7 +306,7 @@ def parse(text: str, name: str, source: str, cli: Mapping[str, Any] | None = Non
 
 def load(ref: str, dirs: Dirs, cli: Mapping[str, Any] | None = None) -> Profile:
     """Load by name (user dir, then shipped) or by path to a .toml file."""
-    path = Path(ref).expanduser()
+    path = expand_user(ref)
     if ref.endswith(".toml") or path.is_file():
         if not path.is_file():
             raise ProfileError(f"profile file {path} not found")

@@ -12,6 +12,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.orchestrator.contract.settings import load_settings
+from specctl.orchestrator.files import expand_user
 
 
 class Settings(BaseSettings):
@@ -38,4 +39,4 @@ class Settings(BaseSettings):
         return load_settings(cls)
 
     def model_folders(self) -> list[Path]:
-        return [Path(p).expanduser() for p in self.models_dirs.split(os.pathsep) if p]
+        return [expand_user(p) for p in self.models_dirs.split(os.pathsep) if p]

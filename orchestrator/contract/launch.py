@@ -62,13 +62,16 @@ class Launch(_Frozen):
 
 
 def is_loopback(host: str) -> bool:
-    """Does a server bound to `host` stay on this machine?"""
-    if host == "localhost":
+    """Does a server bound to `host` stay on this machine? Host names are case-blind
+    (LOCALHOST is localhost), and an IPv4 loopback mapped into IPv6 is loopback too."""
+    if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def url_host(host: str) -> str:

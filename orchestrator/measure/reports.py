@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from pathlib import Path
 from typing import Any
 
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.files import inside, write_atomic
+from specctl.orchestrator.files import inside, write_atomic, write_output
 
 
 def save(folder: Path, profile: str, result: dict[str, Any]) -> Path:
@@ -17,16 +18,29 @@ def save(folder: Path, profile: str, result: dict[str, Any]) -> Path:
     return path
 
 
-def check_plotting() -> None:
-    """Fail at once, not after the measuring, when plots cannot be drawn."""
+PLOT_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg")
+
+
+def plot_format(out: Path) -> str:
+    """The image format `out`'s name asks for (none: PNG); another is refused in one line."""
+    fmt = out.suffix[1:].lower() or "png"
+    if fmt not in PLOT_FORMATS:
+        raise SpecctlError(f"--plot {out}: name a .{', .'.join(PLOT_FORMATS)} file")
+    return fmt
+
+
+def check_plotting(out: Path | None = None) -> None:
+    """Fail at once, not after the measuring, when plots cannot be drawn (or not as `out`)."""
     import importlib.util
 
+    if out is not None:
+        plot_format(out)
     if importlib.util.find_spec("matplotlib") is None:
         raise SpecctlError("--plot needs matplotlib: pip install 'specctl[plot]' (or drop --plot)")
 
 
 def plot_bench(result: dict[str, Any], out: Path) -> None:
-    check_plotting()
+    check_plotting(out)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,5 +65,7 @@ def plot_bench(result: dict[str, Any], out: Path) -> None:
     ax2.axhline(1.0, color="grey", linewidth=1)
     fig.suptitle(f"{result['profile']} on {result['hardware']}")
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    image = io.BytesIO()  # drawn in memory, then written as any file the user names is
+    fig.savefig(image, dpi=100, format=plot_format(out))
     plt.close(fig)
+    write_output(out, image.getvalue())

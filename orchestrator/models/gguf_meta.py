@@ -177,9 +177,16 @@ class _Cursor:
             raise _Corrupt("nested arrays")
         n = self.length(MAX_ITEMS, "an array length")
         self.count_items(n)
-        if keep_array:
-            return self.strings(n) if item == ValueType.STRING else [
-                self.value(item, False) for _ in range(n)]
+        if keep_array and item == ValueType.STRING:
+            return self.strings(n)
+        if keep_array:  # numbers in one call, never a Python loop over 4M of them
+            fmt = _SCALARS[item].format[1:]
+            end = self.pos + n * _SCALARS[item].size
+            if end > self.size:
+                raise self.end()
+            values = list(struct.unpack_from(f"<{n}{fmt}", self.buf, self.pos))
+            self.pos = end
+            return values
         if item == ValueType.STRING:
             self.skip_strings(n)
         else:
@@ -203,6 +210,8 @@ def parse(buf: bytes | mmap.mmap, keep: frozenset[str] = frozenset()
     meta: dict[str, Any] = {"GGUF.version": version}
     for _ in range(n_kv):
         key = cur.string()
+        if key in meta:  # the spec's keys are unique: a second one is a crafted header
+            raise _Corrupt(f"the key {key[:80]!r} appears twice")
         meta[key] = cur.value(cur.vtype(), key in keep)
     return meta, cur.pos
 
@@ -296,7 +305,7 @@ def token_id(meta: dict[str, Any], key: str) -> int | None:
 
 def read_tokens(path: Path) -> list[str]:
     tokens = read_metadata(path, keep=frozenset({TOKENS_KEY})).get(TOKENS_KEY)
-    if not isinstance(tokens, list):
+    if not isinstance(tokens, list) or (tokens and not isinstance(tokens[0], str)):
         raise ModelError(f"{path} has no tokenizer vocabulary ({TOKENS_KEY})")
     return tokens
 

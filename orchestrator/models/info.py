@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.files import expand_user
 from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import catalog, hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import (
     ArrayInfo,
+    ValueType,
     count,
     file_type_name,
     read_metadata,
@@ -58,7 +60,7 @@ def parse_ref(text: str) -> ModelRef:
         return ModelRef("testbed", rest)
     if sep and rest and _STORE_SCHEME.fullmatch(scheme) and not rest.startswith(("/", "\\")):
         return ModelRef(scheme, rest)  # the store named by the scheme checks the rest
-    return ModelRef("gguf", str(Path(text).expanduser()))
+    return ModelRef("gguf", str(expand_user(text)))
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,8 @@ def from_gguf(path: Path, ref: str) -> ModelInfo:
     return ModelInfo(
         ref=ref, name=name, path=path, architecture=arch, layers=num("block_count"), heads=heads,
         kv_heads=num("attention.head_count_kv", heads), head_dim=head_dim,
-        vocab_size=tokens.length if isinstance(tokens, ArrayInfo) else 0,
+        vocab_size=tokens.length if isinstance(tokens, ArrayInfo) and
+        tokens.item_type == ValueType.STRING else 0,  # numbers are no vocabulary
         vocab_type=VOCAB_TYPES.get(tok_model, tok_model),
         tokenizer=f"gguf:{tok_model}/{text(meta, 'tokenizer.ggml.pre', path, '-')}",
         params_b=known.params_b if known else None,

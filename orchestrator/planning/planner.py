@@ -68,11 +68,17 @@ def no_auto_draft(target: ModelInfo, backend: Adapter, methods: frozenset[str],
     raise ProfileError("draft = \"auto\" needs a draft picker; name a draft model instead")
 
 
-def _method(profile: Profile) -> Method:
-    if profile.draft == "none":
+def _draft_of(profile: Profile, options: Options) -> str:
+    """The draft the profile names for this backend: its section's `draft`, else the top's."""
+    return options.draft or profile.draft
+
+
+def _method(profile: Profile, options: Options) -> Method:
+    draft = _draft_of(profile, options)
+    if draft == "none":
         return "none"
-    if profile.draft in NGRAMS:
-        return profile.draft  # type: ignore[return-value]  # one of Method's n-gram names
+    if draft in NGRAMS:
+        return draft  # type: ignore[return-value]  # one of Method's n-gram names
     return profile.draft_method
 
 
@@ -128,11 +134,19 @@ def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Adapter
            room: int, reasons: list[str]) -> tuple[Method, ModelInfo | None]:
     if method not in WITH_DRAFT:
         return method, None
-    draft_ref: str | None = options.draft or profile.draft
+    draft_ref: str | None = _draft_of(profile, options)
     if draft_ref == "auto" and method == "draft":
         pick = pick_draft(target, backend, installed.methods, room)
         reasons.append(pick.why)
         draft_ref, method = pick.ref, pick.method
+    elif draft_ref == "auto":  # a head of this method (eagle3, dflash, ...), found for the target
+        pick = pick_draft(target, backend, installed.methods & {method}, room)
+        if pick.method != method or pick.ref is None:
+            raise ProfileError(f"draft = \"auto\" with draft_method = \"{method}\": no {method} "
+                               f"head for {target.name} was found on disk or on the Hub; name "
+                               "one (draft = \"hf:ORG/REPO\") or set draft_method = \"draft\"")
+        reasons.append(pick.why)
+        draft_ref = pick.ref
     if draft_ref is None:
         return method, None
     draft = resolver.resolve(draft_ref, backend.default_quant)
@@ -264,7 +278,7 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
     if target.note:
         reasons.append(target.note + ".")
     target = _servable(target, backend, resolver, reasons)
-    method = _method(profile)
+    method = _method(profile, options)
     if method not in choice.installed.methods:
         reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
                        f"'{method}' speculation, so it serves without; {backend.no_spec_hint}.")
@@ -308,7 +322,7 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         plan = plan.but(method=found.method, k=found.k, p_min=p_min, draft=draft_kept,
                         k_source="tuned", k_by_batch=found.k_by_batch, chain=found.chain)
         why = f"`specctl tune` on this machine: {found.summary}"
-    if profile.draft == "none":
+    if _draft_of(profile, options) == "none":
         why = "draft = \"none\""
     elif method == "none":
         why = "see above"

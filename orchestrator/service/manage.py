@@ -20,7 +20,7 @@ from pathlib import Path
 from specctl.adapters import registry
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.files import inside, write_atomic
+from specctl.orchestrator.files import expand_user, inside, write_atomic
 from specctl.orchestrator.service import envfile, environment, units
 
 
@@ -79,8 +79,8 @@ def writable_dirs(dirs: Dirs, env: Mapping[str, str], home: Path,
     Everything else stays read-only (ProtectSystem=strict, ProtectHome=read-only)."""
     classes = registry.adapter_classes()
     chosen = [classes[b] for b in backends if b in classes] or list(classes.values())
-    hf_home = Path(env.get("HF_HOME") or home / ".cache" / "huggingface").expanduser()
-    hub = [Path(env["HF_HUB_CACHE"]).expanduser()] if env.get("HF_HUB_CACHE") else []
+    hf_home = expand_user(env.get("HF_HOME") or home / ".cache" / "huggingface")
+    hub = [expand_user(env["HF_HUB_CACHE"])] if env.get("HF_HUB_CACHE") else []
     found = [dirs.state, dirs.cache, hf_home, *hub,
              *(p for cls in chosen for p in cls.cache_dirs(env, home))]
     out: list[Path] = []
