@@ -178,7 +178,9 @@ class App:
         ranked = drafts.rank(target, found, rule, heads,
                              backend.default_quant, describe, room, backend.formats)
         extra_rows = [*drafts.draftless(target, methods), *([hub_note] if hub_note else [])]
-        return sorted([*ranked, *extra_rows], key=lambda c: (c.compatible, c.score), reverse=True)
+        ranked = sorted([*ranked, *extra_rows], key=lambda c: (c.compatible, c.score),
+                        reverse=True)
+        return drafts.confirm(target, ranked, describe, rule, heads, room)
 
     def pick_draft(self, target: ModelInfo, backend: Adapter, methods: frozenset[str],
                    room: int | None) -> planner.Pick:
@@ -191,7 +193,10 @@ class App:
                              "in the profile (`specctl drafts --target ...` lists candidates and "
                              "why each was rejected)")
         rejected = sum(1 for c in ranked if not c.compatible)
-        seen = f"{len(ranked)} candidates, {rejected} rejected"
+        unread = [c for c in ranked if c.reason.startswith(drafts.UNREAD)]
+        passed = "".join(f"; passed over {c.model}: {c.reason.removeprefix(drafts.UNREAD)}"
+                         for c in unread)
+        seen = f"{len(ranked)} candidates, {rejected} rejected{passed}"
         if best.source in ("target", "built-in"):  # draftless: the target's heads, n-gram
             return planner.Pick(None, best.method,
                                 f"Draft \"auto\": {best.name}: {best.reason} ({seen}).")

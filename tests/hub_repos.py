@@ -186,17 +186,20 @@ def add_eagle3(root: Path) -> Path:
         "parameters": {"BF16": 8_030_261_248}, "total": 8_030_261_248}}))
     for repo, hidden in (("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", 4096),
                          ("yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", 8192)):
-        head = root / repo
-        head.mkdir(parents=True, exist_ok=True)
-        (head / "config.json").write_text(json.dumps({
-            "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-            "hidden_size": hidden, "num_hidden_layers": 1, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "vocab_size": 128256, "draft_vocab_size": 32000}))
-        write_stub(head / "pytorch_model.safetensors", 850_000_000 if hidden == 4096 else
-                   1_700_000_000)
-        (head / ".meta.json").write_text(json.dumps({"safetensors": {
-            "parameters": {"BF16": 425_000_000}, "total": 425_000_000}}))
+        _eagle3_head(root / repo, hidden)
     return root
+
+
+def _eagle3_head(head: Path, hidden: int) -> None:
+    head.mkdir(parents=True, exist_ok=True)
+    (head / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+        "hidden_size": hidden, "num_hidden_layers": 1, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "vocab_size": 128256, "draft_vocab_size": 32000}))
+    write_stub(head / "pytorch_model.safetensors", 850_000_000 if hidden == 4096 else
+               1_700_000_000)
+    (head / ".meta.json").write_text(json.dumps({"safetensors": {
+        "parameters": {"BF16": 425_000_000}, "total": 425_000_000}}))
 
 
 def add_base_model(root: Path) -> Path:
@@ -260,4 +263,58 @@ def add_spec_heads(root: Path) -> Path:
     write_stub(root / repo / s_file, s_size,
                write_header(headers / f"{s_file}.header", s_shape, vocab,
                             int(gguf.LlamaFileType.MOSTLY_Q8_0)))
+    return root
+
+
+
+def _hf_llama(folder: Path, layers: int, hidden: int, weights: int, params: int) -> None:
+    """A Llama 3 repo in safetensors, with a tokenizer.json carrying the stand-in Llama 3 token
+    texts (the first 1,000: the vocabulary rules compare what both files have)."""
+    from tests.fake_hf_hub import write_meta
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+        "num_hidden_layers": layers, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "vocab_size": LLAMA3.count, "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16", "bos_token_id": LLAMA3.bos, "eos_token_id": LLAMA3.eos}))
+    vocab = {text: i for i, text in enumerate(tokens(LLAMA3)[:1000])}
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE",
+                                                                 "vocab": vocab}}))
+    write_stub(folder / "model.safetensors", weights)
+    write_meta(folder, safetensors={"parameters": {"BF16": params}, "total": params})
+
+
+def add_llama_family(root: Path) -> Path:
+    """Llama 3.1 8B, the EAGLE-3 head published for it (the catalog's best draft for it on
+    vLLM) and Llama 3.2 1B (found by the Hub's search), in safetensors with their tokenizers, as
+    meta-llama and yuhuili publish them (sizes rounded)."""
+    _hf_llama(root / "meta-llama/Llama-3.1-8B-Instruct", 32, 4096, 16_060_000_000,
+              8_030_261_248)
+    _hf_llama(root / "meta-llama/Llama-3.2-1B-Instruct", 16, 2048, 2_471_645_608,
+              1_235_814_400)
+    _eagle3_head(root / "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", 4096)
+    return root
+
+
+# Qwen's own GGUF of Qwen2.5-Coder-7B (the Hub's search by Qwen finds no smaller Qwen GGUF here,
+# so draft = "auto" ranks the catalog's drafts: first Qwen2.5-Coder-0.5B, from bartowski)
+CODER_TARGET = ("Qwen/Qwen2.5-Coder-7B-Instruct-GGUF", "qwen2.5-coder-7b-instruct-q4_k_m.gguf",
+                4_680_000_000, Shape("qwen2", "Qwen2.5 Coder 7B Instruct", "7B", 28, 28, 4,
+                                     3584, 32768), QWEN_PADDED)
+CODER_DRAFT = ("bartowski/Qwen2.5-Coder-0.5B-Instruct-GGUF",
+               "Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf", 531_000_000,
+               Shape("qwen2", "Qwen2.5 Coder 0.5B Instruct", "0.5B", 24, 14, 2, 896, 32768),
+               QWEN)
+
+
+def add_coder(root: Path, draft: bool = True) -> Path:
+    """Qwen2.5-Coder-7B as Qwen publishes its GGUF, and (`draft`) bartowski's Coder 0.5B."""
+    headers = root.parent / f"{root.name}-headers"
+    headers.mkdir(parents=True, exist_ok=True)
+    for repo, file, size, shape, vocab in (CODER_TARGET, CODER_DRAFT)[:2 if draft else 1]:
+        header = headers / f"{file}.header"
+        if not header.is_file():
+            write_header(header, shape, vocab, _file_type(file.upper()))
+        write_stub(root / repo / file, size, header)
     return root

@@ -149,7 +149,8 @@ def test_dry_run_says_which_variables_and_why(tmp_path: Path) -> None:
                    "systemd", env=env)
     assert done.returncode == 0, done.stderr
     assert "hf_secret" not in done.stdout + done.stderr
-    lines = {ln.split()[0]: ln for ln in done.stderr.splitlines()[1:]}
+    entries = done.stderr.replace("\n      ", " ").splitlines()[1:]  # wrapped at 80 columns
+    lines = {ln.split()[0]: ln for ln in entries}
     assert "secret, not shown" in lines["HF_TOKEN"] and "login token" in lines["HF_TOKEN"]
     assert "profile override of server.port" in lines["SPECCTL_SERVER__PORT"]
     assert "GPUs" in lines["CUDA_VISIBLE_DEVICES"]

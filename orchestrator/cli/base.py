@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from specctl.orchestrator.cli.wrap import Group
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -32,7 +34,8 @@ class _LazyConsole:
             from specctl.orchestrator.sanitise import strip_control
 
             # prose wraps at words to the terminal's width (80 when piped, or $COLUMNS);
-            # data that must stay whole (argv, paths, error lines) is printed with soft_wrap
+            # what rich would not wrap as wanted goes through cli/wrap.py first (a hanging
+            # indent, argv as shell lines); error lines stay one line (soft_wrap)
             self._console = Console(stderr=self._stderr)
             self._console.push_render_hook(strip_control())  # no ESC from outside, ever
         return self._console
@@ -118,7 +121,7 @@ HARDWARE = click.option("--hardware", type=click.Path(path_type=Path), metavar="
                              "(written by `specctl doctor --record`).")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="specctl", prog_name="specctl")
 def cli() -> None:
     """Speculative decoding for local LLM serving, tuned for this machine.

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-import textwrap
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -14,7 +12,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from specctl.orchestrator import sanitise
-from specctl.orchestrator.cli import tables
+from specctl.orchestrator.cli import tables, wrap
 from specctl.orchestrator.cli.tables import Column
 from specctl.orchestrator.contract.launch import Installed, Launch
 from specctl.orchestrator.humanize import duration
@@ -31,14 +29,13 @@ if TYPE_CHECKING:
 
 def hanging(console: Console, rows: Iterable[tuple[str, str]], bold: bool = True) -> None:
     """Key-value rows whose values wrap at spaces under themselves (a hanging indent) to the
-    console's width; a word longer than the line (a path) stays whole."""
+    console's width; a word longer than the line (a path) is broken at the edge."""
     rows = list(rows)
     keys = max((len(k) for k, _ in rows), default=0)
-    room = max(console.width - keys - 1, 20)
     for key, value in rows:
-        lines = textwrap.wrap(value, room, break_long_words=False, break_on_hyphens=False) or [""]
+        lines = wrap.prose(value, console.width, " " * (keys + 1))
         text = Text(key.ljust(keys) + " ", style="bold" if bold else "")
-        text.append(("\n" + " " * (keys + 1)).join(lines))
+        text.append("\n".join(lines)[keys + 1:])
         console.print(text, soft_wrap=True, highlight=False)
 
 
@@ -54,8 +51,8 @@ def show_plan(console: Console, plan: Plan, installed: Installed, launch: Launch
                                          m.breakdown())),
         ("url", launch.base_url))])
     console.print("\n[bold]argv[/bold]")
-    console.print(sanitise.line(shlex.join(launch.argv)), soft_wrap=True, highlight=False,
-                  markup=False)
+    for line in wrap.shell(launch.argv, console.width):  # pastes back as the same command
+        console.print(sanitise.line(line), soft_wrap=True, highlight=False, markup=False)
     console.print("\n[bold]why[/bold]")
     hanging(console, [("-", sanitise.line(reason)) for reason in plan.reasons], bold=False)
 

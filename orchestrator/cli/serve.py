@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from specctl.orchestrator import sanitise
+from specctl.orchestrator.cli import wrap
 from specctl.orchestrator.cli.base import (
     PROFILE,
     cli,
@@ -273,22 +274,25 @@ def service_install(profile_ref: str, system: bool, manager: str | None, dry_run
     carried = service_mod.explain(spec, mgr)
     if dry_run:  # the unit on stdout (as written), what it carries and why on stderr
         click.echo(service_mod.render(spec, mgr), nl=False)
-        click.echo("carries:\n  " + "\n  ".join(carried), err=True)
+        err_console.print("carries:", highlight=False, markup=False)
+        for line in carried:
+            wrap.say(err_console, line, "  ", "      ")
         return
     done = service_mod.install(spec, mgr, enable)
-    if done.replaced:
-        console.print(f"replaced {done.path}: " + ("\n".join(done.diff) if done.diff else
-                                                   "unchanged"), highlight=False, markup=False,
-                      soft_wrap=True)  # paths and diff lines stay whole
-    console.print(f"wrote {done.path} and {spec.env_file}", highlight=False, soft_wrap=True)
-    console.print("carries:\n  " + "\n  ".join(carried), highlight=False, markup=False,
-                  soft_wrap=True)
+    if done.replaced:  # the diff's lines are the unit's own: they stay whole
+        wrap.say(console, f"replaced {done.path}:" + ("" if done.diff else " unchanged"))
+        for line in done.diff:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    wrap.say(console, f"wrote {done.path} and {spec.env_file}")
+    console.print("carries:", highlight=False, markup=False)
+    for line in carried:
+        wrap.say(console, line, "  ", "      ")
     for cmd in done.ran:
-        console.print(f"ran: {' '.join(cmd)}", highlight=False, soft_wrap=True)
+        wrap.run(console, cmd, "ran:")
     if not enable:
-        cmds = units.activation(spec, mgr, done.path, os.getuid())
-        console.print("start it with: " + " && ".join(" ".join(c) for c in cmds),
-                      highlight=False, soft_wrap=True)
+        console.print("start it with:", highlight=False, markup=False)
+        for cmd in units.activation(spec, mgr, done.path, os.getuid()):
+            wrap.run(console, cmd)
     if key_env and key_env not in spec.secrets:
         err_console.print(f"specctl: warning: ${key_env} (the profile's API key) is not set, so "
                           f"the service will not start; export it and install again",

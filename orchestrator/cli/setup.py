@@ -258,7 +258,6 @@ def backend() -> None:
 def backend_install(name: str, rebuild: bool) -> None:
     """Install a serving backend NAME (`specctl doctor` lists them), or use the one installed.
 
-    \b
     llama.cpp: uses an installed llama-server, or builds one from source (cached; ~6-13 min on
     2 cores): the llama.cpp tree inside the llama-cpp-python sdist on PyPI; Metal on macOS,
     CUDA when nvcc and an NVIDIA GPU are present, CPU otherwise; its RPC worker too.

@@ -278,7 +278,8 @@ class Hub:
         try:
             yield
         except OSError as exc:  # TimeoutError, connection refused
-            self.unreachable = _no_answer(type(exc).__name__)
+            if getattr(exc, "response", None) is None:  # an HTTP status (404, gated) answered
+                self.unreachable = _no_answer(type(exc).__name__)
             raise
         except (TypeError, KeyError, AttributeError, IndexError) as exc:
             raise ModelError(f"{name}: the Hub's answer for {what} is not what the Hub sends "

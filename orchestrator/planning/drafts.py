@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specctl.orchestrator.contract.stores import ModelStore
@@ -35,6 +35,7 @@ from specctl.orchestrator.sizes import gib
 LARGE_RATIO = 0.35  # a draft that costs more than this share of a target step rarely pays
 HUB_MAX_RATIO = 0.25  # Hub candidates: at most this share of the target's parameters
 HUB_CHECKED = 6  # Hub candidates whose metadata is read (each is a few ranged requests)
+UNREAD = "cannot be read from the Hub: "  # a candidate the Hub does not give (its reason)
 NGRAM_SCORE = 1.05  # n-gram has no draft cost but pays only where outputs copy the prompt
 _SIZE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)([BbMm])(?![A-Za-z0-9])")
 ALPHA_SAME_FAMILY = 0.75
@@ -361,17 +362,50 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule,
             if found.path is None and (name in seen or name == canonical(target)):
                 continue  # a catalog entry for a model already on disk, or the target itself
             seen.add(name)
-            judged = judge(target, draft, found, rule, heads)  # reads the vocabularies
+            judged = _fits(judge(target, draft, found, rule, heads), draft, room)
         except SpecctlError as exc:  # a model file or Hub answer that cannot be read
+            why = UNREAD if found.path is None else "unreadable: "
             out.append(Candidate(found.ref, found.ref, found.path, found.source, False,
-                                 f"unreadable: {exc}", 0.0))
+                                 f"{why}{exc}", 0.0))
             continue
-        if judged.compatible and room is not None and draft.size_bytes > room:
-            judged = Candidate(judged.model, judged.name, judged.path, judged.source, False,
-                               f"{gib(draft.size_bytes)} does not fit the {gib(max(room, 0))} "
-                               "left after the target", 0.0, judged.method)
         out.append(judged)
-    return sorted(out, key=lambda c: (c.compatible, c.score, c.path is not None), reverse=True)
+    return _ranked(out)
+
+
+def _ranked(candidates: Iterable[Candidate]) -> list[Candidate]:
+    return sorted(candidates, key=lambda c: (c.compatible, c.score, c.path is not None),
+                  reverse=True)
+
+
+def _fits(judged: Candidate, draft: ModelInfo, room: int | None) -> Candidate:
+    """A compatible candidate larger than the memory left after the target is rejected with the
+    numbers."""
+    if judged.compatible and room is not None and draft.size_bytes > room:
+        return replace(judged, compatible=False, score=0.0,
+                       reason=f"{gib(draft.size_bytes)} does not fit the {gib(max(room, 0))} "
+                              "left after the target")
+    return judged
+
+
+
+def confirm(target: ModelInfo, ranked: list[Candidate], describe: Describe, rule: Rule,
+            heads: bool | frozenset[str], room: int | None = None) -> list[Candidate]:
+    """The catalog's candidates are judged on the catalog's facts; the one that would be picked
+    is then read from the Hub (`describe`) and judged again on what the Hub says. One the Hub
+    cannot give (renamed, deleted, gated, a mirror without it) becomes one rejection with the
+    Hub's reason, and the next best is tried: one bad candidate never fails the whole ranking.
+    Reads at most one repo more than the candidates it passes over."""
+    out, asked = list(ranked), set()
+    while (top := best(out)) is not None and top.source == "catalog" and top.model not in asked:
+        asked.add(top.model)
+        try:
+            draft = describe(top.model)
+            judged = _fits(judge(target, draft, Found(top.model, None, "catalog"), rule, heads),
+                           draft, room)
+        except SpecctlError as exc:
+            judged = replace(top, compatible=False, score=0.0, reason=f"{UNREAD}{exc}")
+        out[out.index(top)] = judged
+    return _ranked(out)
 
 
 def _real(path: Path) -> str:
