@@ -93,6 +93,18 @@ def test_a_figure_above_the_bound_is_flagged_in_the_table() -> None:
     assert "(!) draft k=2, code: above the physical bound 2.04x" in text
     assert "physical bound 2.04x (k+1)/(k*c+1) for c = 0.235 measured here; 2 pair(s)" in text
     assert "one server at a time" in text and "drifted 12% between blocks" in text
+    # n-gram has no draft model: its bound is k+1 of its draft, said without a c
+    ngram = {**row, "speedup": 1.2, "speedup_high": 1.3, "speedup_max": 1.3, "bound": 9.0,
+             "implausible": ""}
+    result["configs"] = {"ngram k=8": {"code": ngram, "overall": ngram},
+                         "draft k=4 + ngram-mod k=16": {"code": ngram, "overall": ngram}}
+    console = Console(record=True, width=240)
+    render.show_bench(console, result)
+    text = console.export_text()
+    assert "ngram k=8: physical bound 9.00x k+1 of the longest draft (ngram drafts" in text
+    assert "draft k=4 + ngram-mod k=16: physical bound 9.00x k+1 of the longest draft (a chain" \
+        in text
+    assert "for c = 0.235" not in text
 
 
 def test_concurrency_levels_pair_rounds_and_find_where_speculation_stops_paying() -> None:

@@ -147,8 +147,7 @@ def _show_conditions(console: Console, result: dict[str, Any]) -> None:
         overall = rows.get("overall", {})
         if overall.get("bound") is None:
             continue
-        line = (f"{label}: physical bound {overall['bound']:.2f}x (k+1)/(k*c+1)"
-                + (f" for c = {said['cost']:.3f} measured here" if said.get("cost") else ""))
+        line = f"{label}: physical bound {overall['bound']:.2f}x " + _bound_of(label, said)
         gone = sum(r.get("discarded", 0) for c, r in rows.items() if c != "overall")
         if gone:
             line += f"; {gone} pair(s) above it discarded as noise"
@@ -232,6 +231,16 @@ def show_curve(console: Console, data: dict[str, Any]) -> None:
                           Column("speedup", right=True), Column("")], cells,
                 title=f"alpha {data['alpha']}, c {data['cost']}")
     console.print(escape(data["verdict"]), highlight=False)
+
+
+def _bound_of(label: str, said: dict[str, Any]) -> str:
+    """What a bound is for its method: a draft model's drafts cost c each; n-gram methods,
+    heads and chains (whose n-gram drafts are free) are held to k+1 of the longest draft."""
+    if label.startswith("draft k=") and " + " not in label:
+        return "(k+1)/(k*c+1)" + (f" for c = {said['cost']:.3f} measured here"
+                                  if said.get("cost") else "")
+    what = "a chain" if " + " in label else label.split(" k=")[0]
+    return f"k+1 of the longest draft ({what} drafts cost no draft model's steps)"
 
 
 def show_tuned(console: Console, result: Tuned) -> None:
