@@ -182,7 +182,8 @@ def test_real_vllm_cpu_serves_the_k_by_batch_schedule_tune_saves(
     got = app.resolve(str(profile), use_tuned=False)
     schedule = [(1, 1, 3), (2, 4, 1)]
     tuned.save(app.dirs.tuned, tuned.Result(
-        profile="tiny", method="draft", k=3, p_min=None, speedup=1.0, summary="a test schedule",
+        profile="tiny", method="draft", k=3, p_min=None, speedup=1.3, low=1.2, high=1.4,
+        summary="a test schedule (surely faster: up serves it)",
         alpha=None, cost=None, verify={}, baseline_tps=1.0, concurrency=4, k_by_batch=schedule,
         key=app.tuned_key(got.plan, got.installed)))
     planned = specctl("plan", "--profile", str(profile), "--json", env=env)
