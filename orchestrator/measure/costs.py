@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specctl.orchestrator.measure import intervals
 from specctl.orchestrator.measure.intervals import LOW_Q, quantile
 from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
 
@@ -19,13 +18,12 @@ MIN_SAMPLES = 8  # ...and at least this many per configuration (few prompts: mor
 
 
 class Costs:
-    """The short timings and what they give: c and v(k)."""
+    """The short timings and what they give: each configuration's time per token (c is the
+    draft alone's over the baseline's; tune takes v(k) from its race)."""
 
     def __init__(self, lab: Lab, baseline: Config, sequential: bool) -> None:
         self.lab, self.baseline, self.sequential = lab, baseline, sequential
         self.samples: list[Timed] = []
-        self.verify: dict[int, float] = {}
-        self.cost = 0.0
 
     def time(self, configs: Sequence[Config], prompts: Sequence[int] | None = None,
              least: int = MIN_SAMPLES, until: float | None = None) -> None:
@@ -66,18 +64,3 @@ class Costs:
 
     def per_token(self, label: str) -> float:
         return quantile([t.per_token for t in self.samples if t.label == label], LOW_Q)
-
-    def step(self, label: str) -> float:
-        """A speculative step's time (decode time over verification steps)."""
-        return quantile([intervals.step_time(t) for t in self.samples if t.label == label],
-                        LOW_Q)
-
-    def fit(self, draft: str, probe: Config) -> None:
-        target = self.per_token(self.baseline[0])
-        self.cost = self.per_token(draft) / target
-        self.add(probe, target)
-
-    def add(self, config: Config, target: float | None = None) -> None:
-        target = target or self.per_token(self.baseline[0])
-        k = config[1].k
-        self.verify[k] = max(0.5, self.step(config[0]) / target - k * self.cost)
