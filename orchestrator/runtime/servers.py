@@ -1,11 +1,13 @@
-"""Short-lived servers for bench and tune: one per configuration, own process group, own log,
-stopped (whole group) on exit. Not supervised: a crash here is a failed measurement."""
+"""Servers this process starts and stops itself: bench and tune (one per configuration, for the
+length of a block) and the gateway (on demand). Own process group, own log, stopped whole. Not
+supervised: a crash here is a failed measurement, or the gateway's to notice."""
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,18 +36,35 @@ class Running:
     log: Path
 
 
-@contextmanager
-def ephemeral(plan: Plan, backend: Adapter, installed: Installed, logs: Path, label: str,
-              health_timeout: float = 300.0) -> Iterator[Running]:
-    """Serve `plan` on a free loopback port until the block ends."""
-    plan = plan.but(host="127.0.0.1", port=free_port())
+@dataclass(frozen=True)
+class Started:
+    """A server this process started (own process group, own log), healthy."""
+
+    running: Running
+    proc: subprocess.Popen[bytes]
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the whole group, SIGKILL after `grace`, reap the leader."""
+        procs.stop_group(self.proc.pid, grace=grace)
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=5)
+
+
+def start(plan: Plan, backend: Adapter, installed: Installed, log: Path, label: str,
+          health_timeout: float = 300.0, environ: Mapping[str, str] | None = None,
+          abort: Callable[[], bool] = lambda: False) -> Started:
+    """Start `plan` as given (its host and port) with output to `log`; return once healthy and
+    set up. A server that exits, says its start failed, is not healthy in time, or whose start
+    `abort()` calls off (its owner is closing) is stopped (whole group) and raises ServerError
+    with the log's last lines."""
     launch = backend.launch(plan, installed)
-    logs.mkdir(parents=True, exist_ok=True)
-    log = logs / f"{plan.profile}.{label}.log"
-    env = server_env(launch, os.environ)
-    proc = procs.spawn(launch.argv, env, str(log), label)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    environ = os.environ if environ is None else environ
+    proc = procs.spawn(launch.argv, server_env(launch, environ), str(log), label)
     try:
         def healthy() -> bool:
+            if abort():
+                raise ServerError(f"{label} server: start called off")
             if proc.poll() is not None:
                 raise ServerError(f"{label} server exited ({proc.returncode}) while starting:\n"
                                   f"{procs.tail(str(log))}")
@@ -62,8 +81,20 @@ def ephemeral(plan: Plan, backend: Adapter, installed: Installed, logs: Path, la
             raise ServerError(f"{label} server not healthy after {health_timeout:.0f} s; see "
                               f"{log}") from None
         apply_setup(launch)
-        yield Running(plan, launch, Endpoint.of(launch, os.environ), log)
+    except BaseException:
+        Started(Running(plan, launch, Endpoint.of(launch, environ), log), proc).stop()
+        raise
+    return Started(Running(plan, launch, Endpoint.of(launch, environ), log), proc)
+
+
+@contextmanager
+def ephemeral(plan: Plan, backend: Adapter, installed: Installed, logs: Path, label: str,
+              health_timeout: float = 300.0) -> Iterator[Running]:
+    """Serve `plan` on a free loopback port until the block ends."""
+    plan = plan.but(host="127.0.0.1", port=free_port())
+    started = start(plan, backend, installed, logs / f"{plan.profile}.{label}.log", label,
+                    health_timeout)
+    try:
+        yield started.running
     finally:
-        procs.stop_group(proc.pid, grace=10)
-        if proc.poll() is None:
-            proc.wait(timeout=5)
+        started.stop()
