@@ -216,6 +216,12 @@ class Adapter:
         its server log; empty when it does not say."""
         return ""
 
+    def reply_stats(self, reply: Mapping[str, Any]) -> SpecStats | None:
+        """Draft counters of one reply (a completion, or a stream's chunk that carries them),
+        where the server reports them per request; None where it does not (the gateway then
+        counts no drafts for that request)."""
+        return None
+
     def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
         """(tokens, decode tokens/s) as the server measured them, when it reports them. The
         decode time starts once the prompt's pass has yielded the first token (llama-server's

@@ -336,6 +336,10 @@ class LlamaCpp(Adapter):
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "llamacpp:", "llamacpp /metrics")
 
+    def reply_stats(self, reply: Mapping[str, Any]) -> SpecStats | None:
+        """llama-server's `timings` of one reply (its last stream chunk carries them too)."""
+        return request_stats(dict(reply)) if isinstance(reply.get("timings"), Mapping) else None
+
     def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
         """llama-server's own `timings` of the reply: decode tokens and tokens/s."""
         timings = reply.get("timings") or {}
