@@ -133,3 +133,25 @@ def cli() -> None:
     specctl up -p cpu-demo          launch a profile, wait until healthy, print the URL
     specctl status | logs | down
     """
+
+
+def seconds(text: str, option: str, low: float, high: float) -> float:
+    """A duration as the command line takes it: '90s', '4m', '1h' or a number of seconds,
+    from `low` to `high` seconds (a bad one is click's usage error, exit 2)."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    body, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
+    try:
+        value = float(body) * unit
+    except ValueError:
+        value = -1.0
+    if not low <= value <= high:
+        raise click.BadParameter(f"{option} takes a duration from {_span(low)} to "
+                                 f"{_span(high)} (e.g. 90s, 4m, 15m), not {text!r}")
+    return value
+
+
+def _span(value: float) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if value >= size and value % size == 0:
+            return f"{value / size:g}{unit}"
+    return f"{value:g}s"

@@ -15,7 +15,13 @@ from types import FrameType
 import click
 
 from specctl.orchestrator import sanitise
-from specctl.orchestrator.cli import inventory, measure, serve, setup  # noqa: F401 (registers)
+from specctl.orchestrator.cli import (  # noqa: F401 (registers)
+    gateway,
+    inventory,
+    measure,
+    serve,
+    setup,
+)
 from specctl.orchestrator.cli.base import cli, err_console
 from specctl.orchestrator.errors import ReadOnlyError, SpecctlError
 

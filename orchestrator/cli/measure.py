@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from specctl.orchestrator.cli.base import PROFILE, cli, console, err_console
+from specctl.orchestrator.cli.base import PROFILE, cli, console, err_console, seconds
 from specctl.orchestrator.errors import NotUsableError
 
 if TYPE_CHECKING:
@@ -321,15 +321,6 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
 
 
 def _seconds(text: str) -> float:
-    """'90s', '4m', '1h' or a number of seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    body, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
-    try:
-        value = float(body) * unit
-    except ValueError:
-        value = -1.0
-    if not 10 <= value <= 24 * 3600:
-        raise click.BadParameter(f"--budget takes a duration from 10s to 24h (e.g. 90s, 4m, "
-                                 f"15m), not {text!r}")
-    return value
+    """'90s', '4m', '1h' or a number of seconds, for --budget."""
+    return seconds(text, "--budget", 10, 24 * 3600)
 

@@ -123,6 +123,17 @@ class Sampling(Strict):
     top_p: float = Field(0.95, gt=0, le=1, allow_inf_nan=False)
 
 
+class Gateway(Strict):
+    """How `specctl gateway` keeps this profile's server (one endpoint for every model)."""
+
+    keep_alive: int = Field(600, ge=-1, le=30 * 86400, description="seconds an idle server "
+                            "stays up behind the gateway (-1: until the gateway stops, 0: "
+                            "stopped after each request)")
+    tune_when_idle: bool = Field(True, description='with k = "auto" and no saved tune: tune in '
+                                 "the background while the gateway is idle, and serve the "
+                                 "result once it pays")
+
+
 class Node(Strict):
     """One kind of machine in a cluster: inline, or a recorded machine (JSON file)."""
 
@@ -170,6 +181,7 @@ class Profile(Strict):
     speculative: Speculative = Speculative()
     sampling: Sampling = Sampling()
     cluster: Cluster = Cluster()
+    gateway: Gateway = Gateway()
 
     @field_validator("backend")
     @classmethod

@@ -1,0 +1,60 @@
+"""`specctl gateway`: one OpenAI-compatible endpoint for every model."""
+
+from __future__ import annotations
+
+import click
+
+from specctl.orchestrator.cli.base import cli, err_console, seconds
+
+
+@cli.command()
+@click.argument("refs", nargs=-1, metavar="[PROFILE|MODEL]...")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; any other than loopback needs an API key.")
+@click.option("--port", default=8070, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--memory", "memory_gib", type=click.FloatRange(min=0.01, max=1 << 26),
+              metavar="GIB", help="Memory the resident servers may hold together (default: the "
+              "planner's budget for this machine).")
+@click.option("--start-wait", default="2m", show_default=True, metavar="DURATION",
+              help="How long a request waits for its model's server to start before it gets "
+                   "503 with Retry-After (0: at once).")
+@click.option("--idle-tune", default="2m", show_default=True, metavar="DURATION|off",
+              help='Tune an untuned k = "auto" profile in the background after this long '
+                   "without requests (a request stops the tune); off: never.")
+@click.option("--api-key-env", default="SPECCTL_GATEWAY_API_KEY", show_default=True,
+              metavar="VAR", help="Variable holding the API key(s), comma-separated; when it "
+              "is set, every request needs `Authorization: Bearer KEY`.")
+def gateway(refs: tuple[str, ...], host: str, port: int, memory_gib: float | None,
+            start_wait: str, idle_tune: str, api_key_env: str) -> None:
+    """Serve every profile and model behind one OpenAI-compatible endpoint.
+
+    \b
+    specctl gateway                       every profile that runs here
+    specctl gateway cpu-demo ./m.gguf     these (the model name is the profile's)
+    curl localhost:8070/v1/models
+
+    The request's "model" picks the server; it starts on the first request (the
+    request waits up to --start-wait), stops after the profile's [gateway]
+    keep_alive (600 s by default) and leaves first, least recently used, when
+    another would not fit in memory. Streams pass through chunk by chunk. When
+    `specctl tune` saves a new setting, the gateway starts it beside the old one,
+    sends new requests there and stops the old one once its requests finish.
+    /metrics has requests, tokens/s, time to first token, queue wait and draft
+    acceptance per model and setting. Stop it with Ctrl-C or SIGTERM: every
+    server it started stops too."""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.gateway import run
+    from specctl.orchestrator.gateway.pool import Options
+    from specctl.orchestrator.sizes import from_gib
+
+    app = App.from_env()
+    tune_after = None if idle_tune.strip().lower() == "off" else seconds(
+        idle_tune, "--idle-tune", 1, 7 * 86400)
+    options = Options(budget=from_gib(memory_gib) if memory_gib else None,
+                      start_wait=seconds(start_wait, "--start-wait", 0, 3600))
+    request = run.Request(refs, host, port, options, tune_after, api_key_env)
+
+    def say(line: str) -> None:
+        err_console.print(f"gateway: {line}", highlight=False, markup=False, soft_wrap=True)
+
+    raise SystemExit(run.serve(app, request, say))

@@ -1,0 +1,9 @@
+"""The gateway: one OpenAI-compatible endpoint for every profile and model (`specctl gateway`).
+
+It starts a model's server on its first request, stops idle ones after their keep-alive, keeps
+the resident servers inside the memory budget (the least recently used leaves first), passes
+streams through chunk by chunk, swaps in a newly tuned setting without failing a request, and
+counts requests, speed and drafts per model and setting for `/metrics`.
+
+Layer: above `app` and `runs` (it resolves plans like `up`), below the CLI.
+"""

@@ -1,0 +1,282 @@
+"""The gateway's HTTP face (Starlette; uvicorn serves it): `/v1/models`, every other `/v1/...`
+POST passed to the server of the model the body names, `/metrics`, `/health`.
+
+A reply is passed through as it comes, chunk by chunk (httpx streams it from the engine). A
+client that goes away cancels the relay, which closes the engine's connection, and the engine
+drops the request. An engine that dies mid-stream gives the client an error event. With keys
+set, every path but `/health` needs `Authorization: Bearer KEY`; keys are never logged and never
+reach a label.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
+
+from specctl.orchestrator.gateway.engines import Engine
+from specctl.orchestrator.gateway.idle import IdleTuner
+from specctl.orchestrator.gateway.pool import NotReady, Pool, StartFailed, Unknown
+from specctl.orchestrator.gateway.watch import Watch
+
+MAX_BODY = 32 << 20  # a request body past this is refused (413)
+RETRY_AFTER = 10
+
+
+class Guarded(Response):
+    """A reply made by `serve` while the client is listened to: a client that goes away cancels
+    `serve` wherever it is (waiting for a server to start, for a non-streamed completion's
+    headers, between two chunks), which closes the engine's connection, and the engine drops
+    the request. A non-streamed completion sends nothing until it is done, so the disconnect
+    must not wait for the next chunk to be noticed."""
+
+    def __init__(self, serve: Callable[[Scope, Send], Awaitable[None]]) -> None:
+        self.serve = serve
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tasks:
+            async def respond() -> None:
+                with contextlib.suppress(OSError):  # the client went away while we sent
+                    await self.serve(scope, send)
+                tasks.cancel_scope.cancel()
+
+            tasks.start_soon(respond)
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            tasks.cancel_scope.cancel()
+
+
+async def _never() -> Message:
+    """The `receive` of the responses `Guarded` sends: it alone reads the client."""
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None
+          ) -> JSONResponse:
+    """An OpenAI-style error body: the client libraries show `message`."""
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}},
+                        status_code=status, headers=headers)
+
+
+def authorized(request: Request, keys: Sequence[str]) -> bool:
+    if not keys:
+        return True
+    given = request.headers.get("authorization", "")
+    scheme, _, token = given.partition(" ")
+    return scheme.lower() == "bearer" and any(
+        hmac.compare_digest(token.strip().encode(), k.encode()) for k in keys)
+
+
+def event(message: str, status: int) -> bytes:
+    """An error as a server-sent event (what OpenAI's streams send; the openai client raises)."""
+    body = {"error": {"message": message, "type": "server_error", "code": status}}
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+class Gateway:
+    def __init__(self, pool: Pool, tuner: IdleTuner | None, keys: Sequence[str]) -> None:
+        self.pool, self.tuner, self.keys = pool, tuner, tuple(keys)
+        self.client: httpx.AsyncClient | None = None
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/gateway/status", self.status, methods=["GET"]),
+            Route("/v1/{rest:path}", self.forward, methods=["POST"]),
+        ], lifespan=self.lifespan)
+
+    @asynccontextmanager
+    async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        timeout = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
+        async with httpx.AsyncClient(limits=limits, timeout=timeout) as client, \
+                anyio.create_task_group() as tasks:
+            self.client = client
+            tasks.start_soon(self._clock)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    if self.tuner is not None:
+                        await anyio.to_thread.run_sync(self.tuner.close)
+                    await self.pool.close()
+
+    async def _clock(self) -> None:
+        while True:
+            await anyio.sleep(self.pool.options.tick)
+            await self.pool.tick()
+            if self.tuner is not None:
+                await anyio.to_thread.run_sync(self.tuner.tick)
+
+    # -- routes --------------------------------------------------------------------------
+    async def health(self, _request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(self, request: Request) -> Response:
+        if not authorized(request, self.keys):
+            return self._denied()
+        return Response(self.pool.metrics.render(),
+                        media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def models(self, request: Request) -> Response:
+        if not authorized(request, self.keys):
+            return self._denied()
+        data = []
+        for name, profile in sorted(self.pool.profiles.items()):
+            engine = self.pool.engines.get(name)
+            data.append({"id": name, "object": "model", "created": 0, "owned_by": "specctl",
+                         "description": profile.description,
+                         "running": bool(engine and engine.ready.is_set() and engine.alive),
+                         "setting": engine.setting if engine else None})
+        return JSONResponse({"object": "list", "data": data})
+
+    async def status(self, request: Request) -> Response:
+        if not authorized(request, self.keys):
+            return self._denied()
+        now = self.pool.clock()
+        up = self.pool.resident()
+        rows = [{"model": e.model, "setting": e.setting, "port": e.plan.port,
+                 "state": _state(e), "inflight": e.inflight,
+                 "idle_s": round(now - e.last_used, 1), "bytes": e.plan.memory.device_bytes,
+                 "k_source": e.plan.k_source} for e in up]
+        budget = self.pool.budget_for(up) if up else self.pool.options.budget
+        return JSONResponse({"engines": rows, "budget_bytes": budget,
+                             "models": sorted(self.pool.profiles)})
+
+    async def forward(self, request: Request) -> Response:
+        if not authorized(request, self.keys):
+            return self._denied()
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return error(413, f"request body over {MAX_BODY >> 20} MiB", "invalid_request_error")
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return error(400, "the body is not JSON", "invalid_request_error")
+        model = data.get("model") if isinstance(data, dict) else None
+        if not isinstance(model, str) or not model:
+            return error(400, "name the model in the body's \"model\" field (GET /v1/models "
+                         "lists them)", "invalid_request_error")
+        return Guarded(lambda scope, send: self._serve(request, model, data, body, scope, send))
+
+    # -- the relay -----------------------------------------------------------------------
+    async def _serve(self, request: Request, model: str, data: dict[str, Any], body: bytes,
+                     scope: Scope, send: Send) -> None:
+        arrived = self.pool.clock()
+        if self.tuner is not None:
+            await anyio.to_thread.run_sync(self.tuner.traffic)
+        try:
+            engine = await self.pool.acquire(model)
+        except Unknown as exc:
+            return await error(404, str(exc), "not_found_error")(scope, _never, send)
+        except NotReady as exc:
+            self._count(model, "-", 503)
+            return await error(503, str(exc), "server_error", {
+                "Retry-After": str(RETRY_AFTER)})(scope, _never, send)
+        except StartFailed as exc:
+            self._count(model, "-", 502)
+            return await error(502, str(exc), "server_error")(scope, _never, send)
+        reply: httpx.Response | None = None
+        try:
+            reply = await self._open(request, engine, data, body)
+            if reply is None:
+                self._count(engine.model, engine.setting, 502)
+                return await error(502, f"{engine.model}'s server failed; the next request "
+                                   "starts it again", "server_error")(scope, _never, send)
+            kept = {k: v for k, v in reply.headers.items()
+                    if k.lower() in ("content-type", "cache-control", "x-request-id")}
+            relay = self._relay(engine, reply, data.get("stream") is True, arrived)
+            await StreamingResponse(relay, reply.status_code, kept)(scope, _never, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                if reply is not None:
+                    await reply.aclose()
+                self.pool.release(engine)
+
+    async def _open(self, request: Request, engine: Engine, data: dict[str, Any],
+                    body: bytes) -> httpx.Response | None:
+        """Send the request to the engine; its reply's headers (None: the engine failed)."""
+        assert self.client is not None and engine.started is not None
+        running = engine.started.running
+        if running.launch.model and data.get("model") != running.launch.model:
+            body = json.dumps({**data, "model": running.launch.model}).encode()  # its name
+        url = f"{running.endpoint.api.rstrip('/')}/{request.path_params['rest']}"
+        headers = {"content-type": "application/json", **running.endpoint.headers()}
+        upstream = self.client.build_request("POST", url, content=body, headers=headers,
+                                             params=request.query_params)
+        try:
+            return await self.client.send(upstream, stream=True)
+        except httpx.HTTPError:
+            return None
+
+    async def _relay(self, engine: Engine, reply: httpx.Response, stream: bool,
+                     arrived: float) -> AsyncIterator[bytes]:
+        """The engine's reply, chunk by chunk as it comes, read for metrics on the way; an
+        engine that fails mid-stream ends the stream with an error event."""
+        adapter = engine.resolved.backend
+        watch = Watch(stream, adapter.decode_timing, adapter.reply_stats, self.pool.clock)
+        try:
+            async for chunk in reply.aiter_raw():
+                watch.feed(chunk)
+                yield chunk
+        except httpx.HTTPError as exc:
+            self._count(engine.model, engine.setting, 502)
+            if stream:
+                yield event(f"{engine.model}'s server failed mid-stream: {_what(exc)}; the "
+                            "next request starts it again", 502)
+            return
+        watch.finish()
+        self._observe(engine, watch, arrived, reply.status_code)
+
+    def _observe(self, engine: Engine, watch: Watch, arrived: float, status: int) -> None:
+        m, labels = self.pool.metrics, (engine.model, engine.setting)
+        self._count(engine.model, engine.setting, status)
+        if status != 200:
+            return
+        m.tokens.labels(*labels).inc(watch.generated)
+        if watch.first_at is not None:
+            m.ttft.labels(*labels).observe(max(watch.first_at - arrived, 0.0))
+            spent = self.pool.clock() - watch.first_at
+            tps = watch.engine_tps or ((watch.generated - 1) / spent if spent > 0 and
+                                       watch.generated > 1 else None)
+            if tps:
+                m.decode.labels(*labels).observe(tps)
+        if watch.stats is not None:
+            m.drafted.labels(*labels).inc(watch.stats.drafted)
+            m.accepted.labels(*labels).inc(watch.stats.accepted)
+
+    def _count(self, model: str, setting: str, status: int) -> None:
+        if model in self.pool.profiles:  # an unknown name never becomes a label
+            self.pool.metrics.requests.labels(model, setting, str(status)).inc()
+
+    def _denied(self) -> Response:
+        return error(401, "missing or wrong API key: send `Authorization: Bearer KEY` (the "
+                     "gateway's key is in $SPECCTL_GATEWAY_API_KEY where it was started)",
+                     "authentication_error", {"WWW-Authenticate": "Bearer"})
+
+
+def _state(engine: Engine) -> str:
+    if not engine.ready.is_set():
+        return "starting"
+    if engine.error is not None:
+        return "failed"
+    return "draining" if engine.draining else "ready" if engine.alive else "exited"
+
+
+def _what(exc: httpx.HTTPError) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

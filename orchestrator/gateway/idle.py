@@ -1,0 +1,88 @@
+"""Tune in the background while the gateway is idle: a profile with k = "auto" that serves the
+cost model's untuned setting is tuned (`specctl tune -p NAME`, its own process group) once no
+request has come for a while; a request stops that tune at once (serving comes first) and it
+is tried again at the next idle spell, a few times at most. When the tune saves a setting that
+pays, the pool's watch on the tuned results swaps it in. A profile opts out with
+`[gateway] tune_when_idle = false`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specctl.orchestrator.gateway.pool import Pool
+from specctl.orchestrator.runtime import procs
+
+UNTUNED = "cost model"  # a plan's k_source when no saved tune set it
+TRIES = 3
+
+
+@dataclass
+class IdleTuner:
+    pool: Pool
+    refs: dict[str, str]  # model -> the profile name or file it was given as
+    after: float  # seconds without requests before a tune starts
+    logs: Path
+    clock: Callable[[], float] = time.monotonic
+    proc: subprocess.Popen[bytes] | None = None
+    model: str = ""
+    tries: dict[str, int] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+
+    def wanted(self) -> list[str]:
+        """Models serving an untuned setting that may be tuned now."""
+        out = []
+        for name, engine in self.pool.engines.items():
+            profile = self.pool.profiles[name]
+            if (engine.ready.is_set() and engine.alive and engine.plan.k_source == UNTUNED
+                    and profile.k == "auto" and profile.gateway.tune_when_idle
+                    and name not in self.done and self.tries.get(name, 0) < TRIES):
+                out.append(name)
+        return out
+
+    def tick(self) -> None:
+        if self.proc is not None:
+            code = self.proc.poll()
+            if code is None:
+                return
+            self.pool.say(f"background tune of {self.model} ended ({code}); see "
+                          f"{self._log(self.model)}")
+            if code == 0:
+                self.done.add(self.model)
+            self.proc = None
+            return
+        busy = any(e.inflight for e in self.pool.resident())
+        if busy or self.clock() - self.pool.last_request < self.after:
+            return
+        wanted = self.wanted()
+        if wanted:
+            self._start(wanted[0])
+
+    def _log(self, model: str) -> Path:
+        return self.logs / f"gateway-tune-{model}.log"
+
+    def _start(self, model: str) -> None:
+        self.model = model
+        self.tries[model] = self.tries.get(model, 0) + 1
+        argv = [sys.executable, "-m", "specctl", "tune", "--profile", self.refs[model]]
+        self.pool.say(f"idle: tuning {model} in the background (try {self.tries[model]} of "
+                      f"{TRIES}; a request stops it)")
+        self.proc = procs.spawn(argv, os.environ, str(self._log(model)), f"tune {model}")
+
+    def traffic(self) -> None:
+        """A request came: stop a running tune (blocking: call it in a thread)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.pool.say(f"request: stopping the background tune of {self.model}")
+        procs.stop_group(self.proc.pid, grace=self.pool.options.grace)
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+    def close(self) -> None:
+        self.traffic()
