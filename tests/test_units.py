@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import plistlib
 import subprocess
 from pathlib import Path
@@ -124,3 +125,32 @@ def test_install_over_a_unit_shows_the_diff_and_replaces_it_atomically(tmp_path:
     assert sorted(p.name for p in unit.parent.iterdir()) == [unit.name]  # no temp file left
     again = specctl(*args, env={**env, "SPECCTL_SERVER__PORT": "9123"})
     assert f"replaced {unit}: unchanged" in " ".join(again.stdout.replace("/\n", "/").split())
+
+
+def test_the_gateway_installs_as_one_service_systemd_accepts(tmp_path: Path) -> None:
+    env = {**os.environ, "SPECCTL_GATEWAY_API_KEY": "sk-unit-secret-1"}
+    for scope in (["--user"], ["--system", "--user-name", "daemon"]):
+        done = specctl("service", "install", "--gateway", "-p", "cpu-demo", "-p", "cpu-demo-q4",
+                       "--port", "8071", "--manager", "systemd", *scope, "--dry-run", env=env)
+        assert done.returncode == 0, done.stderr
+        exec_start = next(ln for ln in done.stdout.splitlines() if ln.startswith("ExecStart="))
+        assert exec_start.endswith(" -m specctl gateway cpu-demo cpu-demo-q4 --host 127.0.0.1 "
+                                   "--port 8071")
+        assert "sk-unit-secret-1" not in done.stdout + done.stderr  # the key: the env file
+        assert "EnvironmentFile=-" in done.stdout and "gateway.env" in done.stdout
+        checked = _verify(done.stdout, "specctl-gateway.service", tmp_path)
+        assert checked.returncode == 0 and checked.stderr.strip() == "", checked.stderr
+    plist = specctl("service", "install", "--gateway", "--manager", "launchd", "--dry-run")
+    assert plist.returncode == 0, plist.stderr
+    args = plistlib.loads(plist.stdout.encode())["ProgramArguments"]
+    assert args[-5:] == ["gateway", "--host", "127.0.0.1", "--port", "8070"]
+
+
+def test_the_gateway_service_refuses_what_would_fail(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SPECCTL_GATEWAY_API_KEY"}
+    done = specctl("service", "install", "--gateway", "--host", "0.0.0.0", "--dry-run", env=env)
+    assert done.returncode == 2 and "needs an API key" in done.stderr
+    done = specctl("service", "install", "--gateway", "-p", "cpu-dem", "--dry-run")
+    assert done.returncode != 0 and "cpu-dem" in done.stderr
+    done = specctl("service", "install", "--dry-run")
+    assert done.returncode == 2 and "name one profile with -p" in done.stderr

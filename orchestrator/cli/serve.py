@@ -14,7 +14,6 @@ import click
 from specctl.orchestrator import sanitise
 from specctl.orchestrator.cli import wrap
 from specctl.orchestrator.cli.base import (
-    PROFILE,
     cli,
     console,
     err_console,
@@ -242,7 +241,17 @@ SCOPE = click.option("--system/--user", "system", default=False,
 
 
 @service.command("install")
-@PROFILE
+@click.option("--profile", "-p", "profile_refs", multiple=True, metavar="NAME|FILE",
+              help="The profile to run (a name or a .toml file); with --gateway, each profile "
+                   "the gateway serves (repeat -p; none: every profile that runs here).")
+@click.option("--gateway", "as_gateway", is_flag=True,
+              help="Install `specctl gateway` (one endpoint for every profile) as the one "
+                   "service instead of one profile's server.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8070, show_default=True,
+              help="With --gateway: its port.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="With --gateway: its address (any other than loopback needs "
+                   "SPECCTL_GATEWAY_API_KEY set).")
 @SCOPE
 @MANAGER
 @click.option("--dry-run", is_flag=True, help="Print the unit/plist; write nothing.")
@@ -251,26 +260,52 @@ SCOPE = click.option("--system/--user", "system", default=False,
 @click.option("--user-name", metavar="USER",
               help="With --system: the account the service runs as (default: the user who ran "
                    "sudo, else you). Never root.")
-def service_install(profile_ref: str, system: bool, manager: str | None, dry_run: bool,
-                    enable: bool, user_name: str | None) -> None:
+def service_install(profile_refs: tuple[str, ...], as_gateway: bool, port: int, host: str,
+                    system: bool, manager: str | None, dry_run: bool, enable: bool,
+                    user_name: str | None) -> None:
     """Write a unit running `specctl up --profile NAME --foreground` (restart on failure,
-    whole-group stop, hardened). API keys go in <config>/service.env, never in the unit. A
-    --system service runs as a named user (User=), never as root.
+    whole-group stop, hardened), or with --gateway one running `specctl gateway`. API keys go
+    in <config>/services/NAME.env, never in the unit. A --system service runs as a named user
+    (User=), never as root.
 
     \b
-    specctl service install -p cpu-demo --dry-run"""
+    specctl service install -p cpu-demo --dry-run
+    specctl service install --gateway -p cpu-demo -p cpu-demo-q4 --enable"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.config import profiles as profiles_mod
+    from specctl.orchestrator.contract.launch import is_loopback
     from specctl.orchestrator.service import manage as service_mod
-    from specctl.orchestrator.service import units
 
     app = App.from_env()
-    profile = profiles_mod.load(profile_ref, app.dirs)
     mgr = manager or service_mod.default_manager()
     user = service_mod.service_user(user_name, os.environ) if system else None
+    if as_gateway:
+        for ref in profile_refs:  # a typo is said now, not when the service starts
+            profiles_mod.load(ref, app.dirs)
+        spec = service_mod.gateway_spec(profile_refs, host, port, app.dirs, system, os.environ,
+                                        user)
+        gateway_key = "SPECCTL_GATEWAY_API_KEY"
+        if not is_loopback(host) and gateway_key not in spec.secrets:
+            raise click.UsageError(f"a gateway on {host} needs an API key: export "
+                                   f"{gateway_key}=<key> and install again")
+        _install(spec, mgr, dry_run, enable, None)
+        return
+    if len(profile_refs) != 1:
+        raise click.UsageError("name one profile with -p (or --gateway for several)")
+    profile_ref = profile_refs[0]
+    profile = profiles_mod.load(profile_ref, app.dirs)
     key_env = profile.server.api_key_env
     spec = service_mod.spec_for(profile.name, profile_ref, app.dirs, system, os.environ, user,
                                 key_env, profile.backend)
+    _install(spec, mgr, dry_run, enable, key_env)
+
+
+def _install(spec: units.ServiceSpec, mgr: str, dry_run: bool, enable: bool,
+             key_env: str | None) -> None:
+    """Print (--dry-run) or write the service, and say what it carries and how to start it."""
+    from specctl.orchestrator.service import manage as service_mod
+    from specctl.orchestrator.service import units
+
     carried = service_mod.explain(spec, mgr)
     if dry_run:  # the unit on stdout (as written), what it carries and why on stderr
         click.echo(service_mod.render(spec, mgr), nl=False)

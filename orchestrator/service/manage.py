@@ -111,6 +111,17 @@ def spec_for(profile: str, profile_ref: str, dirs: Dirs, system: bool,
         system=system, user=user.pw_name if system and user is not None else None)
 
 
+def gateway_spec(refs: Sequence[str], host: str, port: int, dirs: Dirs, system: bool,
+                 env: Mapping[str, str], user: pwd.struct_passwd | None = None,
+                 key_env: str = "SPECCTL_GATEWAY_API_KEY") -> units.ServiceSpec:
+    """The gateway as the one service: every named profile (none: every one that runs) behind
+    one port; its API key goes to the secrets file, never into the unit."""
+    spec = spec_for(units.GATEWAY, units.GATEWAY, dirs, system, env, user, key_env)
+    paths = [str(Path(r).resolve()) if r.endswith(".toml") else r for r in refs]
+    return replace(spec, argv=units.gateway_argv((sys.executable, "-m", "specctl"), paths,
+                                                 host, port))
+
+
 def explain(spec: units.ServiceSpec, manager: str) -> list[str]:
     """Which variables the service carries, where and why (a secret's value is never shown)."""
     items = [environment.Carried(name, value, spec.reasons.get(name, ""), secret)

@@ -182,3 +182,12 @@ def status_command(spec: ServiceSpec, manager: str, uid: int) -> list[str]:
 
 def service_argv(program: Sequence[str], profile_ref: str) -> tuple[str, ...]:
     return (*program, "up", "--profile", profile_ref, "--foreground")
+
+
+GATEWAY = "gateway"  # the gateway's service name: specctl-gateway.service, dev.specctl.gateway
+
+
+def gateway_argv(program: Sequence[str], refs: Sequence[str], host: str,
+                 port: int) -> tuple[str, ...]:
+    """`specctl gateway REFS... --host H --port P` (it runs in the foreground by itself)."""
+    return (*program, "gateway", *refs, "--host", host, "--port", str(port))
