@@ -292,7 +292,7 @@ def test_a_shipped_profile_plans_with_no_network_and_an_empty_cache(name: str,
 # --- every command's --help has an example that works on a fresh install ------------------------
 
 # examples that build, download, serve or need a run first: checked by their own tests
-NOT_RUN_HERE = {"up", "bench", "logs", "worker up", "worker down", "service uninstall",
+NOT_RUN_HERE = {"up", "gateway", "bench", "logs", "worker up", "worker down", "service uninstall",
                 "service status", "backend install", "models pull", "models rm",
                 "models testbed"}
 

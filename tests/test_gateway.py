@@ -92,12 +92,12 @@ def profile(env: dict[str, str], name: str, text: str) -> None:
     (Path(env["SPECCTL_CONFIG_DIR"]) / "profiles" / f"{name}.toml").write_text(text)
 
 
-def start(env: dict[str, str], tmp_path: Path, *args: str) -> Gateway:
+def start(env: dict[str, str], tmp_path: Path, *args: str, idle: str = "off") -> Gateway:
     port = free_port()
     log = tmp_path / "gateway.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "specctl", "gateway", *args, "--port",
-                                 str(port), "--idle-tune", "off"], env=env, stdout=out,
+                                 str(port), "--idle-tune", idle], env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     gw = Gateway(proc, f"http://127.0.0.1:{port}", log, env)
     deadline = time.monotonic() + 90
@@ -443,3 +443,30 @@ def test_metrics_names_match_the_dashboard() -> None:
     for expr in queried:
         for name in re.findall(r"specctl_gateway_[a-z_]+", expr):
             assert name in exported, (name, expr)
+
+
+def test_an_untuned_profile_is_tuned_while_idle_and_a_request_stops_the_tune(
+        env: dict[str, str], tmp_path: Path, gateways: list[Gateway]) -> None:
+    profile(env, "auto", SMOL + 'k = "auto"\n[server]\ncontext = 1024\n')
+    profile(env, "optout", SMOL + 'k = "auto"\n[server]\ncontext = 1024\n'
+            "[gateway]\ntune_when_idle = false\n")
+    gw = start(env, tmp_path, "optout", "auto", idle="1s")
+    gateways.append(gw)
+    log = gw.log
+    assert chat(gw, "optout")
+    time.sleep(3)  # idle, but the one served model opted out
+    assert "tuning" not in log.read_text()
+    assert chat(gw, "auto")
+    wait_for(lambda: "idle: tuning auto in the background" in log.read_text(), 30,
+             "the idle gateway tunes the untuned profile")
+
+    def tuning() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"])
+                if "tune" in (p.info["cmdline"] or []) and "auto" in (p.info["cmdline"] or [])]
+
+    wait_for(lambda: bool(tuning()), 30, "a tune runs")
+    tune = tuning()[0]
+    assert chat(gw, "auto")  # a request: the tune stops, serving comes first
+    assert "request: stopping the background tune of auto" in log.read_text()
+    assert not tune.is_running()
+    assert stop(gw) == 0  # (the env fixture checks that no tune server is left)

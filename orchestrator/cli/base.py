@@ -140,8 +140,8 @@ def seconds(text: str, option: str, low: float, high: float) -> float:
     from `low` to `high` seconds (a bad one is click's usage error, exit 2)."""
     units = {"s": 1, "m": 60, "h": 3600}
     body, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
-    try:
-        value = float(body) * unit
+    try:  # ASCII only: float() also reads other scripts' digits ('٣' is 3)
+        value = float(body) * unit if body.isascii() else -1.0
     except ValueError:
         value = -1.0
     if not low <= value <= high:

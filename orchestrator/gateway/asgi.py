@@ -121,7 +121,7 @@ class Gateway:
             await anyio.sleep(self.pool.options.tick)
             await self.pool.tick()
             if self.tuner is not None:
-                await anyio.to_thread.run_sync(self.tuner.tick)
+                self.tuner.tick()
 
     # -- routes --------------------------------------------------------------------------
     async def health(self, _request: Request) -> Response:

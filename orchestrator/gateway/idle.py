@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specctl.orchestrator.files import inside
 from specctl.orchestrator.gateway.pool import Pool
 from specctl.orchestrator.runtime import procs
 
@@ -33,6 +35,9 @@ class IdleTuner:
     model: str = ""
     tries: dict[str, int] = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
+    grace: float = 30.0  # a tune stops its own servers on SIGTERM: give it the time
+    # tick and traffic run in worker threads, several requests' at once
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def wanted(self) -> list[str]:
         """Models serving an untuned setting that may be tuned now."""
@@ -46,6 +51,15 @@ class IdleTuner:
         return out
 
     def tick(self) -> None:
+        """On the event loop (it reads the pool): start or reap a tune. Skipped while a
+        request's thread is stopping the tune."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._tick()
+            finally:
+                self._lock.release()
+
+    def _tick(self) -> None:
         if self.proc is not None:
             code = self.proc.poll()
             if code is None:
@@ -64,7 +78,7 @@ class IdleTuner:
             self._start(wanted[0])
 
     def _log(self, model: str) -> Path:
-        return self.logs / f"gateway-tune-{model}.log"
+        return inside(self.logs, model, ".log", "model name", prefix="gateway-tune-")
 
     def _start(self, model: str) -> None:
         self.model = model
@@ -76,10 +90,14 @@ class IdleTuner:
 
     def traffic(self) -> None:
         """A request came: stop a running tune (blocking: call it in a thread)."""
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
         self.pool.say(f"request: stopping the background tune of {self.model}")
-        procs.stop_group(self.proc.pid, grace=self.pool.options.grace)
+        procs.stop_group(self.proc.pid, grace=self.grace)
         if self.proc.poll() is None:
             self.proc.wait(timeout=5)
         self.proc = None

@@ -1,0 +1,119 @@
+"""The gateway's pure parts, without servers: the memory a set of servers holds, what is read off
+a reply as it passes (a llama-server stream recorded here, chunk boundaries anywhere), keys,
+the tuned results' signature, durations on the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+import pytest
+from starlette.requests import Request
+
+from specctl.adapters.llamacpp import LlamaCpp
+from specctl.orchestrator.cli.base import seconds
+from specctl.orchestrator.gateway.asgi import authorized
+from specctl.orchestrator.gateway.engines import footprint, setting_of
+from specctl.orchestrator.gateway.pool import tuned_signature
+from specctl.orchestrator.gateway.run import keys_of
+from specctl.orchestrator.gateway.watch import Watch
+from tests import plans
+
+# the shape of llama-server's (0c1e570) stream: deltas, then a finish chunk with its timings
+CHUNKS = [
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
+    *({"choices": [{"index": 0, "delta": {"content": word}}]} for word in ("one", ",", " two")),
+    {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+     "usage": {"completion_tokens": 3, "prompt_tokens": 9},
+     "timings": {"predicted_n": 3, "predicted_per_second": 41.5, "draft_n": 6,
+                 "draft_n_accepted": 4}},
+]
+STREAM = "".join(f"data: {json.dumps(c)}\n\n" for c in CHUNKS).encode() + b"data: [DONE]\n\n"
+
+
+def watch(stream: bool) -> Watch:
+    ticks = iter(range(100))
+    adapter = LlamaCpp()
+    return Watch(stream, adapter.decode_timing, adapter.reply_stats, lambda: float(next(ticks)))
+
+
+@pytest.mark.parametrize("cut", [1, 7, 50, len(STREAM)])
+def test_a_stream_is_read_whatever_its_chunks(cut: int) -> None:
+    seen = watch(True)
+    for at in range(0, len(STREAM), cut):
+        seen.feed(STREAM[at:at + cut])
+    seen.finish()
+    assert seen.generated == 3 and seen.chunks == 3  # the role-only chunk is no token
+    assert seen.first_at == 0.0 and seen.engine_tps == 41.5
+    assert seen.stats is not None and (seen.stats.drafted, seen.stats.accepted) == (6, 4)
+
+
+def test_a_reply_that_is_not_a_stream_is_read_at_its_end() -> None:
+    body = {"choices": [{"message": {"content": "hi"}}], "usage": {"completion_tokens": 7},
+            "timings": {"predicted_n": 7, "predicted_per_second": 20.0}}
+    seen = watch(False)
+    raw = json.dumps(body).encode()
+    seen.feed(raw[:10])
+    seen.feed(raw[10:])
+    seen.finish()
+    assert seen.generated == 7 and seen.engine_tps == 20.0 and seen.first_at == 0.0
+    assert seen.stats is not None and seen.stats.drafted == 0  # nothing drafted: no counters
+
+
+def test_garbage_passes_through_unread() -> None:
+    seen = watch(True)
+    seen.feed(b"data: {not json\n\n: a comment\n\ndata: [1, 2]\n\n" + b"x" * (2 << 20))
+    seen.finish()
+    assert seen.generated == 0 and seen.stats is None
+    broken = watch(False)
+    broken.feed(b'{"choices": [')
+    broken.finish()
+    assert broken.generated == 0
+
+
+def test_servers_sharing_mapped_weights_count_them_once() -> None:
+    a = plans.plan()
+    b = plans.plan(k=6, port=8091)
+    alone = a.memory.device_bytes
+    assert footprint([(a, False)]) == alone
+    assert footprint([(a, False), (b, False)]) == 2 * alone
+    shared = footprint([(a, True), (b, True)])
+    assert shared == 2 * alone - a.memory.target_bytes - a.memory.draft_bytes
+    other = plans.plan(target=plans.target(path=Path("/models/other.gguf")))
+    assert footprint([(a, True), (other, True)]) == 2 * alone - a.memory.draft_bytes
+    assert setting_of(b) == "draft k=6" and setting_of(a.baseline()) == "off"
+
+
+def request(headers: dict[str, str]) -> Request:
+    raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    return Request({"type": "http", "headers": raw, "method": "GET", "path": "/"})
+
+
+def test_keys() -> None:
+    keys = keys_of({"K": " old , new,,"}, "K")
+    assert keys == ("old", "new") and keys_of({}, "K") == ()
+    assert authorized(request({}), ())
+    assert authorized(request({"Authorization": "Bearer new"}), keys)
+    assert authorized(request({"Authorization": "bearer old"}), keys)
+    for given in ({}, {"Authorization": "new"}, {"Authorization": "Bearer ne"},
+                  {"Authorization": "Basic new"}, {"Authorization": "Bearer new extra"}):
+        assert not authorized(request(given), keys), given
+
+
+def test_a_saved_tune_changes_the_signature(tmp_path: Path) -> None:
+    assert tuned_signature(tmp_path / "missing") == ()
+    (tmp_path / "a.json").write_text("{}")
+    first = tuned_signature(tmp_path)
+    (tmp_path / "a.json").write_text('{"k": 4}')
+    os.utime(tmp_path / "a.json", ns=(1, 10**18))
+    assert tuned_signature(tmp_path) != first
+
+
+def test_durations() -> None:
+    assert seconds("90s", "--x", 0, 3600) == 90 and seconds("2m", "--x", 0, 3600) == 120
+    assert seconds("0", "--x", 0, 3600) == 0 and seconds("1.5", "--x", 0, 3600) == 1.5
+    for bad in ("", "m", "-1s", "2h", "nan", "1e9", "٣s"):
+        with pytest.raises(click.BadParameter, match="--x takes a duration from 0s to 1h"):
+            seconds(bad, "--x", 0, 3600)
