@@ -57,6 +57,7 @@ class Engine:
     inflight: int = 0
     last_used: float = field(default_factory=time.monotonic)
     draining: bool = False  # a newer setting took over: it finishes what it has, then stops
+    retired: bool = False  # stopped, or being stopped: never twice
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property

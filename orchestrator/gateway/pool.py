@@ -215,6 +215,9 @@ class Pool:
     async def _retire(self, engine: Engine, reason: str) -> None:
         """Stop a server (whole group) and forget it."""
         self._forget(engine)
+        if engine.retired:
+            return
+        engine.retired = True
         was_up = engine.alive
         await asyncio.to_thread(engine.stop, self.options.grace)
         if engine.started is not None and engine.error is None:
