@@ -9,6 +9,10 @@ sysusers, udev, timers) are masked on top, and systemd starts an empty target: a
 only when asked. /root is re-mounted as a 0755 view holding only the interpreters (.pyenv) and
 the shared cache (.cache), so a service user can read them.
 
+What the tests run from (`keep`: the checkout, its venv, the interpreter, the cache) may lie
+anywhere, under /tmp or /root too: each kept path those mounts would hide is bound back,
+read-only, at its own place (a clone under /tmp works as one under /work does).
+
 Needs root with CAP_SYS_ADMIN (namespaces, mounts) and /lib/systemd/systemd; `why_not` says
 exactly what is missing where it cannot run.
 """
@@ -16,10 +20,12 @@ exactly what is missing where it cannot run.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 SYSTEMD = Path("/lib/systemd/systemd")
@@ -33,26 +39,52 @@ MASKED = ("systemd-tmpfiles-setup.service", "systemd-tmpfiles-setup-dev.service"
           "apt-daily.timer", "apt-daily-upgrade.timer", "man-db.timer", "e2scrub_all.timer",
           "fstrim.timer", "systemd-binfmt.service", "timers.target", "getty.target",
           "console-getty.service")
+SHOWN = (".pyenv", ".cache")  # /root's folders a service user may read
 PRIVATE = ("/tmp", "/run", "/var/tmp", "/var/cache", "/var/lib/systemd", "/var/log/journal",
            "/etc/systemd/system")
 
 
-def boot_script(rw: Path) -> str:
+def hidden(keep: Sequence[Path]) -> list[Path]:
+    """The kept paths the boot's own mounts would hide (under a private dir or /root), outside
+    one another; /root's .pyenv and .cache stay visible anyway."""
+    masked = [Path(d) for d in (*PRIVATE, "/root") if Path(d).is_dir()]
+    shown = [Path("/root") / d for d in SHOWN]
+    found = sorted({Path(os.path.abspath(p)) for p in keep if Path(p).exists()},
+                   key=lambda p: len(p.parts))
+    out: list[Path] = []
+    for path in found:
+        if (any(path.is_relative_to(m) and path != m for m in masked)
+                and not any(path.is_relative_to(k) for k in (*out, *shown))):
+            out.append(path)
+    return out
+
+
+def boot_script(rw: Path, keep: Sequence[Path] = ()) -> str:
     private = "\n".join(f"mount -n -t tmpfs tmpfs {d}" for d in PRIVATE if Path(d).is_dir())
     masks = "\n".join(f"ln -s /dev/null /etc/systemd/system/{u}" for u in MASKED)
     root = rw / ".root"
+    kept = hidden(keep)
+    # bound aside before the mounts hide them, then back at their own place on top
+    aside = "\n".join(f"mkdir -p {rw}/.keep/{i}\nmount -n --bind {shlex.quote(str(p))} "
+                      f"{rw}/.keep/{i}" for i, p in enumerate(kept))
+    back = "\n".join(f"mkdir -p {shlex.quote(str(p))}\nmount -n --bind {rw}/.keep/{i} "
+                     f"{shlex.quote(str(p))}\nmount -n -o remount,bind,ro {shlex.quote(str(p))}"
+                     for i, p in enumerate(kept))
     return f"""#!/bin/sh
 set -e
+umask 022
 mount -n --make-rprivate /
 mount -n -o remount,bind,ro /
-{private}
 mount -n --bind {rw} {rw}
 mount -n -o remount,bind,rw {rw}
+{aside}
+{private}
 mount -n --bind /root {root}
 mount -n -t tmpfs -o mode=0755 tmpfs /root
-for d in .pyenv .cache; do
+for d in {" ".join(SHOWN)}; do
   if [ -d {root}/$d ]; then mkdir /root/$d && mount -n --bind {root}/$d /root/$d; fi
 done
+{back}
 mount -n -o remount,bind,ro /root
 mount -n -t proc proc /proc
 {masks}
@@ -80,11 +112,14 @@ def why_not() -> str | None:
 class Manager:
     """A running systemd; `run` executes a command inside its namespaces."""
 
-    def __init__(self, rw: Path) -> None:
+    def __init__(self, rw: Path, keep: Sequence[Path] = ()) -> None:
+        """`rw`: the one writable folder (not under a private dir); `keep`: what the tests
+        read there, left visible wherever it is."""
+        assert not any(rw.is_relative_to(d) for d in PRIVATE), f"{rw}: hidden by a tmpfs"
         self.rw = rw
         (rw / ".root").mkdir(parents=True, exist_ok=True)
         script = rw / "boot.sh"
-        script.write_text(boot_script(rw))
+        script.write_text(boot_script(rw, keep))
         script.chmod(0o755)
         self.log = rw / "boot.log"
         with self.log.open("wb") as out:

@@ -38,7 +38,9 @@ TOKEN = "hf_it's \"quoted\" $HOME `x` \\ 100%"
 def manager() -> Iterator[Manager]:
     rw = Path(tempfile.mkdtemp(prefix="specctl-manager-", dir="/home"))
     rw.chmod(0o755)
-    started = Manager(rw)
+    # what the tests and the service run from, wherever the checkout is (a clone under /tmp)
+    started = Manager(rw, keep=(ROOT, Path(sys.prefix), Path(sys.base_prefix),
+                                Path(sys.executable).resolve().parent, Dirs.from_env().cache))
     try:
         yield started
     finally:
@@ -142,12 +144,16 @@ def _server_pid(manager: Manager) -> int:
 
 
 def test_the_harness_keeps_the_machine_as_it_was(manager: Manager) -> None:
-    """Nothing outside the namespaces changes: / is read-only there, /tmp is its own."""
+    """Nothing outside the namespaces changes: / is read-only there, /tmp is its own; the
+    checkout is seen there wherever it is (under /tmp too), read-only."""
     canary = Path(tempfile.mkstemp(prefix="specctl-canary-")[1])
+    kept = ROOT / "pyproject.toml"
     try:
         assert manager.run(["sh", "-c", "rm -rf /tmp/* ; touch /etc/specctl-x"]).returncode
         assert canary.exists() and not Path("/etc/specctl-x").exists()
         assert os.access(manager.rw, os.W_OK)
+        assert manager.run(["test", "-f", str(kept)]).returncode == 0
+        assert manager.run(["touch", str(kept)]).returncode != 0 and kept.is_file()
     finally:
         canary.unlink()
 
