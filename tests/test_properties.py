@@ -403,13 +403,15 @@ def test_settings_variables_are_valid_or_name_the_variable(env: dict[str, str]) 
 
 @st.composite
 def specs(draw: st.DrawFn, text: st.SearchStrategy[str] = hostile_text) -> units.ServiceSpec:
-    folder = "/" + draw(text).lstrip("/")
+    # under /tmp or /var/tmp: bound into the unit's private /tmp (BindPaths=, BindReadOnlyPaths=)
+    folder = draw(st.sampled_from(["/", "/tmp/", "/var/tmp/"])) + draw(text).lstrip("/")
+    program = draw(st.sampled_from(["/opt/", "/tmp/"])) + draw(text).lstrip("/")
     return units.ServiceSpec(
         profile=draw(st.one_of(names, text)),
         argv=("/usr/bin/python3", "-m", "specctl", "up", "--profile", draw(text),
               "--foreground"),
         env={"SPECCTL_STATE_DIR": folder, "HF_HOME": draw(text), "PYTHONUNBUFFERED": "1"},
-        writable=(Path(folder),), log_dir=Path(folder) / "logs",
+        writable=(Path(folder),), log_dir=Path(folder) / "logs", readable=(Path(program),),
         env_file=Path(folder) / "service.env", system=draw(st.booleans()),
         user=draw(st.sampled_from([None, "daemon"])))
 
@@ -472,7 +474,7 @@ def read_back_unit(text: str, unit: units.SystemdUnit) -> None:
     for (_, key, raw), (_, _, value) in zip(found, wrote, strict=True):
         printed = raw.replace("%%", "%")  # specifiers are expanded before unquoting
         if isinstance(value, quote.Words):
-            got = split_words(printed, value.kind != "paths")
+            got = split_words(printed, value.kind not in ("paths", "binds"))
             if value.kind == "command":
                 got = [w.replace("$$", "$") for w in got]
             assert got == list(value.items), (key, raw)

@@ -7,6 +7,7 @@ journal read by `specctl logs`, and `systemctl stop` leaves no process behind.""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -156,6 +157,33 @@ def test_the_harness_keeps_the_machine_as_it_was(manager: Manager) -> None:
         assert manager.run(["touch", str(kept)]).returncode != 0 and kept.is_file()
     finally:
         canary.unlink()
+
+
+@pytest.mark.server
+def test_a_unit_reads_and_writes_its_files_under_tmp(manager: Manager) -> None:
+    """PrivateTmp=yes gives the service a /tmp of its own: a profile and a state dir under the
+    machine's /tmp (here the manager's) are bound into it, so the service reads the one and
+    writes the other where the user looks, not into its own /tmp, dropped when it stops."""
+    tmp, port = Path("/tmp/specctl-service-files"), free_port()
+    profile, run = tmp / "smol.toml", tmp / "state" / "runs" / "smol.json"
+    text = SMOL + f"[server]\nport = {port}\ncontext = 1024\n"
+    made = manager.run(["sh", "-c", f"mkdir -m 0755 {tmp} && printf %s {shlex.quote(text)} "
+                        f"> {profile}"])
+    assert made.returncode == 0, made.stderr
+    env = {**service_env(manager.rw), "SPECCTL_STATE_DIR": str(tmp / "state")}
+    code, out = specctl_in(manager, env, "service", "install", "--profile", str(profile),
+                           "--system", "--user-name", USER, "--manager", "systemd", "--enable")
+    assert code == 0, out
+
+    def running() -> bool:
+        found = manager.run(["cat", str(run)])
+        return found.returncode == 0 and state.RunState.model_validate_json(
+            found.stdout).status == "running"
+
+    # read here, in the manager's /tmp: the service wrote it there, not in its own
+    wait_for(lambda: _ok(f"http://127.0.0.1:{port}/health") and running(), "the service serves")
+    assert manager.run(["systemctl", "stop", UNIT]).returncode == 0
+    assert show_of(manager, "ActiveState") == "inactive"
 
 
 def test_systemd_reads_the_secrets_file_exactly_as_written(manager: Manager) -> None:

@@ -3,8 +3,10 @@
 The service's commands run under the unit's own read-only/writable split, applied by bubblewrap
 (`bwrap`, Debian's bubblewrap package) from the unit's directives: ProtectSystem=strict and
 ProtectHome=read-only (everything read-only), PrivateTmp=yes (a private /tmp), ReadWritePaths=
-(bound writable). A Hub lookup and a pull through the real huggingface_hub client, and writes
-into vLLM's and Triton's compile caches, succeed; a write outside gives the exact EROFS line.
+(bound writable), and BindReadOnlyPaths= and BindPaths= (the host's folders under /tmp the
+service uses, bound into its private /tmp: an install in a checkout under /tmp). A Hub lookup
+and a pull through the real huggingface_hub client, and writes into vLLM's and Triton's compile
+caches, succeed; a write outside gives the exact EROFS line.
 """
 
 from __future__ import annotations
@@ -42,10 +44,16 @@ def sandbox(unit: str) -> list[str]:
     argv = [str(BWRAP), "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
             "--proc", "/proc"]
     if service.get("PrivateTmp") == "yes":
-        argv += ["--tmpfs", "/tmp"]
-    for word in service["ReadWritePaths"].split():
+        argv += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    mounts = [(word, writable) for key, writable in (("ReadWritePaths", True),
+                                                     ("BindReadOnlyPaths", False),
+                                                     ("BindPaths", True))
+              for word in service.get(key, "").split()]
+    # systemd mounts in path order (a folder before what lies in it), each bind from the host
+    for word, writable in sorted(mounts, key=lambda m: len(Path(m[0].lstrip("-")).parts)):
         path = word.removeprefix("-")  # "-": a missing path is no error (bind-try)
-        argv += ["--bind-try" if word.startswith("-") else "--bind", path, path]
+        kind = ("--bind" if writable else "--ro-bind") + ("-try" if word.startswith("-") else "")
+        argv += [kind, path, path]
     return [*argv, "--"]
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import plistlib
 import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.service import quote, units
+from specctl.orchestrator.service import manage, quote, units
 from tests.cli import specctl
 
 GOLDEN = Path(__file__).parent / "fixtures" / "units"
@@ -154,3 +158,40 @@ def test_the_gateway_service_refuses_what_would_fail(tmp_path: Path) -> None:
     assert done.returncode != 0 and "cpu-dem" in done.stderr
     done = specctl("service", "install", "--dry-run")
     assert done.returncode == 2 and "name one profile with -p" in done.stderr
+
+
+def test_an_install_under_tmp_is_bound_into_the_private_tmp(tmp_path: Path) -> None:
+    """PrivateTmp=yes gives the service its own /tmp and /var/tmp: what it runs from, reads and
+    writes there (a venv and profile in a checkout under /tmp, a state dir in /var/tmp) is bound
+    in from the host, read-only or writable; the unit of an install elsewhere is unchanged."""
+    golden = (GOLDEN / "specctl-cpu-demo.service").read_text()
+    elsewhere = replace(fixed_spec(), readable=(Path("/usr"), Path("/opt/venv")))
+    assert units.systemd_unit(elsewhere).render() == golden
+    spec = units.ServiceSpec(
+        profile="cpu-demo",
+        argv=units.service_argv((sys.executable, "-m", "specctl"), "/tmp/co/p.toml"),
+        env={"PYTHONUNBUFFERED": "1"},
+        writable=(Path("/var/lib/specctl/state"), Path("/var/tmp/specctl/cache"),
+                  Path("/tmp/co/state")),
+        log_dir=Path("/var/lib/specctl/state/logs"),
+        readable=(Path("/tmp/co/.venv"), Path("/tmp/co/.venv/bin/python3"), Path("/tmp/co"),
+                  Path("/tmp/co/p.toml"), Path("/usr"), Path("/var/tmp/specctl/cache/x")))
+    lines = units.systemd_unit(spec).render().splitlines()
+    assert "ReadWritePaths=-/var/lib/specctl/state" in lines  # only what the host's view has
+    assert "BindReadOnlyPaths=-/tmp/co" in lines  # once: the folders in it come with it
+    assert "BindPaths=-/tmp/co/state -/var/tmp/specctl/cache" in lines  # on top: writable
+    assert "PrivateTmp=yes" in lines
+    checked = _verify("\n".join(lines) + "\n", "specctl-cpu-demo.service", tmp_path)
+    assert checked.returncode == 0 and checked.stderr.strip() == "", checked.stderr
+    colon = replace(spec, readable=(Path("/tmp/a:b"),))
+    with pytest.raises(quote.UnitValueError, match="':' in BindPaths="):
+        units.systemd_unit(colon).render()
+
+
+def test_the_service_reads_this_install_wherever_it_lies() -> None:
+    """What `service install` lists as read covers this very interpreter, venv and code, so an
+    install under /tmp (a checkout there) is bound into the service's private /tmp."""
+    spec = manage.spec_for("cpu-demo", "cpu-demo", Dirs.from_env(), False, dict(os.environ))
+    code = Path(units.__file__).resolve()  # an editable install: where the checkout really is
+    for path in (code, Path(sys.executable), Path(sys.prefix), Dirs.from_env().config):
+        assert any(path.absolute().is_relative_to(r) for r in spec.readable), path

@@ -90,6 +90,27 @@ def writable_dirs(dirs: Dirs, env: Mapping[str, str], home: Path,
     return tuple(out)
 
 
+def program_paths() -> tuple[Path, ...]:
+    """What running `python -m specctl` reads: this interpreter, its environment (a venv and
+    the Python it was made from) and specctl's code where it really lies (an editable install's
+    package links into the checkout)."""
+    import specctl
+
+    package = Path(specctl.__file__).parent
+    code = units.outermost([package.resolve(), *(entry.resolve() for entry in package.iterdir())])
+    found = [Path(sys.executable), Path(sys.executable).resolve(), Path(sys.prefix),
+             Path(sys.exec_prefix), Path(sys.base_prefix), Path(sys.base_exec_prefix), *code]
+    return tuple(dict.fromkeys(p.absolute() for p in found))
+
+
+def readable_paths(dirs: Dirs, env: Mapping[str, str], profile_ref: str) -> tuple[Path, ...]:
+    """What the service reads: its program (program_paths), specctl's config dir, the profile
+    file it is given and the folders of its PATH (the engines and tools found there)."""
+    profile = [Path(profile_ref)] if Path(profile_ref).is_absolute() else []
+    search = [Path(p) for p in env.get("PATH", "").split(os.pathsep) if Path(p).is_absolute()]
+    return tuple(dict.fromkeys([*program_paths(), dirs.config.absolute(), *profile, *search]))
+
+
 def spec_for(profile: str, profile_ref: str, dirs: Dirs, system: bool,
              env: Mapping[str, str], user: pwd.struct_passwd | None = None,
              api_key_env: str | None = None, backends: Sequence[str] = ()) -> units.ServiceSpec:
@@ -107,6 +128,7 @@ def spec_for(profile: str, profile_ref: str, dirs: Dirs, system: bool,
         writable=writable_dirs(dirs, env, Path(user.pw_dir) if system and user else Path.home(),
                                backends) if env else (dirs.state,),
         log_dir=dirs.logs,
+        readable=readable_paths(dirs, env, ref) if env else (),
         env_file=inside(dirs.config / "services", profile, ".env", "profile name"),
         system=system, user=user.pw_name if system and user is not None else None)
 
@@ -118,8 +140,10 @@ def gateway_spec(refs: Sequence[str], host: str, port: int, dirs: Dirs, system: 
     one port; its API key goes to the secrets file, never into the unit."""
     spec = spec_for(units.GATEWAY, units.GATEWAY, dirs, system, env, user, key_env)
     paths = [str(Path(r).resolve()) if r.endswith(".toml") else r for r in refs]
+    files = tuple(Path(p) for p in paths if Path(p).is_absolute()) if env else ()
     return replace(spec, argv=units.gateway_argv((sys.executable, "-m", "specctl"), paths,
-                                                 host, port))
+                                                 host, port),
+                   readable=tuple(dict.fromkeys((*spec.readable, *files))))
 
 
 def explain(spec: units.ServiceSpec, manager: str) -> list[str]:

@@ -57,10 +57,11 @@ def refuse(value: str, why: str) -> UnitValueError:
 @dataclass(frozen=True)
 class Words:
     """A list of words systemd splits and unquotes: a command line (`ExecStart=`, where `$`
-    expands), assignments (`Environment=`), or paths (`ReadWritePaths=`, backslashes kept)."""
+    expands), assignments (`Environment=`), paths (`ReadWritePaths=`, backslashes kept) or
+    bind mounts (`BindPaths=`: paths where a ':' would end the source)."""
 
     items: tuple[str, ...]
-    kind: Literal["command", "assignments", "paths"] = "assignments"
+    kind: Literal["command", "assignments", "paths", "binds"] = "assignments"
 
 
 def _word(word: str, kind: str) -> str:
@@ -68,9 +69,12 @@ def _word(word: str, kind: str) -> str:
     for ch in word:
         if _not_text(ch):
             raise refuse(word, "it holds a NUL or a character that is not text")
-        if kind == "paths" and (ch in "\\\"'" or control(ch)):
+        if kind in ("paths", "binds") and (ch in "\\\"'" or control(ch)):
             raise refuse(word, "systemd keeps quotes, backslashes and control characters in "
                                 "paths as they are")
+        if kind == "binds" and ch == ":":
+            raise refuse(word, "systemd reads a ':' in BindPaths= as the end of the source "
+                               "path")
         if ch in "\\\"":
             out.append("\\" + ch)
         elif control(ch):

@@ -24,6 +24,9 @@ from specctl.orchestrator.service.quote import (
 )
 
 LABEL_PREFIX = "dev.specctl"
+# what PrivateTmp=yes replaces with the service's own, empty folders: a path under them is
+# reached only through a bind from the host (BindPaths=, BindReadOnlyPaths=)
+PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"))
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,9 @@ class ServiceSpec:
     # launchd has no such sandbox, so a plist needs nothing for them
     writable: tuple[Path, ...]
     log_dir: Path
+    # what it reads: its interpreter, environment and code, its config and profile; under
+    # systemd, those under /tmp or /var/tmp are bound read-only into the service's private /tmp
+    readable: tuple[Path, ...] = ()
     env_file: Path | None = None  # secrets (API keys, HF_TOKEN), kept out of the unit
     secrets: Mapping[str, str] = field(default_factory=dict)  # written to env_file, mode 0600
     reasons: Mapping[str, str] = field(default_factory=dict)  # variable -> why it is carried
@@ -79,7 +85,7 @@ def systemd_unit(spec: ServiceSpec) -> SystemdUnit:
                      "backslashes, '$' or control characters")
     env = tuple(("Environment", Words((f"{k}={v}",))) for k, v in sorted(spec.env.items()))
     # "-": a missing path is not fatal
-    writable = Words(tuple(f"-{p}" for p in spec.writable), "paths")
+    writable = Words(tuple(f"-{p}" for p in spec.writable if not private_tmp(p)), "paths")
     user = (("User", spec.user),) if spec.system and spec.user else ()
     return SystemdUnit((
         ("Unit", (
@@ -105,11 +111,41 @@ def systemd_unit(spec: ServiceSpec) -> SystemdUnit:
             ("NoNewPrivileges", "yes"),
             ("ProtectSystem", "strict"),
             ("ProtectHome", "read-only"),
-            ("ReadWritePaths", writable),
+            *((("ReadWritePaths", writable),) if writable.items else ()),
             ("PrivateTmp", "yes"),
+            *host_tmp(spec),
         )),
         ("Install", (("WantedBy", "multi-user.target" if spec.system else "default.target"),)),
     ))
+
+
+def private_tmp(path: Path) -> bool:
+    """Whether PrivateTmp=yes hides `path` from the service (it lies under /tmp or /var/tmp)."""
+    return any(path.is_relative_to(tmp) for tmp in PRIVATE_TMP)
+
+
+def outermost(paths: Sequence[Path]) -> tuple[Path, ...]:
+    """`paths` without those inside another one, in order of depth."""
+    out: list[Path] = []
+    for path in sorted(set(paths), key=lambda p: (len(p.parts), str(p))):
+        if not any(path.is_relative_to(kept) for kept in out):
+            out.append(path)
+    return tuple(out)
+
+
+def host_tmp(spec: ServiceSpec) -> tuple[Entry, ...]:
+    """The host's folders under /tmp or /var/tmp the service uses (an install, a profile or
+    state dir there: a checkout under /tmp), bound into its private /tmp: where it writes,
+    writable (BindPaths=: its files land on the host, not in a /tmp dropped at stop), what it
+    reads, read-only. None for an install elsewhere: the unit is then what it always was."""
+    writes = outermost([p for p in spec.writable if private_tmp(p)])
+    reads = tuple(p for p in outermost([p for p in spec.readable if private_tmp(p)])
+                  if not any(p.is_relative_to(w) for w in writes))
+    # "-": a missing source is skipped (a folder made later, a file removed since)
+    return (*((("BindReadOnlyPaths", Words(tuple(f"-{p}" for p in reads), "binds")),)
+              if reads else ()),
+            *((("BindPaths", Words(tuple(f"-{p}" for p in writes), "binds")),)
+              if writes else ()))
 
 
 def launchd_plist(spec: ServiceSpec) -> dict[str, object]:
