@@ -91,6 +91,14 @@ def installed(env: dict[str, str]) -> str:
     return (Path(env["HOME"]) / f".config/systemd/user/specctl-{PROFILE}.service").read_text()
 
 
+def hardware(home: Path) -> Path:
+    """The machine file the commands plan for, in the user's home: the checkout's fixtures may
+    lie under /tmp, which the unit's private /tmp hides (as it would a user's own file there)."""
+    path = home / "macos_m3_ultra_96g.json"
+    shutil.copyfile(HARDWARE / path.name, path)
+    return path
+
+
 def run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
                           check=False)
@@ -104,7 +112,7 @@ def test_the_service_writes_its_caches_and_pulls_under_the_units_sandbox(
     profile.parent.mkdir(parents=True, exist_ok=True)
     profile.write_text(SEED)
     done = run([*box, sys.executable, "-m", "specctl", "plan", "--profile", "seed",
-                "--hardware", str(HARDWARE / "macos_m3_ultra_96g.json")], env)
+                "--hardware", str(hardware(home))], env)
     assert done.returncode == 0, done.stderr
     assert list((home / ".cache/specctl/hub").rglob("repo.json"))  # Hub metadata cached
     pull = ("from huggingface_hub import hf_hub_download as get; "
@@ -132,7 +140,7 @@ def test_a_write_outside_the_writable_paths_says_which_setting(home: Path,
     profile.parent.mkdir(parents=True, exist_ok=True)
     profile.write_text(SEED)
     done = run([*box, sys.executable, "-m", "specctl", "plan", "--profile", "seed",
-                "--hardware", str(HARDWARE / "macos_m3_ultra_96g.json")],
+                "--hardware", str(hardware(home))],
                {**env, "SPECCTL_CACHE_DIR": str(elsewhere)})
     assert done.returncode == 1
     assert done.stderr.strip() == f"specctl: error: {ReadOnlyError(elsewhere / 'hub')}"
