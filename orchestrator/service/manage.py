@@ -83,11 +83,7 @@ def writable_dirs(dirs: Dirs, env: Mapping[str, str], home: Path,
     hub = [expand_user(env["HF_HUB_CACHE"])] if env.get("HF_HUB_CACHE") else []
     found = [dirs.state, dirs.cache, hf_home, *hub,
              *(p for cls in chosen for p in cls.cache_dirs(env, home))]
-    out: list[Path] = []
-    for path in sorted({p.absolute() for p in found}, key=lambda p: (len(p.parts), str(p))):
-        if not any(path.is_relative_to(kept) for kept in out):
-            out.append(path)
-    return tuple(out)
+    return units.outermost([p.absolute() for p in found])
 
 
 def program_paths() -> tuple[Path, ...]:
