@@ -238,6 +238,15 @@ def metric(text: str, name: str) -> float:
                if line.startswith(name + "{"))
 
 
+def served(env: dict[str, str], tmp_path: Path, gateways: list[Gateway], context: int) -> Gateway:
+    """A gateway serving one SmolLM2 profile, `smol`, already started by a first request."""
+    profile(env, "smol", SMOL + f"k = 3\n[server]\ncontext = {context}\n")
+    gw = start(env, tmp_path, "smol")
+    gateways.append(gw)
+    assert chat(gw, "smol")
+    return gw
+
+
 def engine_pid(port: int) -> int:
     for conn in psutil.net_connections("tcp"):
         if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
@@ -248,10 +257,7 @@ def engine_pid(port: int) -> int:
 
 def test_an_engine_killed_mid_stream_gives_an_error_event_and_the_next_request_works(
         env: dict[str, str], tmp_path: Path, gateways: list[Gateway]) -> None:
-    profile(env, "smol", SMOL + "k = 3\n[server]\ncontext = 2048\n")
-    gw = start(env, tmp_path, "smol")
-    gateways.append(gw)
-    assert chat(gw, "smol")
+    gw = served(env, tmp_path, gateways, 2048)
     pid = engine_pid(gw.engines()["smol"]["port"])
     stream = gw.client().chat.completions.create(
         model="smol", messages=[{"role": "user", "content": PROMPT}], max_tokens=1500,
@@ -265,16 +271,12 @@ def test_an_engine_killed_mid_stream_gives_an_error_event_and_the_next_request_w
     assert got >= 3
     assert chat(gw, "smol")  # started again
     assert stop(gw) == 0
-    assert "exited with code -9; the next request starts it again" in gw.log.read_text() or \
-        "smol" in gw.log.read_text()
+    assert gw.log.read_text().count("starting smol (draft k=3)") == 2
 
 
 def test_a_client_that_goes_away_cancels_the_engine_request(
         env: dict[str, str], tmp_path: Path, gateways: list[Gateway]) -> None:
-    profile(env, "smol", SMOL + "k = 3\n[server]\ncontext = 4096\n")
-    gw = start(env, tmp_path, "smol")
-    gateways.append(gw)
-    assert chat(gw, "smol")
+    gw = served(env, tmp_path, gateways, 4096)
     port = gw.engines()["smol"]["port"]
 
     def busy() -> bool:
