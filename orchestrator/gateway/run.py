@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specctl.orchestrator.app import App
@@ -83,10 +83,8 @@ def serve(app: App, request: Request, say: Say) -> int:
                           "keep the default --host 127.0.0.1")
     procs.ensure_port_free(request.host, request.port)
     profiles, refs = gather(app, request.refs, say)
-    options = request.options
-    if options.budget is None:
-        options = Options(None, options.start_wait, app.settings.health_timeout,
-                          app.settings.stop_grace, options.tick)
+    options = replace(request.options, health_timeout=app.settings.health_timeout,
+                      grace=app.settings.stop_grace)  # as `up` waits and stops
     pool = Pool(app, profiles, options, Metrics(), say)
     tuner = (IdleTuner(pool, refs, request.idle_tune_after, app.dirs.logs)
              if request.idle_tune_after is not None else None)
