@@ -117,3 +117,26 @@ def test_durations() -> None:
     for bad in ("", "m", "-1s", "2h", "nan", "1e9", "٣s"):
         with pytest.raises(click.BadParameter, match="--x takes a duration from 0s to 1h"):
             seconds(bad, "--x", 0, 3600)
+
+
+def test_the_routes_without_a_server() -> None:
+    """Starlette's TestClient (httpx) against the gateway's app with no model to start."""
+    from starlette.testclient import TestClient
+
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.gateway.asgi import MAX_BODY, Gateway
+    from specctl.orchestrator.gateway.metrics import Metrics
+    from specctl.orchestrator.gateway.pool import Options, Pool
+
+    said: list[str] = []
+    pool = Pool(App.from_env(), {}, Options(), Metrics(), said.append)
+    key = {"Authorization": "Bearer k1"}
+    with TestClient(Gateway(pool, None, ("k1",)).app()) as client:
+        assert client.get("/health").json() == {"status": "ok"}
+        assert client.get("/v1/models").status_code == 401
+        assert client.get("/v1/models", headers=key).json() == {"object": "list", "data": []}
+        big = client.post("/v1/chat/completions", content=b"x" * (MAX_BODY + 1), headers=key)
+        assert big.status_code == 413 and "MiB" in big.json()["error"]["message"]
+        gone = client.post("/v1/chat/completions", json={"model": "m"}, headers=key)
+        assert gone.status_code == 404 and "'m' is not served here" in gone.text
+        assert client.get("/gateway/status", headers=key).json()["engines"] == []

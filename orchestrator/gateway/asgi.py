@@ -161,8 +161,8 @@ class Gateway:
     async def forward(self, request: Request) -> Response:
         if not authorized(request, self.keys):
             return self._denied()
-        body = await request.body()
-        if len(body) > MAX_BODY:
+        body = await _bounded(request)
+        if body is None:
             return error(413, f"request body over {MAX_BODY >> 20} MiB", "invalid_request_error")
         try:
             data = json.loads(body)
@@ -268,6 +268,17 @@ class Gateway:
         return error(401, "missing or wrong API key: send `Authorization: Bearer KEY` (the "
                      "gateway's key is in $SPECCTL_GATEWAY_API_KEY where it was started)",
                      "authentication_error", {"WWW-Authenticate": "Bearer"})
+
+
+async def _bounded(request: Request) -> bytes | None:
+    """The request's body, read no further than MAX_BODY (None past it)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _state(engine: Engine) -> str:
