@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specctl.orchestrator.app import Resolved
@@ -94,7 +94,6 @@ class Engine:
 
 def engine_for(model: str, resolved: Resolved, logs: Path) -> Engine:
     """A not yet started engine of `resolved`, on a free loopback port, logging under `logs`."""
-    plan = resolved.plan.but(host="127.0.0.1", port=servers.free_port())
-    placed = Resolved(resolved.profile, plan, resolved.installed, resolved.backend,
-                      resolved.needs)
+    placed = replace(resolved, plan=resolved.plan.but(host="127.0.0.1",
+                                                      port=servers.free_port()))
     return Engine(model, placed, inside(logs, model, ".log", "model name", prefix="gateway-"))

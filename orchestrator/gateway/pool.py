@@ -60,6 +60,16 @@ def tuned_signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(found)
 
 
+def servable(resolved: Resolved) -> Resolved:
+    """`resolved`, when it can run here as planned: the gateway provides nothing itself."""
+    if not resolved.needs.empty:
+        name = resolved.plan.profile
+        raise ServerError(f"{name} needs what `up` provides first (the backend built, models "
+                          f"fetched): run `specctl up -p {name}` once, then `specctl down "
+                          f"{name}`")
+    return resolved
+
+
 class Pool:
     def __init__(self, app: App, profiles: Mapping[str, Profile], options: Options,
                  metrics: Metrics, say: Say, clock: Callable[[], float] = time.monotonic) -> None:
@@ -79,12 +89,7 @@ class Pool:
     def resolve(self, model: str) -> Resolved:
         """Blocking: the model's plan as `up` would serve it now (tuned results included)."""
         with self._plan_lock:
-            resolved = self.app.resolve(self.profiles[model])
-        if not resolved.needs.empty:
-            raise ServerError(f"{model} needs what `up` provides first (the backend built, "
-                              f"models fetched): run `specctl up -p {model}` once, then "
-                              "`specctl down` it")
-        return resolved
+            return servable(self.app.resolve(self.profiles[model]))
 
     # -- requests ----------------------------------------------------------------------------
     async def acquire(self, model: str) -> Engine:

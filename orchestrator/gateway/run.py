@@ -18,7 +18,7 @@ from specctl.orchestrator.errors import ProfileError, ServerError, SpecctlError
 from specctl.orchestrator.gateway.asgi import Gateway
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.metrics import Metrics
-from specctl.orchestrator.gateway.pool import Options, Pool
+from specctl.orchestrator.gateway.pool import Options, Pool, servable
 from specctl.orchestrator.runtime import procs
 
 Say = Callable[[str], None]
@@ -53,10 +53,7 @@ def gather(app: App, refs: tuple[str, ...], say: Say) -> tuple[dict[str, Profile
     for ref in refs:
         try:
             profile = app.load(ref)
-            resolved = app.resolve(profile)
-            if not resolved.needs.empty:
-                raise ServerError(f"it needs what `up` provides first: run `specctl up -p "
-                                  f"{profile.name}` once, then `specctl down {profile.name}`")
+            servable(app.resolve(profile))  # refused now, not at its first request
         except SpecctlError as exc:
             if named:
                 raise type(exc)(f"{ref}: {exc}") from None
