@@ -159,3 +159,27 @@ def test_bench_keeps_measuring_to_the_precision_one_server_at_a_time(tmp_path: P
     assert row["speedup_high"] <= row["bound"]
     if notes["stopped"] == "precision":
         assert (row["speedup_high"] - row["speedup_low"]) / 2 <= 0.05 * row["speedup"]
+
+
+def test_bench_budget_bounds_the_repeats_too_when_a_precision_is_asked(tmp_path: Path) -> None:
+    """With --precision, --budget holds for the passes --repeats asked for too (a bench of
+    eleven configurations ran three passes, 48 minutes, past a 6-minute budget): no pass is
+    started that would end past it; without --precision the repeats are what was asked."""
+    plan = plans.plan().but(k=3)
+    configs = bench.configs_for(plan, [2, 3, 4])
+
+    def passes(precision: float | None, budget: float) -> tuple[int, dict[str, Any], float]:
+        room = SimLab(Law(), plan, seed=5, noise=0.0, fits=True)
+        notes: dict[str, Any] = {}
+        start = room.clock()
+        samples = bench.measure(configs, None, None, room.workload,  # type: ignore[arg-type]
+                                3, 64, tmp_path, precision=precision, budget=budget,
+                                notes=notes, room=room)
+        return len({s.repeat for s in samples}), notes, room.clock() - start
+
+    _, _, per_pass = passes(None, 1.0)  # three passes, as asked
+    budget = per_pass / 3 * 2.5
+    n, notes, took = passes(0.001, budget)
+    assert (n, notes["stopped"]) == (2, "budget") and took <= budget
+    assert passes(None, budget)[0] == 3
+    assert passes(0.001, 1.0)[0] == 1  # the first pass always runs

@@ -52,7 +52,13 @@ def test_bench_also_measures_other_methods_in_the_same_run() -> None:
     at = bench.configs_for(plan, [8], None, ["ngram:8", "draft+ngram-mod:12"])
     assert [c.label for c in at[2:]] == ["ngram k=8", "draft k=8 + ngram-mod k=12"]
     assert (at[2].plan.method, at[2].plan.k, at[2].plan.draft) == ("ngram", 8, None)
-    for bad in ("ngram-mod+draft", "warp", "draft+", "draft:4", "ngram:0", "ngram:x",
-                "ngram:33", "ngram:\u00b2", "ngram:-1"):
+    # a draft at one k, with a p-min (tune's pick `draft k=3 p-min 0.5`), and chained
+    one = bench.configs_for(plan, [2, 8], None, ["draft:3@0.5", "draft:3+ngram-mod"])
+    assert [c.label for c in one[3:]] == ["draft k=3 p-min 0.5", "draft k=3 + ngram-mod k=16"]
+    assert (one[3].plan.k, one[3].plan.p_min, one[4].plan.p_min) == (3, 0.5, None)
+    assert bench.asks_for_draft(["draft:3@0.5"]) and not bench.asks_for_draft(["ngram:8"])
+    for bad in ("ngram-mod+draft", "warp", "draft+", "ngram:0", "ngram:x", "ngram@0.5",
+                "ngram:33", "ngram:\u00b2", "ngram:-1", "draft@1.5", "draft@x", "draft@nan",
+                "draft@\u00bd", "draft:3@"):
         with pytest.raises(ProfileError, match="--also"):
             bench.configs_for(plan, [4], None, [bad])

@@ -107,7 +107,8 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
               help="Keep measuring (more passes than --repeats) until every configuration's "
                    "95% interval is within this, e.g. 0.05 for +-5%, or --budget is spent.")
 @click.option("--budget", default="10m", show_default=True, metavar="DURATION",
-              help="With --precision: the most time to spend (e.g. 90s, 10m).")
+              help="With --precision: the most time to spend (e.g. 90s, 10m); no pass that "
+                   "would end past it is started, not even one of --repeats (the first is).")
 @click.option("--sequential", is_flag=True,
               help="One server at a time, in alternating blocks (what happens by itself when "
                    "the servers do not fit in memory together); the report gives the "

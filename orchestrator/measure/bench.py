@@ -108,29 +108,48 @@ def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
 
 
 def _also(plan: Plan, ks: Sequence[int], also: Sequence[str]) -> list[Plan]:
-    """`bench --also`: each `METHOD[:K][+METHOD[:K]...]` as plans (a draft at each --k, others
-    at K or their usual k; the methods after the first are chained n-gram methods)."""
+    """`bench --also`: each `METHOD[:K][@P][+METHOD[:K]...]` as plans (a draft at K, else at each
+    --k; others at K or their usual k; `@P`: a draft's p-min; the methods after the first are
+    chained n-gram methods)."""
     from specctl.orchestrator.planning.planner import DEFAULT_K
 
     out = []
     for item in also:
-        steps = [_step(item, part.strip(), DEFAULT_K) for part in item.split("+")]
+        first, plus, more = item.partition("+")
+        first, at, p_text = first.partition("@")
+        p_min = _p_min(item, p_text) if at else None
+        steps = [_step(item, part.strip(), DEFAULT_K) for part in (first + plus + more).split("+")]
         (head, k), rest = steps[0], steps[1:]
-        if not head or any(m not in NGRAMS for m, _ in rest) or (head == "draft" and k):
+        if not head or any(m not in NGRAMS for m, _ in rest) or (at and head != "draft"):
             raise ProfileError(f"--also {item!r}: expected METHOD[:K][+NGRAM_METHOD[:K]], e.g. "
-                               "ngram:8, ngram-mod or draft+ngram-mod (a draft's k is --k)")
+                               "ngram:8, ngram-mod, draft+ngram-mod (a draft at each --k) or "
+                               "draft:3@0.5 (a draft at k=3 with p-min 0.5)")
         chain = tuple(Step(m, k_ or DEFAULT_K[m]) for m, k_ in rest)  # type: ignore[arg-type]
         if head == "draft":
-            out += [plan.but(method="draft", k=k_, chain=chain) for k_ in ks or [plan.k or 4]]
+            out += [plan.but(method="draft", k=k_, chain=chain, p_min=p_min)
+                    for k_ in ([k] if k else ks or [plan.k or 4])]
         else:
             out.append(plan.but(method=head, k=k or DEFAULT_K[head], draft=None, p_min=None,
                                 chain=chain))
     return out
 
 
+def _p_min(item: str, text: str) -> float:
+    """The `@P` of an --also draft: a probability in (0, 1)."""
+    try:
+        value = float(text) if text.isascii() else float("nan")
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise ProfileError(f"--also {item!r}: p-min {text!r} must be a number between 0 and 1, "
+                           "e.g. draft:3@0.5")
+    return value
+
+
 def asks_for_draft(also: Sequence[str]) -> bool:
-    """Whether an --also item is a draft model (`draft`, `draft+ngram-mod`, ...)."""
-    return any(item.split("+")[0].partition(":")[0].strip() == "draft" for item in also)
+    """Whether an --also item is a draft model (`draft`, `draft:3@0.5+ngram-mod`, ...)."""
+    return any(item.split("+")[0].partition(":")[0].partition("@")[0].strip() == "draft"
+               for item in also)
 
 
 def _step(item: str, part: str, known: Mapping[str, int]) -> tuple[str, int]:
@@ -152,7 +171,8 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
     """Every prompt on every server, interleaved (lab.rounds: all servers up, or one at a time
     in alternating blocks when they do not fit in memory together, or `sequential`), `repeats`
     passes; with a `precision`, more passes until every configuration's overall 95% interval
-    is within it or `budget` seconds are spent. Then, per level above 1, rounds of that many
+    is within it, and no pass (not even one of the `repeats`) that would end past `budget`
+    seconds. Then, per level above 1, rounds of that many
     concurrent requests (servers side by side; enough slots are planned for the largest).
     `notes` receives how it was measured: c (for the physical bound), sequential, the
     baseline's drift, other processes' CPU, and what stopped it. `room`: where (default: real
@@ -171,20 +191,22 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
     start, timed, stopped, cost = room.clock(), list[Timed](), "repeats", None
     try:
         cost = _cost(room, cfgs, seq)
-        passes = 0
+        passes, first = 0, room.clock()
         while 1 in levels:
             progress(f"pass {passes + 1}" + (" (one server at a time)" if seq else ""))
             timed += lab.rounds(room, cfgs, range(len(workload.prompts)), max_tokens, passes,
                                 seq)
             passes += 1
-            if passes < repeats:
-                continue
             if precision is None:
+                if passes < repeats:
+                    continue
                 break
-            if _widest(timed, configs, workload, cost) <= precision:
+            if passes >= repeats and _widest(timed, configs, workload, cost) <= precision:
                 stopped = "precision"
                 break
-            if room.clock() - start >= budget:
+            # the budget bounds the passes --repeats asked for too: none is started that
+            # would end past it (a pass takes about as long as the mean one so far)
+            if room.clock() - start + (room.clock() - first) / passes > budget:
                 stopped = "budget"
                 break
         samples = [_from_timed(t, configs, workload) for t in timed]
