@@ -24,6 +24,7 @@ from specctl.orchestrator.errors import ModelError, ProfileError, SpecctlError
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.measure import certificates, tuned, winners
+from specctl.orchestrator.measure import route as route_mod
 from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.resolve import Resolver, hf_cache_dir
@@ -134,6 +135,19 @@ class App:
         return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary,
                              tuple((a, b, k) for a, b, k in found.k_by_batch),
                              tuned.steps_of(found.chain), found.serves, found.state)
+
+    def route(self, written: Resolved) -> tuple[route_mod.Route | None, str]:
+        """Speculation per request (measure/route.py) for the plan as written (`resolve(...,
+        use_tuned=False)`), from its saved tune's per-category winners; None and why when
+        there is none."""
+        if not written.needs.empty:
+            return None, "what `up` provides is missing here"
+        if not any(self.dirs.tuned.glob("*.json")):
+            return None, "not tuned yet (run `specctl tune`)"
+        found = tuned.load(self.dirs.tuned, self.tuned_key(written.plan, written.installed))
+        if found is None:
+            return None, "not tuned yet on this machine and build (run `specctl tune`)"
+        return route_mod.route_for(written.plan, found, written.backend)
 
     def certificate_of_run(self, plan: Mapping[str, Any]) -> certificates.Found | None:
         """The losslessness certificate state of a run's recorded plan (`status`)."""

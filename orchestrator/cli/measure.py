@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,12 +50,16 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
     from specctl.orchestrator.measure import workload
 
     shares = workload.parse_mix(mix)
-    if prompts_arg.isdigit():
-        per = int(prompts_arg)
-        if not 1 <= per <= 12:
-            raise click.BadParameter("--prompts N: 1 to 12 per category (or a file of yours)")
+    span = re.fullmatch(r"([0-9]{1,2})(?:-([0-9]{1,2}))?", prompts_arg)
+    if span:
+        first, last = (1, int(span[1])) if span[2] is None else (int(span[1]), int(span[2]))
+        if not 1 <= first <= last <= 12:
+            raise click.BadParameter("--prompts N (1 to 12 per category) or A-B (of the 12, "
+                                     "e.g. 7-12: those tune and the router never saw), or a "
+                                     "file of yours")
         names = [n for n in suite.split(",") if n] if not shares else list(shares)
-        return workload.from_suites({n: bench_mod.load_suite(n)[:per] for n in names}, shares)
+        return workload.from_suites({n: bench_mod.load_suite(n)[first - 1:last]
+                                     for n in names}, shares)
     path = expand_user(prompts_arg)
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file (give a number of prompts per "
@@ -71,11 +76,16 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
               "plan's k).")
 @click.option("--also", metavar="M[:K][+M[:K]],...", help="Other methods to measure in the same "
               "run, e.g. ngram:8,ngram-mod,draft+ngram-mod (a draft at each --k chained with "
-              "ngram-mod); K: the method's draft length (default: its usual one).")
+              "ngram-mod), draft:3@0.5 (a draft at k=3 with p-min 0.5); K: the method's draft "
+              "length (default: its usual one). `routed`: each prompt to the setting tune "
+              "measured fastest for its kind, as the gateway routes requests.")
 @click.option("--repeats", default=2, show_default=True, help="Passes over the prompts.")
-@click.option("--prompts", "prompts_arg", default="4", show_default=True, metavar="N|FILE",
-              help="Prompts per category (each shipped suite has 12), or a file of your own: "
-                   "JSON lines of chat requests (optional \"category\" key) or text lines.")
+@click.option("--prompts", "prompts_arg", default="4", show_default=True,
+              metavar="N|A-B|FILE",
+              help="Prompts per category (each shipped suite has 12), the suites' prompts A to "
+                   "B (7-12: held out from tune and from the router's rules), or a file of "
+                   "your own: JSON lines of chat requests (optional \"category\" key) or text "
+                   "lines.")
 @click.option("--mix", metavar="CAT=SHARE,...",
               help="The share of each category in your traffic, e.g. code=0.6,chat=0.4: the "
                    "overall speedup weighs them so (default: alike).")

@@ -212,6 +212,8 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
     if result.get("settings", {}).get("workload"):
         console.print(f"workload: {result['settings']['workload']} (overall = their weighted "
                       "throughput)", highlight=False, markup=False)
+    if result.get("routing"):
+        show_routing(console, result["routing"])
     quality = result.get("quality")
     if quality:
         console.print(f"sampling check at temperature {quality['temperature']}, top-p "
@@ -221,6 +223,41 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
         for cat, found in quality["categories"].items():
             console.print(f"  {cat}: {found['message']}", highlight=False, markup=False)
     console.print(f"[bold]verdict:[/bold] {escape(result['verdict'])}")
+
+
+def show_routing(console: Console, routing: dict[str, Any]) -> None:
+    """`bench --also routed`: the route and the classifier's confusion matrices."""
+    console.print(f"routed: {routing['route']}; {routing['memory']}", highlight=False,
+                  markup=False)
+    for key, title in (("held_out", "the shipped suites' held-out prompts (7-12)"),
+                       ("workload", "this workload's prompts")):
+        matrix = routing[key]
+        kinds = list(next(iter(matrix.values()), {}))
+        cells = [[true, *(str(row.get(k, 0)) for k in kinds)] for true, row in matrix.items()]
+        tables.show(console, [Column("true kind"), *(Column(k, right=True) for k in kinds)],
+                    cells, title=f"router on {title} (columns: routed as): "
+                    f"{routing[key + '_accuracy']:.0%} right")
+
+
+def show_gateway_routes(console: Console, found: Any) -> None:
+    """The gateway's routes (gateway/live.Published): each model's, and its live table."""
+    console.print(f"gateway at {found.url}", highlight=False, markup=False)
+    for model, routed in found.routes.items():
+        console.print(f"{model}: {routed.route or routed.why}", highlight=False, markup=False)
+        cells = [[k.kind, k.setting, str(k.requests), _num(k.live_tps), _num(k.baseline_tps),
+                  f"{k.speedup:.2f}x" if k.speedup is not None else "-",
+                  f"{k.acceptance:.0%}" if k.acceptance is not None else "-",
+                  k.demoted or ""] for k in routed.kinds]
+        if cells:
+            tables.show(console, [Column("kind"), Column("setting"), Column("requests", right=True),
+                                  Column("live t/s", right=True), Column("base t/s", right=True),
+                                  Column("speedup", right=True), Column("accept", right=True),
+                                  Column("note", text=True)], cells,
+                        title=f"{model}: live speed per kind against tune's baseline")
+
+
+def _num(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None else "-"
 
 
 def show_curve(console: Console, data: dict[str, Any]) -> None:

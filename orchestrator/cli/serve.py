@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -134,10 +134,26 @@ def status(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([render.status_json(r) for r in rows], indent=2))
         return
-    if not rows:
+    routes = _gateway_routes(app)
+    if not rows and routes is None:
         err_console.print("nothing running (`specctl up MODEL` or `specctl up -p NAME`)")
         return
-    render.show_status(console, rows)
+    if rows:
+        render.show_status(console, rows)
+    if routes is not None:
+        render.show_gateway_routes(console, routes)
+
+
+def _gateway_routes(app: Any) -> Any:
+    """What a running gateway published of its routes (gateway/live.py), or None."""
+    from specctl.orchestrator.errors import StateError
+    from specctl.orchestrator.gateway import live
+
+    try:
+        return live.published(app.dirs.state / "gateway.json")
+    except StateError as exc:
+        err_console.print(f"specctl: {exc}", highlight=False, markup=False)
+        return None
 
 
 cli.add_command(status, "ps")

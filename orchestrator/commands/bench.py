@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specctl.orchestrator.commands import Say
-from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.errors import ProfileError, SpecctlError
 from specctl.orchestrator.measure import bench as bench_mod
-from specctl.orchestrator.measure import lab, lossless, quality, reports, verdicts
+from specctl.orchestrator.measure import lab, lossless, quality, reports, route, verdicts
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning.plan import Plan
 
@@ -79,20 +79,28 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
     plan = resolved.plan
     want_floor = ask.quality if ask.floor is None else ask.floor
     rejecting = resolved.backend.rejecting(plan, resolved.installed) if want_floor else None
-    configs = bench_mod.configs_for(plan, ask.ks, rejecting, ask.also)
+    also = tuple(a for a in ask.also if a.strip() != bench_mod.ROUTED)
+    configs = bench_mod.configs_for(plan, ask.ks, rejecting, also)
+    routing = _routing(app, ask, step) if also != ask.also else None
     sampling = resolved.profile.sampling
     how = lossless.Sampling(ask.temperature or sampling.temperature,
                             ask.top_p or sampling.top_p, samples=ask.samples)
     slots = max([*ask.levels, how.batch if ask.quality else 1])
     notes: dict[str, Any] = {}
-    room = lab.ServerLab(resolved.backend, resolved.installed, ask.work, app.dirs.logs, step,
-                         prefix="bench")
+    room: lab.Lab = lab.ServerLab(resolved.backend, resolved.installed, ask.work,
+                                  app.dirs.logs, step, prefix="bench")
+    if routing is not None:
+        configs.append(bench_mod.Config(bench_mod.ROUTED, routing.members[0].plan, mixed=True))
+        room = route.RoutedLab(room, routing)
     try:
         measured = bench_mod.measure(
             configs, resolved.backend, resolved.installed, ask.work, ask.repeats,
             ask.max_tokens, app.dirs.logs, step, ask.levels, sequential=ask.sequential,
             precision=ask.precision, budget=ask.budget, notes=notes, room=room, slots=slots)
-        checked = _sampled(room, plan, rejecting, ask, how, slots, step) if ask.quality else {}
+        server_lab = room.inner if isinstance(room, route.RoutedLab) else room
+        assert isinstance(server_lab, lab.ServerLab)
+        checked = _sampled(server_lab, plan, rejecting, ask, how, slots, step) \
+            if ask.quality else {}
     finally:
         room.close()
     settings = {"workload": ask.work.describe(), "prompts": len(ask.work.prompts),
@@ -100,6 +108,9 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
                 "concurrency": list(ask.levels)}
     report = bench_mod.report(plan, resolved.installed, configs, measured, settings,
                               ask.work.weights(), notes)
+    if routing is not None:
+        report["routing"] = {"route": routing.describe(), "memory": routing.memory(),
+                             **route.confusion_report(ask.work, _suites())}
     if "quality" in checked:
         report["quality"] = {"against": ask.against, "temperature": how.temperature,
                              "top_p": how.top_p, "samples_per_prompt": how.samples,
@@ -113,6 +124,24 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
     if certificate:
         report["certificate"] = certificate
     return Outcome(report, reports.save(app.dirs.bench, plan.profile, report), certificate)
+
+
+def _routing(app: App, ask: Ask, step: Say) -> route.Route:
+    """`--also routed`: the route the gateway would serve (from the saved tune's per-category
+    winners); an error that says why when there is none."""
+    if len(ask.levels) > 1:
+        raise ProfileError("--also routed measures one request at a time; drop --concurrency")
+    found, why = app.route(app.resolve(ask.profile, use_tuned=False))
+    if found is None:
+        raise ProfileError(f"--also routed: no route for {ask.profile}: {why}")
+    step(why)
+    return found
+
+
+def _suites() -> dict[str, list[str]]:
+    from specctl.orchestrator.measure import classify
+
+    return {name: bench_mod.load_suite(name) for name in classify.KINDS}
 
 
 def _sampled(room: lab.ServerLab, plan: Plan, rejecting: Plan | None, ask: Ask,

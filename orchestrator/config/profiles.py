@@ -132,6 +132,9 @@ class Gateway(Strict):
     tune_when_idle: bool = Field(True, description='with k = "auto" and no saved tune: tune in '
                                  "the background while the gateway is idle, and serve the "
                                  "result once it pays")
+    route: bool = Field(True, description="where the saved tune's per-category winners differ: "
+                        "one server per winning setting (at most three), each request sent to "
+                        "its kind's (chat, code, summarize, edit)")
 
 
 class Node(Strict):

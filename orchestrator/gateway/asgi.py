@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,10 +27,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from specctl.orchestrator.gateway import live
 from specctl.orchestrator.gateway.engines import Engine
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.pool import NotReady, Pool, StartFailed, Unknown
 from specctl.orchestrator.gateway.watch import Watch
+from specctl.orchestrator.measure import classify
 
 MAX_BODY = 32 << 20  # a request body past this is refused (413)
 RETRY_AFTER = 10
@@ -86,9 +90,12 @@ def event(message: str, status: int) -> bytes:
 
 
 class Gateway:
-    def __init__(self, pool: Pool, tuner: IdleTuner | None, keys: Sequence[str]) -> None:
+    def __init__(self, pool: Pool, tuner: IdleTuner | None, keys: Sequence[str],
+                 url: str = "", publish_to: Path | None = None) -> None:
         self.pool, self.tuner, self.keys = pool, tuner, tuple(keys)
+        self.url, self.publish_to = url, publish_to  # the routes, for `specctl status`
         self.client: httpx.AsyncClient | None = None
+        self._published: dict[str, Any] | None = None
 
     def app(self) -> Starlette:
         return Starlette(routes=[
@@ -115,6 +122,8 @@ class Gateway:
                     if self.tuner is not None:
                         await anyio.to_thread.run_sync(self.tuner.close)
                     await self.pool.close()
+                if self.publish_to is not None:
+                    self.publish_to.unlink(missing_ok=True)
 
     async def _clock(self) -> None:
         while True:
@@ -122,6 +131,16 @@ class Gateway:
             await self.pool.tick()
             if self.tuner is not None:
                 self.tuner.tick()
+            self._publish()
+
+    def _publish(self) -> None:
+        """The routes and live tables, written for `specctl status` when they change."""
+        routes = self.routes()
+        if self.publish_to is None or routes == self._published:
+            return
+        self._published = routes
+        with contextlib.suppress(OSError):  # status is told nothing new; serving goes on
+            live.publish(self.publish_to, os.getpid(), self.url, routes)
 
     # -- routes --------------------------------------------------------------------------
     async def health(self, _request: Request) -> Response:
@@ -156,7 +175,17 @@ class Gateway:
                  "k_source": e.plan.k_source} for e in up]
         budget = self.pool.budget_for(up) if up else self.pool.options.budget
         return JSONResponse({"engines": rows, "budget_bytes": budget,
-                             "models": sorted(self.pool.profiles)})
+                             "models": sorted(self.pool.profiles), "routes": self.routes()})
+
+    def routes(self) -> dict[str, Any]:
+        """Each model's route (once its first request asked for it) and live table by kind."""
+        out = {}
+        for model, found in sorted(self.pool.routings.items()):
+            route = found.route
+            out[model] = {"route": route.describe() if route else None, "why": found.why,
+                          "memory": route.memory() if route else None,
+                          "kinds": self.pool.live.rows(model)}
+        return out
 
     async def forward(self, request: Request) -> Response:
         if not authorized(request, self.keys):
@@ -180,8 +209,9 @@ class Gateway:
         arrived = self.pool.clock()
         if self.tuner is not None:
             await anyio.to_thread.run_sync(self.tuner.traffic)
+        kind = classify.of_request(data)
         try:
-            engine = await self.pool.acquire(model)
+            engine = await self.pool.acquire(model, kind)
         except Unknown as exc:
             return await error(404, str(exc), "not_found_error")(scope, _never, send)
         except NotReady as exc:
@@ -200,7 +230,7 @@ class Gateway:
                                    "starts it again", "server_error")(scope, _never, send)
             kept = {k: v for k, v in reply.headers.items()
                     if k.lower() in ("content-type", "cache-control", "x-request-id")}
-            relay = self._relay(engine, reply, data.get("stream") is True, arrived)
+            relay = self._relay(engine, reply, data.get("stream") is True, arrived, kind)
             await StreamingResponse(relay, reply.status_code, kept)(scope, _never, send)
         finally:
             with anyio.CancelScope(shield=True):
@@ -225,7 +255,7 @@ class Gateway:
             return None
 
     async def _relay(self, engine: Engine, reply: httpx.Response, stream: bool,
-                     arrived: float) -> AsyncIterator[bytes]:
+                     arrived: float, kind: str) -> AsyncIterator[bytes]:
         """The engine's reply, chunk by chunk as it comes, read for metrics on the way; an
         engine that fails mid-stream ends the stream with an error event."""
         adapter = engine.resolved.backend
@@ -241,14 +271,16 @@ class Gateway:
                             "next request starts it again", 502)
             return
         watch.finish()
-        self._observe(engine, watch, arrived, reply.status_code)
+        self._observe(engine, watch, arrived, reply.status_code, kind)
 
-    def _observe(self, engine: Engine, watch: Watch, arrived: float, status: int) -> None:
+    def _observe(self, engine: Engine, watch: Watch, arrived: float, status: int,
+                 kind: str) -> None:
         m, labels = self.pool.metrics, (engine.model, engine.setting)
         self._count(engine.model, engine.setting, status)
         if status != 200:
             return
         m.tokens.labels(*labels).inc(watch.generated)
+        tps = None
         if watch.first_at is not None:
             m.ttft.labels(*labels).observe(max(watch.first_at - arrived, 0.0))
             spent = self.pool.clock() - watch.first_at
@@ -259,6 +291,10 @@ class Gateway:
         if watch.stats is not None:
             m.drafted.labels(*labels).inc(watch.stats.drafted)
             m.accepted.labels(*labels).inc(watch.stats.accepted)
+        if engine.slot != engine.model:  # a route's server: the live table of its kind
+            stats = watch.stats
+            self.pool.live.observe(engine.model, kind, engine.setting, watch.generated, tps,
+                                   stats.drafted if stats else 0, stats.accepted if stats else 0)
 
     def _count(self, model: str, setting: str, status: int) -> None:
         if model in self.pool.profiles:  # an unknown name never becomes a label

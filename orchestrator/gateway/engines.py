@@ -52,6 +52,7 @@ class Engine:
     model: str
     resolved: Resolved
     log: Path
+    slot: str = ""  # its key in the pool: the model, or "MODEL [SETTING]" for a route's
     started: Started | None = None
     error: str | None = None
     inflight: int = 0
@@ -92,8 +93,11 @@ class Engine:
             self.started.stop(grace)
 
 
-def engine_for(model: str, resolved: Resolved, logs: Path) -> Engine:
-    """A not yet started engine of `resolved`, on a free loopback port, logging under `logs`."""
+def engine_for(model: str, resolved: Resolved, logs: Path, slot: str = "",
+               log_name: str = "") -> Engine:
+    """A not yet started engine of `resolved`, on a free loopback port, logging under `logs`
+    (`log_name`: the model's name, or a route server's)."""
     placed = replace(resolved, plan=resolved.plan.but(host="127.0.0.1",
                                                       port=servers.free_port()))
-    return Engine(model, placed, inside(logs, model, ".log", "model name", prefix="gateway-"))
+    log = inside(logs, log_name or model, ".log", "model name", prefix="gateway-")
+    return Engine(model, placed, log, slot=slot or model)

@@ -10,10 +10,11 @@ run in threads. Planning goes through one App, one resolution at a time.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,10 @@ from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import ServerError, SpecctlError
 from specctl.orchestrator.gateway.engines import Engine, engine_for, footprint
+from specctl.orchestrator.gateway.live import Live
 from specctl.orchestrator.gateway.metrics import Metrics
+from specctl.orchestrator.measure.route import Route
+from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.sizes import in_gib
 
 Say = Callable[[str], None]
@@ -60,6 +64,25 @@ def tuned_signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(found)
 
 
+@dataclass(frozen=True)
+class Routing:
+    """A model's speculation per request: its route (None: one server serves every request)
+    and why, and the plan as written that the route's servers derive from."""
+
+    route: Route | None
+    why: str
+    written: Resolved | None = None
+
+
+def slot_of(model: str, setting: str) -> str:
+    """The pool's key of a route's server."""
+    return f"{model} [{setting}]"
+
+
+def usable(engine: Engine) -> bool:
+    return engine.ready.is_set() and engine.alive and not engine.draining
+
+
 def servable(resolved: Resolved) -> Resolved:
     """`resolved`, when it can run here as planned: the gateway provides nothing itself."""
     if not resolved.needs.empty:
@@ -75,12 +98,16 @@ class Pool:
                  metrics: Metrics, say: Say, clock: Callable[[], float] = time.monotonic) -> None:
         self.app, self.profiles, self.options = app, dict(profiles), options
         self.metrics, self.say, self.clock = metrics, say, clock
-        self.engines: dict[str, Engine] = {}  # the current server of each model
+        self.engines: dict[str, Engine] = {}  # the current server of each slot (model, or
+        # a route's server of a model)
+        self.routings: dict[str, Routing] = {}
+        self.live = Live()
+        self._slots: dict[str, tuple[str, Plan, Resolved]] = {}  # a route server's slot
         self.old: list[Engine] = []  # replaced by a newer setting: finishing their requests
         self.last_request = clock()
         self.closing = threading.Event()
         self._plan_lock = threading.Lock()  # App is one command's: one resolution at a time
-        self._locks = {name: asyncio.Lock() for name in self.profiles}
+        self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._swapping: set[str] = set()
         self._tuned = tuned_signature(app.dirs.tuned)
@@ -91,15 +118,59 @@ class Pool:
         with self._plan_lock:
             return servable(self.app.resolve(self.profiles[model]))
 
+    def route_of(self, model: str) -> Routing:
+        """Blocking: the model's route as the saved tune says now (measure/route.py)."""
+        profile = self.profiles[model]
+        if not profile.gateway.route:
+            return Routing(None, "not routed: [gateway] route = false")
+        with self._plan_lock:
+            try:
+                written = servable(self.app.resolve(profile, use_tuned=False))
+                route, why = self.app.route(written)
+            except SpecctlError as exc:
+                return Routing(None, f"not routed: {exc}")
+        if route is None:
+            return Routing(None, f"not routed: {why}")
+        if self.options.budget is not None and route.need > self.options.budget:
+            return Routing(None, f"routing refused: {route.memory().split(' (')[0]}, over the "
+                           f"gateway's --memory of {in_gib(self.options.budget):.2f} GiB: the "
+                           "best single setting serves")
+        return Routing(route, why, written)
+
+    async def routing(self, model: str) -> Routing:
+        found = self.routings.get(model)
+        if found is None:
+            found = await asyncio.to_thread(self.route_of, model)
+            if model in self.routings:  # another request got there first
+                return self.routings[model]
+            self._routed(model, found)
+        return found
+
+    def _routed(self, model: str, found: Routing) -> None:
+        self.routings[model] = found
+        self.live.reset(model, dict(found.route.baseline_tps) if found.route else {})
+        self.say(f"{model}: {found.why}")
+
     # -- requests ----------------------------------------------------------------------------
-    async def acquire(self, model: str) -> Engine:
-        """The model's ready server, counted busy until `release`; started if need be."""
+    async def acquire(self, model: str, kind: str | None = None) -> Engine:
+        """The model's ready server, counted busy until `release`; started if need be. With a
+        request's `kind` and a route, its kind's server (one that is down or starting hands
+        its requests to another of the route's that is up)."""
         if model not in self.profiles:
             names = ", ".join(sorted(self.profiles)) or "none"
             raise Unknown(f"model {model!r} is not served here; /v1/models lists {names}")
         arrived = self.clock()
         self.last_request = arrived
-        engine = await self._current(model)
+        routing = await self.routing(model) if kind is not None else None
+        slot = model
+        if routing is not None and routing.route is not None and routing.written is not None:
+            setting, plan = self._member(model, kind or "chat", routing.route)
+            slot = slot_of(model, setting)
+            self._slots[slot] = (model, plan, routing.written)
+        engine = await self._current(slot)
+        if slot != model and not usable(engine):
+            engine = next((e for e in self.engines.values()
+                           if e.model == model and e.slot != model and usable(e)), engine)
         left = self.options.start_wait - (self.clock() - arrived)
         try:
             if not engine.ready.is_set():
@@ -115,6 +186,14 @@ class Pool:
         self.metrics.queue.labels(model).observe(self.clock() - arrived)
         return engine
 
+    def _member(self, model: str, kind: str, route: Route) -> tuple[str, Plan]:
+        """The setting and plan for a request of `kind`: its winner's, or no draft where the
+        live table saw it slower than the baseline."""
+        if self.live.demoted(model, kind):
+            return "off", route.off
+        member = route.member_for(kind)
+        return member.setting, member.plan
+
     def release(self, engine: Engine) -> None:
         engine.inflight -= 1
         engine.last_used = self.last_request = self.clock()
@@ -122,21 +201,28 @@ class Pool:
         if engine.inflight == 0 and (engine.draining or self._keep_alive(engine) == 0):
             self._spawn(self._retire(engine, "swap" if engine.draining else "keep-alive"))
 
-    async def _current(self, model: str) -> Engine:
-        """The model's current server (maybe still starting); one is started when there is
+    async def _current(self, slot: str) -> Engine:
+        """The slot's current server (maybe still starting); one is started when there is
         none, or it failed or died."""
-        async with self._locks[model]:
-            engine = self.engines.get(model)
+        async with self._locks.setdefault(slot, asyncio.Lock()):
+            engine = self.engines.get(slot)
             if engine is not None and not (engine.ready.is_set() and not engine.alive):
                 return engine
             if engine is not None:
-                self.engines.pop(model, None)
-            try:
-                resolved = await asyncio.to_thread(self.resolve, model)
-            except SpecctlError as exc:
-                raise StartFailed(f"{model} could not be planned: {exc}") from None
-            engine = engine_for(model, resolved, self.app.dirs.logs)
-            self.engines[model] = engine
+                self.engines.pop(slot, None)
+            member = self._slots.get(slot)
+            if member is None:
+                try:
+                    resolved = await asyncio.to_thread(self.resolve, slot)
+                except SpecctlError as exc:
+                    raise StartFailed(f"{slot} could not be planned: {exc}") from None
+                engine = engine_for(slot, resolved, self.app.dirs.logs)
+            else:
+                model, plan, written = member
+                name = re.sub(r"[^A-Za-z0-9.]+", "-", f"{model} {plan.short()}")
+                engine = engine_for(model, replace(written, plan=plan), self.app.dirs.logs,
+                                    slot=slot, log_name=name)
+            self.engines[slot] = engine
             self._spawn(self._start(engine))
             return engine
 
@@ -204,7 +290,7 @@ class Pool:
                 replacing.draining = True
                 self._forget(replacing)
                 self.old.append(replacing)
-                self.engines[engine.model] = engine
+                self.engines[engine.slot] = engine
                 replacing = None
             if self.clock() > deadline:
                 raise ServerError(f"no room for {engine.model} within the memory budget of "
@@ -212,8 +298,8 @@ class Pool:
             await asyncio.sleep(0.2)
 
     def _forget(self, engine: Engine) -> None:
-        if self.engines.get(engine.model) is engine:
-            del self.engines[engine.model]
+        if self.engines.get(engine.slot) is engine:
+            del self.engines[engine.slot]
         if engine in self.old:
             self.old.remove(engine)
 
@@ -260,9 +346,29 @@ class Pool:
         seen = tuned_signature(self.app.dirs.tuned)
         if seen != self._tuned:
             self._tuned = seen
-            for model, engine in list(self.engines.items()):
-                if engine.ready.is_set() and engine.alive and model not in self._swapping:
-                    self._spawn(self.swap(model, engine))
+            for model in list(self.routings):
+                self._spawn(self.reroute(model))
+            for slot, engine in list(self.engines.items()):
+                if engine.ready.is_set() and engine.alive and slot == engine.model and \
+                        slot not in self._swapping:
+                    self._spawn(self.swap(slot, engine))
+
+    async def reroute(self, model: str) -> None:
+        """A new tune: the model's route again; servers no longer in it (the model's single
+        one, when it is now routed) finish their requests and stop."""
+        found = await asyncio.to_thread(self.route_of, model)
+        before = self.routings.get(model)
+        if before is not None and found.route == before.route:
+            return
+        self._routed(model, found)
+        keep = {slot_of(model, m.setting) for m in found.route.members} if found.route else set()
+        for engine in list(self.engines.values()):
+            routed_away = engine.slot == model and found.route is not None
+            if engine.model == model and (routed_away or (engine.slot != model
+                                          and engine.slot not in keep)):
+                engine.draining = True
+                self._forget(engine)
+                self.old.append(engine)
 
     async def swap(self, model: str, old: Engine) -> None:
         """Serve the model's plan as it resolves now, when it differs from `old`'s: start it
@@ -274,8 +380,9 @@ class Pool:
             except SpecctlError as exc:
                 self.say(f"{model}: tuned result not served: {exc}")
                 return
-            if _same_launch(old, resolved):
-                return
+            routing = self.routings.get(model)
+            if _same_launch(old, resolved) or (routing is not None and routing.route):
+                return  # the same, or now routed (reroute drains it)
             new = engine_for(model, resolved, self.app.dirs.logs)
             self.say(f"{model}: new setting {new.setting} (was {old.setting}); starting it")
             await self._start(new, replacing=old)

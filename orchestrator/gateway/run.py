@@ -85,8 +85,8 @@ def serve(app: App, request: Request, say: Say) -> int:
     pool = Pool(app, profiles, options, Metrics(), say)
     tuner = (IdleTuner(pool, refs, request.idle_tune_after, app.dirs.logs)
              if request.idle_tune_after is not None else None)
-    gateway = Gateway(pool, tuner, keys)
     base = f"http://{url_host(request.host)}:{request.port}/v1"
+    gateway = Gateway(pool, tuner, keys, base, app.dirs.state / "gateway.json")
     say(f"gateway at {base} for {', '.join(sorted(profiles))}"
         f"{' (API key required)' if keys else ''}")
     config = uvicorn.Config(gateway.app(), host=request.host, port=request.port,

@@ -39,6 +39,7 @@ SUITES = ("chat", "code", "summarize", "edit")
 HELPS = 1 + engine.MARGIN  # a config "helps" when its speedup beats the baseline by 5%
 BASELINE = "baseline"
 FLOOR = "floor"  # drafts always rejected: the greedy identity numerics allow (lossless.py)
+ROUTED = "routed"  # each request to its kind's setting (measure/route.py)
 Progress = Callable[[str], None]
 
 
@@ -54,6 +55,14 @@ def load_suite(name: str) -> list[str]:
 class Config:
     label: str
     plan: Plan
+    mixed: bool = False  # the plan stands for several servers (ROUTED): no one physical
+    # bound is known, and its steps are pooled by category
+
+    def bound(self, cost: float | None) -> float | None:
+        return None if self.mixed else _limit(self.plan, cost)
+
+    def poolable(self) -> bool:
+        return not self.mixed and intervals.poolable(self.plan)
 
 
 @dataclass(frozen=True)
@@ -262,10 +271,9 @@ def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workloa
     for cfg in configs:
         if cfg.label in (BASELINE, FLOOR):
             continue
-        limit = _limit(cfg.plan, cost) or float("inf")
+        limit = cfg.bound(cost) or float("inf")
         pairs, _ = intervals.plausible(intervals.pair(timed, cfg.label, BASELINE), limit)
-        got = intervals.speedup(pairs, cats, workload.weights(),
-                                poolable=intervals.poolable(cfg.plan))
+        got = intervals.speedup(pairs, cats, workload.weights(), poolable=cfg.poolable())
         widths.append(got.half_width if got else float("inf"))
     return max(widths, default=0.0)
 
@@ -408,8 +416,7 @@ def summarize(samples: Sequence[Sample], configs: Sequence[Config],
     categories = list(dict.fromkeys(s.category for s in samples if s.level == 1))
     weights = dict(weights or {c: 1 / len(categories) for c in categories})
     table = {cfg.label: {c or "overall": _group(samples, cfg.label, c, weights,
-                                                _limit(cfg.plan, cost),
-                                                intervals.poolable(cfg.plan))
+                                                cfg.bound(cost), cfg.poolable())
                          for c in [None, *categories]}
              for cfg in configs if cfg.label not in (BASELINE, FLOOR)}
     has_floor = any(cfg.label == FLOOR for cfg in configs)

@@ -81,11 +81,13 @@ class Lab(Protocol):
 
 
 def fits_together(backend: Adapter, plans: Sequence[Plan]) -> bool:
-    """Whether the plans' servers fit in memory at once. Weights that processes share by mmap
-    (the adapter says when: llama.cpp on CPU and Metal) are counted once per model file."""
-    if len(plans) < 2:
-        return True
-    budget = plans[0].memory.budget.limit
+    """Whether the plans' servers fit in memory at once."""
+    return len(plans) < 2 or together(backend, plans) <= plans[0].memory.budget.limit
+
+
+def together(backend: Adapter, plans: Sequence[Plan]) -> int:
+    """Bytes the plans' servers hold at once. Weights that processes share by mmap (the adapter
+    says when: llama.cpp on CPU and Metal) are counted once per model file."""
     total, seen = 0, set()
     for plan in plans:
         mem = plan.memory
@@ -98,7 +100,7 @@ def fits_together(backend: Adapter, plans: Sequence[Plan]) -> bool:
                 continue
             seen.add(key)
             total += size
-    return total <= budget
+    return total
 
 
 BUSY = 0.5  # cores other processes used during a request, from which it counts as disturbed

@@ -274,10 +274,13 @@ def _row(race: Race, e: Entry, note: str = "") -> Measured:
 def _winners(race: Race, entries: Sequence[Entry]) -> list[Winner]:
     """Each category's best measured configuration (the baseline where none is faster), for
     routing requests by their kind."""
-    out = []
+    out, kinds = [], race.cats
     for cat in race.lab.workload.categories:
         if race.weights.get(cat, 0.0) <= 0:
             continue
+        base = [t.per_token for t in race.samples if t.label == race.baseline[0] and t.tokens
+                and kinds.get(t.prompt) == cat]
+        base_tps = round(1 / quantile(base, LOW_Q), 3) if base else None
         best: tuple[Entry, Interval] | None = None
         for e in entries:
             if e.interval is None or e.drafted == 0 or e.interval.point > e.bound:
@@ -288,13 +291,13 @@ def _winners(race: Race, entries: Sequence[Entry]) -> list[Winner]:
                 best = (e, got)
         if best is None:
             out.append(Winner(category=cat, label="baseline", method="none", k=0, p_min=None,
-                              speedup=1.0))
+                              speedup=1.0, baseline_tps=base_tps))
             continue
         e, iv = best
         p = e.config[1]
         out.append(Winner(category=cat, label=e.label, method=p.method, k=p.k, p_min=p.p_min,
                           chain=chain_of(p.chain), speedup=round(iv.point, 4),
-                          low=round(iv.low, 4), high=round(iv.high, 4)))
+                          low=round(iv.low, 4), high=round(iv.high, 4), baseline_tps=base_tps))
     return out
 
 

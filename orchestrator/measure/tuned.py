@@ -123,6 +123,7 @@ class Winner(_Model):
     speedup: Ratio
     low: Ratio | None = None  # its 95% interval on the category
     high: Ratio | None = None
+    baseline_tps: Ratio | None = None  # the baseline's decode tokens/s on the category
 
 
 class Result(_Model):

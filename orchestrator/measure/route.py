@@ -1,0 +1,182 @@
+"""Speculation per request: each kind of request (measure/classify.py) goes to a server running
+the setting that `specctl tune` measured fastest for that kind.
+
+A route is built from a saved tune result's per-category winners and the profile's plan as
+written (its draft model): one server per winning setting, at most three (the settings that win
+the most kinds; a kind whose setting is left out goes to the setting that wins the most). A
+kind whose winner is not 5% over the baseline goes to a server without a draft. There is no
+route when every kind has the same winner (one server serves them all), nor when the route's
+servers do not fit in memory together (weights that the adapter says its servers share by mmap
+count once): then the best single setting serves, and `why` says so with the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from specctl.adapters.base import Adapter
+from specctl.orchestrator.measure import classify
+from specctl.orchestrator.measure.bench import ROUTED
+from specctl.orchestrator.measure.engine import MARGIN
+from specctl.orchestrator.measure.lab import Config, Lab, Say, Timed, together
+from specctl.orchestrator.measure.tuned import Result, Winner, steps_of
+from specctl.orchestrator.measure.workload import Workload
+from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.sizes import in_gib
+
+MAX_SERVERS = 3
+
+
+@dataclass(frozen=True)
+class Member:
+    """One server of a route: its setting ('draft k=8', 'ngram k=8', 'off') and the kinds it
+    serves."""
+
+    setting: str
+    plan: Plan
+    kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Route:
+    members: tuple[Member, ...]
+    baseline_tps: Mapping[str, float]  # each kind's baseline decode tokens/s, as tune measured
+    speedups: Mapping[str, float]  # each kind's winner's measured speedup
+    need: int  # bytes the members hold together
+    budget: int
+    off: Plan  # no draft: for a kind live traffic shows slower than the baseline
+
+    def member_for(self, kind: str) -> Member:
+        """The server of `kind` (a kind no winner was measured for: the main member's)."""
+        return next((m for m in self.members if kind in m.kinds), self.members[0])
+
+    def describe(self) -> str:
+        """'code -> draft k=8; summarize, edit -> ngram k=8; chat -> off'."""
+        return "; ".join(f"{', '.join(m.kinds)} -> {m.setting}" for m in self.members)
+
+    def memory(self) -> str:
+        return (f"{len(self.members)} servers hold {in_gib(self.need):.2f} GiB together (the "
+                f"budget is {in_gib(self.budget):.2f} GiB)")
+
+
+def member_plan(base: Plan, w: Winner) -> Plan:
+    """The plan of a winner's setting, from the profile's plan as written (its draft model):
+    without a draft model, nothing of one is planned in memory."""
+    if w.method == "none":
+        plan = base.baseline()
+    elif w.method == "draft":
+        return base.but(method="draft", k=w.k, chain=steps_of(w.chain), k_source="routed",
+                        p_min=w.p_min if w.p_min is not None else base.p_min)
+    else:
+        plan = base.but(method=w.method, k=w.k, p_min=None, draft=None, chain=steps_of(w.chain),
+                        k_source="routed")
+    return plan.but(memory=replace(plan.memory, draft_bytes=0, kv_draft_bytes=0))
+
+
+def _setting(w: Winner) -> Winner:
+    """The winner, or the baseline where it is not 5% over it (a near-tie is noise)."""
+    if w.method != "none" and w.speedup > 1 + MARGIN:
+        return w
+    return Winner(category=w.category, label="off", method="none", k=0, p_min=None,
+                  speedup=1.0, baseline_tps=w.baseline_tps)
+
+
+def route_for(base: Plan, result: Result, backend: Adapter) -> tuple[Route | None, str]:
+    """The route of `result`'s winners over `base` (the profile's plan as written), or None and
+    why there is none."""
+    winners = [_setting(w) for w in result.winners if w.category in classify.KINDS]
+    if not base.speculative:
+        return None, "the profile has speculation off"
+    if base.draft is None and any(w.method == "draft" for w in winners):
+        return None, "a kind's winner drafts with a model the profile has not"
+    groups: dict[str, list[Winner]] = {}
+    for w in winners:
+        groups.setdefault(member_plan(base, w).short(), []).append(w)
+    if len(groups) < 2:
+        return None, ("every kind tuned for has the same winner" if groups else
+                      "the saved tune has no per-category winners (run `specctl tune`)")
+    order = sorted(groups.values(), key=lambda ws: (-len(ws), -sum(w.speedup for w in ws)))
+    kept, rest = order[:MAX_SERVERS], order[MAX_SERVERS:]
+    kept[0] = kept[0] + [w for ws in rest for w in ws]  # left out: the main member's
+    members = tuple(Member(member_plan(base, ws[0]).short(), member_plan(base, ws[0]),
+                           tuple(w.category for w in ws)) for ws in kept)
+    plans = [m.plan for m in members]
+    route = Route(members, {w.category: w.baseline_tps for w in winners if w.baseline_tps},
+                  {w.category: w.speedup for w in winners},
+                  together(backend, plans), base.memory.budget.limit,
+                  member_plan(base, Winner(category="", label="off", method="none", k=0,
+                                           p_min=None, speedup=1.0)))
+    if route.need > route.budget:
+        return None, (f"routing refused: {route.memory()}: the best single setting serves")
+    return route, f"routed: {route.describe()}; {route.memory()}"
+
+
+
+class RoutedLab:
+    """A lab where the configuration ROUTED is the route's servers: each prompt is classified
+    as a request would be, and asked of its kind's server (`bench --also routed`); every other
+    configuration is the inner lab's."""
+
+    def __init__(self, inner: Lab, route: Route) -> None:
+        self.inner, self.route = inner, route
+        self.kinds = {i: classify.kind(p.text) for i, p in enumerate(inner.workload.prompts)}
+
+    @property
+    def restarts(self) -> int:
+        return self.inner.restarts
+
+    @restarts.setter
+    def restarts(self, value: int) -> None:
+        self.inner.restarts = value
+
+    @property
+    def say(self) -> Say:
+        return self.inner.say
+
+    @property
+    def workload(self) -> Workload:
+        return self.inner.workload
+
+    def _expand(self, configs: Sequence[Config]) -> list[Config]:
+        out = []
+        for label, plan in configs:
+            if label != ROUTED:
+                out.append((label, plan))
+                continue
+            out += [(f"{ROUTED} {m.setting}", m.plan.but(parallel=plan.parallel))
+                    for m in self.route.members]
+        return out
+
+    def keep(self, configs: Sequence[Config]) -> None:
+        self.inner.keep(self._expand(configs))
+
+    def ask(self, label: str, prompt: int, max_tokens: int) -> Timed:
+        if label != ROUTED:
+            return self.inner.ask(label, prompt, max_tokens)
+        member = self.route.member_for(self.kinds[prompt])
+        return replace(self.inner.ask(f"{ROUTED} {member.setting}", prompt, max_tokens),
+                       label=ROUTED)
+
+    def fits(self, plans: Sequence[Plan]) -> bool:
+        """The route's own plan stands for its first server: the others are added."""
+        return self.inner.fits([*plans, *(m.plan for m in self.route.members[1:])])
+
+    def clock(self) -> float:
+        return self.inner.clock()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def confusion_report(workload: Workload, suites: Mapping[str, Sequence[str]]) -> dict[str, object]:
+    """What bench shows of the classifier: its confusion matrix and accuracy on the shipped
+    suites' held-out prompts, and on this workload's prompts (their category against the kind
+    the router gives them)."""
+    held = classify.confusion(suites)
+    mine: dict[str, dict[str, int]] = {}
+    for p in workload.prompts:
+        row = mine.setdefault(p.category, dict.fromkeys(classify.KINDS, 0))
+        row[classify.kind(p.text)] += 1
+    return {"held_out": held, "held_out_accuracy": round(classify.accuracy(held), 4),
+            "workload": mine, "workload_accuracy": round(classify.accuracy(mine), 4)}

@@ -1,0 +1,189 @@
+"""Speculation per request: the classifier (measure/classify.py) on the shipped suites, routes
+built from tune's per-category winners (measure/route.py), `bench --also routed` on the simulated
+engine (tests/simengine.py: a known speed law where each kind has its own winner), and the
+gateway's live table (gateway/live.py). The gateway routing real llama-servers is in
+test_gateway.py."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specctl.orchestrator.contract.memory import Budget
+from specctl.orchestrator.gateway.live import MIN_REQUESTS, Live
+from specctl.orchestrator.measure import bench, classify
+from specctl.orchestrator.measure.route import RoutedLab, route_for
+from specctl.orchestrator.measure.tune import tune
+from specctl.orchestrator.measure.tuned import Result, Winner
+from specctl.orchestrator.measure.workload import Prompt, Workload
+from specctl.orchestrator.planning.plan import Plan
+from tests import plans
+from tests.simengine import CATEGORIES, Law, SimLab
+
+SUITES = {name: bench.load_suite(name) for name in classify.KINDS}
+
+
+def adapter() -> Any:
+    from specctl.adapters.llamacpp import LlamaCpp
+
+    return LlamaCpp()
+
+
+@pytest.fixture
+def plan() -> Plan:
+    return plans.plan().but(k=3)
+
+
+def test_the_rules_are_right_on_the_prompts_they_were_written_from_and_held_out() -> None:
+    """Written from prompts 1-6 of each suite; 7-12 held out. Chat and code never confused
+    (what a draft model does for code, it undoes for chat); summarize and edit may be taken for
+    each other (n-gram wins both)."""
+    design = classify.confusion({n: p[:classify.DESIGN] for n, p in SUITES.items()}, 0)
+    held = classify.confusion(SUITES)
+    assert classify.accuracy(design) >= 0.9, design
+    assert classify.accuracy(held) >= 0.8, held
+    assert all(sum(held[k].values()) == 6 for k in classify.KINDS)
+    for true, row in held.items():
+        wrong = {k for k, n in row.items() if n and k != true}
+        copying = {"summarize", "edit"}
+        assert not wrong or (true in copying and wrong <= copying), (true, row)
+
+
+def test_a_request_is_classified_by_its_last_user_message() -> None:
+    code = "Write a Python function that adds two numbers."
+    pasted = "Summarize this:\n\n" + "The council met on Tuesday to discuss the lanes. " * 8
+    fenced = ("Add type hints. Reply with only the code.\n\n```python\ndef f(x):\n\n    "
+              + "x = x + 1\n    " * 12 + "return x\n```")
+    assert classify.of_request({"messages": [{"role": "user", "content": code}]}) == "code"
+    assert classify.of_request({"messages": [
+        {"role": "system", "content": "You are terse."}, {"role": "user", "content": pasted},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [{"type": "text", "text": "Why is the sky blue?"}]}]}) \
+        == "chat"
+    assert classify.of_request({"prompt": pasted}) == "summarize"
+    assert classify.of_request({"prompt": [fenced]}) == "edit"
+    for odd in ({}, {"messages": "x"}, {"messages": [None, 3]}, {"prompt": 5},
+                {"messages": [{"role": "user", "content": {"a": 1}}]}):
+        assert classify.of_request(odd) == "chat"
+    ask, pasted_part = classify.split(fenced)
+    assert "```" not in ask and "return x" in pasted_part  # a blank line inside a fence
+
+
+def winner(cat: str, method: str, k: int, speedup: float, base: float = 8.0) -> Winner:
+    label = "baseline" if method == "none" else f"{method} k={k}"
+    return Winner(category=cat, label=label, method=method, k=k, p_min=None,  # type: ignore
+                  speedup=speedup, baseline_tps=base)
+
+
+def result(plan: Plan, winners: list[Winner]) -> Result:
+    return Result(profile=plan.profile, method="draft", k=3, p_min=None, speedup=1.1,
+                  summary="", alpha=None, cost=None, verify={}, baseline_tps=8.0,
+                  winners=winners)
+
+
+def test_a_route_has_one_server_per_winning_setting(plan: Plan) -> None:
+    route, why = route_for(plan, result(plan, [
+        winner("code", "draft", 8, 1.6), winner("chat", "draft", 3, 1.03),
+        winner("summarize", "ngram", 8, 1.9), winner("edit", "ngram", 8, 1.7)]), adapter())
+    assert route is not None, why
+    assert route.describe() == "summarize, edit -> ngram k=8; code -> draft k=8; chat -> off"
+    by = {m.setting: m.plan for m in route.members}
+    assert by["ngram k=8"].draft is None and by["ngram k=8"].memory.draft_bytes == 0
+    assert by["draft k=8"].draft == plan.draft and by["draft k=8"].k == 8
+    assert not by["off"].speculative and route.off == by["off"]
+    assert route.member_for("edit").setting == "ngram k=8"
+    assert route.member_for("poetry").setting == "ngram k=8"  # no winner: the main member
+    # mmap'd weights once: three servers hold one target, one draft, three KV caches
+    mem = plan.memory
+    assert route.need < 3 * mem.target_bytes
+    assert route.need >= mem.target_bytes + 3 * mem.kv_target_bytes
+    assert route.baseline_tps == {"code": 8.0, "chat": 8.0, "summarize": 8.0, "edit": 8.0}
+    assert "3 servers hold" in why
+
+
+def test_no_route_where_it_cannot_pay_or_fit(plan: Plan) -> None:
+    same = [winner(c, "ngram", 8, 1.3) for c in ("code", "chat", "summarize")]
+    assert route_for(plan, result(plan, same), adapter())[0] is None
+    assert "no per-category winners" in route_for(plan, result(plan, []), adapter())[1]
+    four = [winner("code", "draft", 8, 1.6), winner("chat", "draft", 2, 1.2),
+            winner("summarize", "ngram", 8, 1.9), winner("edit", "ngram-mod", 16, 1.7)]
+    route, _ = route_for(plan, result(plan, four), adapter())
+    assert route is not None and len(route.members) == 3  # at most three servers
+    assert sum(len(m.kinds) for m in route.members) == 4
+    tight = plan.but(memory=replace(plan.memory, budget=Budget(plan.memory.total_bytes,
+                                                               "tight")))
+    route, why = route_for(tight, result(tight, four), adapter())
+    assert route is None and why.startswith("routing refused: 3 servers hold") and \
+        "best single setting serves" in why
+    assert route_for(plan.baseline(), result(plan, four), adapter())[0] is None
+
+
+def mixed_law() -> Law:
+    """Code: the draft model wins (a=0.9); chat: nothing pays (a=0.35, n-gram finds
+    nothing); summarize: n-gram wins (2x)."""
+    return Law(alphas=(0.9, 0.9, 0.35, 0.35, 0.6, 0.6), cost=0.2,
+               verify=lambda k: 1.2 + 0.08 * k, base_tps=8.5,
+               ngram_gain=(1.0, 1.0, 1.0, 1.0, 2.0, 2.0))
+
+
+def real_prompts(law: Law) -> Workload:
+    """The simulated workload with held-out suite prompts (the classifier reads the text)."""
+    count: dict[str, int] = {}
+    prompts = []
+    for cat in CATEGORIES:
+        n = count[cat] = count.get(cat, -1) + 1
+        prompts.append(Prompt(cat, SUITES[cat][classify.DESIGN + n]))
+    return Workload(tuple(prompts), dict(law.mix))
+
+
+def test_tune_winners_route_and_bench_routed_beats_every_single_setting(plan: Plan,
+                                                                       tmp_path: Path) -> None:
+    """End to end on the simulated engine: tune saves each category's winner, the route
+    serves them, and `bench --also routed` measures it paired with the baseline and the best
+    single settings: faster than any of them, as the law says it must be."""
+    law = mixed_law()
+    lab = SimLab(law, plan, seed=3, noise=0.0)
+    lab.workload = real_prompts(law)
+    found = tune(plan, lab, max_k=8, methods=frozenset({"none", "draft", "ngram"}))
+    kinds = {w.category: w for w in found.winners}
+    assert kinds["code"].method == "draft" and kinds["summarize"].method == "ngram", kinds
+    assert kinds["summarize"].baseline_tps == pytest.approx(8.5, rel=0.1)
+    route, why = route_for(plan, Result.from_json(json.loads(json.dumps(found.to_json()))),
+                           adapter())
+    assert route is not None, why
+    sim = SimLab(law, plan, seed=4, noise=0.0)
+    sim.workload = real_prompts(law)
+    room = RoutedLab(sim, route)  # type: ignore[arg-type]
+    configs = [*bench.configs_for(plan, [kinds["code"].k], None, ["ngram:8"]),
+               bench.Config(bench.ROUTED, route.members[0].plan, mixed=True)]
+    samples = bench.measure(configs, None, None, room.workload, 2, 64,  # type: ignore[arg-type]
+                            tmp_path, room=room)
+    table = bench.summarize(samples, configs, room.workload.weights())["configs"]
+    speed = {label: rows["overall"]["speedup"] for label, rows in table.items()}
+    singles = [v for k, v in speed.items() if k != bench.ROUTED]
+    assert speed[bench.ROUTED] > 1.1 * max(singles), speed
+    # the requests of each kind went to its own server
+    asked = {label for _, label, _ in sim.asked if label.startswith(bench.ROUTED)}
+    assert asked == {f"{bench.ROUTED} {m.setting}" for m in route.members}
+
+
+def test_a_kind_slower_live_than_its_baseline_goes_to_no_draft() -> None:
+    live = Live()
+    live.reset("m", {"chat": 10.0, "code": 10.0})
+    for _ in range(MIN_REQUESTS - 1):
+        live.observe("m", "chat", "draft k=3", 64, 7.0, 30, 10)
+    assert not live.demoted("m", "chat")  # too few requests yet
+    live.observe("m", "chat", "draft k=3", 64, 7.0, 30, 10)
+    assert live.demoted("m", "chat")
+    for _ in range(MIN_REQUESTS * 2):
+        live.observe("m", "code", "draft k=8", 64, 14.0, 80, 60)
+    assert not live.demoted("m", "code")
+    rows = {r["kind"]: r for r in live.rows("m")}
+    assert rows["code"]["speedup"] == 1.4 and rows["code"]["acceptance"] == 0.75
+    assert "below the baseline's 10.0 tok/s" in rows["chat"]["demoted"]
+    live.reset("m", {"chat": 10.0})  # a new tune: the table starts again
+    assert not live.demoted("m", "chat") and live.rows("m") == []
