@@ -472,3 +472,92 @@ def test_an_untuned_profile_is_tuned_while_idle_and_a_request_stops_the_tune(
     assert "request: stopping the background tune of auto" in log.read_text()
     assert not tune.is_running()
     assert stop(gw) == 0  # (the env fixture checks that no tune server is left)
+
+
+def _ask(gw: Gateway, text: str, max_tokens: int = 8) -> str:
+    reply = gw.client().chat.completions.create(
+        model="smol", messages=[{"role": "user", "content": text}], max_tokens=max_tokens,
+        temperature=0)
+    return reply.choices[0].message.content or ""
+
+
+def _served_by(gw: Gateway) -> dict[str, float]:
+    """Requests answered 200, by setting (the gateway's metrics)."""
+    out = {}
+    for line in gw.metrics().splitlines():
+        if line.startswith('specctl_gateway_requests_total{model="smol"') and \
+                'status="200"' in line:
+            setting = line.split('setting="')[1].split('"')[0]
+            out[setting] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_its_draft(
+        env: dict[str, str], tmp_path: Path, gateways: list[Gateway],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A saved tune whose per-category winners differ (written here as `tune` saves them: code
+    with the draft at k=4, summarize and edit with n-gram, chat without a draft): the gateway
+    serves each kind from its own server, the weights mapped once; a killed server's kind goes
+    to another setting while it starts again, and no request fails; a kind whose live speed
+    falls under the baseline's (code, told here its baseline ran at 100000 tok/s) goes to the
+    server without a draft. `specctl status` shows the route and the live table."""
+    from specctl.orchestrator.gateway.live import MIN_REQUESTS
+    from specctl.orchestrator.measure import bench as bench_mod
+
+    profile(env, "smol", SMOL + 'k = "auto"\n[server]\ncontext = 1024\n')
+    for key in ("SPECCTL_STATE_DIR", "SPECCTL_CONFIG_DIR"):
+        monkeypatch.setenv(key, env[key])
+    app = App.from_env()
+    written = app.resolve("smol", use_tuned=False)
+
+    def won(cat: str, method: str, k: int, base: float) -> tuned.Winner:
+        return tuned.Winner(category=cat, label=f"{method} k={k}", method=method,
+                            k=k, p_min=None, speedup=1.0 if method == "none" else 1.5,
+                            baseline_tps=base)
+
+    tuned.save(app.dirs.tuned, tuned.Result(
+        profile="smol", method="draft", k=4, p_min=None, speedup=1.3, low=1.2, high=1.4,
+        summary="a test result", alpha=None, cost=None, verify={}, baseline_tps=1.0,
+        key=app.tuned_key(written.plan, written.installed),
+        winners=[won("code", "draft", 4, 1e5), won("summarize", "ngram", 8, 1.0),
+                 won("edit", "ngram", 8, 1.0), won("chat", "none", 0, 1.0)]))
+    gw = start(env, tmp_path, "smol")
+    gateways.append(gw)
+    asks = {kind: bench_mod.load_suite(kind)[6] for kind in ("chat", "code", "summarize")}
+    for text in asks.values():
+        assert _ask(gw, text)
+    assert _served_by(gw) == {"off": 1.0, "draft k=4": 1.0, "ngram k=8": 1.0}
+    routes = gw.status()["routes"]["smol"]
+    assert routes["route"] == "summarize, edit -> ngram k=8; code -> draft k=4; chat -> off"
+    up = {e["setting"]: e for e in gw.status()["engines"]}
+    assert set(up) == {"off", "draft k=4", "ngram k=8"}
+
+    os.kill(engine_pid(up["ngram k=8"]["port"]), signal.SIGKILL)
+    for _ in range(3):  # at once: the gateway may not have seen it die yet
+        assert _ask(gw, asks["summarize"])
+    served = _served_by(gw)
+    assert served["ngram k=8"] == 1.0 and sum(served.values()) == 6.0, served
+    assert 'status="502"' not in gw.metrics()
+
+    def back() -> bool:
+        return any(e["setting"] == "ngram k=8" and e["state"] == "ready"
+                   for e in gw.status()["engines"])
+
+    wait_for(back, 60, "the killed setting starts again")
+    assert _ask(gw, asks["summarize"]) and _served_by(gw)["ngram k=8"] == 2.0
+
+    for _ in range(MIN_REQUESTS):
+        assert _ask(gw, asks["code"])
+    kinds = {r["kind"]: r for r in gw.status()["routes"]["smol"]["kinds"]}
+    assert "below the baseline's" in kinds["code"]["demoted"], kinds
+    off = _served_by(gw)["off"]
+    assert _ask(gw, asks["code"]) and _served_by(gw)["off"] == off + 1
+
+    wait_for(lambda: (Path(env["SPECCTL_STATE_DIR"]) / "gateway.json").exists(), 10,
+             "the gateway publishes its routes")
+    shown = subprocess.run([sys.executable, "-m", "specctl", "status"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "summarize, edit -> ngram k=8" in shown.stdout and "below the" in shown.stdout
+    assert stop(gw) == 0
+    assert not (Path(env["SPECCTL_STATE_DIR"]) / "gateway.json").exists()

@@ -75,7 +75,7 @@ def test_a_request_is_classified_by_its_last_user_message() -> None:
 
 def winner(cat: str, method: str, k: int, speedup: float, base: float = 8.0) -> Winner:
     label = "baseline" if method == "none" else f"{method} k={k}"
-    return Winner(category=cat, label=label, method=method, k=k, p_min=None,  # type: ignore
+    return Winner(category=cat, label=label, method=method, k=k, p_min=None,
                   speedup=speedup, baseline_tps=base)
 
 
@@ -157,7 +157,7 @@ def test_tune_winners_route_and_bench_routed_beats_every_single_setting(plan: Pl
     assert route is not None, why
     sim = SimLab(law, plan, seed=4, noise=0.0)
     sim.workload = real_prompts(law)
-    room = RoutedLab(sim, route)  # type: ignore[arg-type]
+    room = RoutedLab(sim, route)
     configs = [*bench.configs_for(plan, [kinds["code"].k], None, ["ngram:8"]),
                bench.Config(bench.ROUTED, route.members[0].plan, mixed=True)]
     samples = bench.measure(configs, None, None, room.workload, 2, 64,  # type: ignore[arg-type]

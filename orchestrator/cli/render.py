@@ -24,6 +24,7 @@ from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.sizes import gib, gib_pair
 
 if TYPE_CHECKING:
+    from specctl.orchestrator.gateway.live import Published
     from specctl.orchestrator.runs import Row
 
 
@@ -239,7 +240,7 @@ def show_routing(console: Console, routing: dict[str, Any]) -> None:
                     f"{routing[key + '_accuracy']:.0%} right")
 
 
-def show_gateway_routes(console: Console, found: Any) -> None:
+def show_gateway_routes(console: Console, found: Published) -> None:
     """The gateway's routes (gateway/live.Published): each model's, and its live table."""
     console.print(f"gateway at {found.url}", highlight=False, markup=False)
     for model, routed in found.routes.items():

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,7 +22,9 @@ from specctl.orchestrator.cli.base import (
 from specctl.orchestrator.errors import SpecctlError
 
 if TYPE_CHECKING:
+    from specctl.orchestrator.app import App
     from specctl.orchestrator.config.adhoc import Flags
+    from specctl.orchestrator.gateway.live import Published
     from specctl.orchestrator.service import units
 
 
@@ -144,7 +146,7 @@ def status(as_json: bool) -> None:
         render.show_gateway_routes(console, routes)
 
 
-def _gateway_routes(app: Any) -> Any:
+def _gateway_routes(app: App) -> Published | None:
     """What a running gateway published of its routes (gateway/live.py), or None."""
     from specctl.orchestrator.errors import StateError
     from specctl.orchestrator.gateway import live

@@ -157,11 +157,14 @@ class Gateway:
             return self._denied()
         data = []
         for name, profile in sorted(self.pool.profiles.items()):
-            engine = self.pool.engines.get(name)
+            up = [e for e in self.pool.engines.values() if e.model == name]
+            routing = self.pool.routings.get(name)
+            setting = (routing.route.describe() if routing and routing.route else
+                       up[0].setting if up else None)
             data.append({"id": name, "object": "model", "created": 0, "owned_by": "specctl",
                          "description": profile.description,
-                         "running": bool(engine and engine.ready.is_set() and engine.alive),
-                         "setting": engine.setting if engine else None})
+                         "running": any(e.ready.is_set() and e.alive for e in up),
+                         "setting": setting})
         return JSONResponse({"object": "list", "data": data})
 
     async def status(self, request: Request) -> Response:

@@ -42,10 +42,12 @@ class IdleTuner:
     def wanted(self) -> list[str]:
         """Models serving an untuned setting that may be tuned now."""
         out = []
-        for name, engine in self.pool.engines.items():
+        for engine in self.pool.engines.values():
+            name = engine.model
             profile = self.pool.profiles[name]
-            if (engine.ready.is_set() and engine.alive and engine.plan.k_source == UNTUNED
-                    and profile.k == "auto" and profile.gateway.tune_when_idle
+            if (engine.slot == name and engine.ready.is_set() and engine.alive
+                    and engine.plan.k_source == UNTUNED and profile.k == "auto"
+                    and profile.gateway.tune_when_idle
                     and name not in self.done and self.tries.get(name, 0) < TRIES):
                 out.append(name)
         return out
