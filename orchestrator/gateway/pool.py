@@ -132,9 +132,9 @@ class Pool:
         if route is None:
             return Routing(None, f"not routed: {why}")
         if self.options.budget is not None and route.need > self.options.budget:
-            return Routing(None, f"routing refused: {route.memory().split(' (')[0]}, over the "
-                           f"gateway's --memory of {in_gib(self.options.budget):.2f} GiB: the "
-                           "best single setting serves")
+            return Routing(None, f"routing refused: {route.memory()}, over the gateway's "
+                           f"--memory of {in_gib(self.options.budget):.2f} GiB: the best single "
+                           "setting serves")
         return Routing(route, why, written)
 
     async def routing(self, model: str) -> Routing:

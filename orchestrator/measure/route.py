@@ -56,8 +56,19 @@ class Route:
         return "; ".join(f"{', '.join(m.kinds)} -> {m.setting}" for m in self.members)
 
     def memory(self) -> str:
-        return (f"{len(self.members)} servers hold {in_gib(self.need):.2f} GiB together (the "
-                f"budget is {in_gib(self.budget):.2f} GiB)")
+        """'3 servers hold 3.90 GiB together (weights 3.40 once; draft k=8 0.30, ...: KV,
+        compute; the budget is 20.00 GiB)'."""
+        own = {m.setting: _own(m.plan) for m in self.members}
+        each = ", ".join(f"{s} {in_gib(b):.2f}" for s, b in own.items())
+        return (f"{len(self.members)} servers hold {in_gib(self.need):.2f} GiB together "
+                f"(weights {in_gib(self.need - sum(own.values())):.2f}; {each}: KV and "
+                f"compute; the budget is {in_gib(self.budget):.2f} GiB)")
+
+
+def _own(plan: Plan) -> int:
+    """What one server holds beside the weights: its KV caches and compute buffers."""
+    mem = plan.memory
+    return mem.kv_target_bytes + mem.kv_draft_bytes + mem.compute_bytes
 
 
 def member_plan(base: Plan, w: Winner) -> Plan:
