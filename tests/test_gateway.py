@@ -549,8 +549,9 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
     assert sum(_served_by(gw).values()) == sum(after.values()) + 3
     assert 'status="502"' not in gw.metrics()
     wait_for(lambda: "ngram k=8" in ready(), 60, "the killed setting starts again")
+    again = _served_by(gw)["ngram k=8"]
     assert _ask(gw, asks["summarize"])
-    assert _served_by(gw)["ngram k=8"] == after["ngram k=8"] + 1
+    assert _served_by(gw)["ngram k=8"] == again + 1  # its own setting once up
 
     for _ in range(MIN_REQUESTS):
         assert _ask(gw, asks["code"])
@@ -564,6 +565,6 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
     shown = subprocess.run([sys.executable, "-m", "specctl", "status"], env=env,
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
-    assert "summarize, edit -> ngram k=8" in shown.stdout and "below the" in shown.stdout
+    assert "summarize, edit -> ngram k=8" in shown.stdout and "below" in shown.stdout
     assert stop(gw) == 0
     assert not (Path(env["SPECCTL_STATE_DIR"]) / "gateway.json").exists()
