@@ -127,14 +127,18 @@ class App:
     def tuned_result(self, plan: Plan, installed: Installed) -> planner.Tuned | None:
         """The saved `specctl tune` result for this machine, build and model files. One that fails
         validation is moved aside, and the StateError is the planner's to report."""
-        if not any(self.dirs.tuned.glob("*.json")):
-            return None  # nothing tuned yet: do not hash the model files
-        found = tuned.load(self.dirs.tuned, self.tuned_key(plan, installed))
+        found = self.saved_tune(plan, installed)
         if found is None:
             return None
         return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary,
                              tuple((a, b, k) for a, b, k in found.k_by_batch),
                              tuned.steps_of(found.chain), found.serves, found.state)
+
+    def saved_tune(self, plan: Plan, installed: Installed) -> tuned.Result | None:
+        """The saved `specctl tune` result for this plan's machine, build and model files."""
+        if not any(self.dirs.tuned.glob("*.json")):
+            return None  # nothing tuned yet: do not hash the model files
+        return tuned.load(self.dirs.tuned, self.tuned_key(plan, installed))
 
     def route(self, written: Resolved) -> tuple[route_mod.Route | None, str]:
         """Speculation per request (measure/route.py) for the plan as written (`resolve(...,
@@ -142,9 +146,7 @@ class App:
         there is none."""
         if not written.needs.empty:
             return None, "what `up` provides is missing here"
-        if not any(self.dirs.tuned.glob("*.json")):
-            return None, "not tuned yet (run `specctl tune`)"
-        found = tuned.load(self.dirs.tuned, self.tuned_key(written.plan, written.installed))
+        found = self.saved_tune(written.plan, written.installed)
         if found is None:
             return None, "not tuned yet on this machine and build (run `specctl tune`)"
         return route_mod.route_for(written.plan, found, written.backend)

@@ -42,7 +42,6 @@ class Member:
 class Route:
     members: tuple[Member, ...]
     baseline_tps: Mapping[str, float]  # each kind's baseline decode tokens/s, as tune measured
-    speedups: Mapping[str, float]  # each kind's winner's measured speedup
     need: int  # bytes the members hold together
     budget: int
     off: Plan  # no draft: for a kind live traffic shows slower than the baseline
@@ -85,12 +84,14 @@ def member_plan(base: Plan, w: Winner) -> Plan:
     return plan.but(memory=replace(plan.memory, draft_bytes=0, kv_draft_bytes=0))
 
 
+_OFF = Winner(category="", label="off", method="none", k=0, p_min=None, speedup=1.0)
+
+
 def _setting(w: Winner) -> Winner:
     """The winner, or the baseline where it is not 5% over it (a near-tie is noise)."""
     if w.method != "none" and w.speedup > 1 + MARGIN:
         return w
-    return Winner(category=w.category, label="off", method="none", k=0, p_min=None,
-                  speedup=1.0, baseline_tps=w.baseline_tps)
+    return _OFF.model_copy(update={"category": w.category, "baseline_tps": w.baseline_tps})
 
 
 def route_for(base: Plan, result: Result, backend: Adapter) -> tuple[Route | None, str]:
@@ -101,23 +102,22 @@ def route_for(base: Plan, result: Result, backend: Adapter) -> tuple[Route | Non
         return None, "the profile has speculation off"
     if base.draft is None and any(w.method == "draft" for w in winners):
         return None, "a kind's winner drafts with a model the profile has not"
-    groups: dict[str, list[Winner]] = {}
+    groups: dict[str, tuple[Plan, list[Winner]]] = {}
     for w in winners:
-        groups.setdefault(member_plan(base, w).short(), []).append(w)
+        plan = member_plan(base, w)
+        groups.setdefault(plan.short(), (plan, []))[1].append(w)
     if len(groups) < 2:
         return None, ("every kind tuned for has the same winner" if groups else
                       "the saved tune has no per-category winners (run `specctl tune`)")
-    order = sorted(groups.values(), key=lambda ws: (-len(ws), -sum(w.speedup for w in ws)))
+    order = sorted(groups.items(), key=lambda g: (-len(g[1][1]),
+                                                  -sum(w.speedup for w in g[1][1])))
     kept, rest = order[:MAX_SERVERS], order[MAX_SERVERS:]
-    kept[0] = kept[0] + [w for ws in rest for w in ws]  # left out: the main member's
-    members = tuple(Member(member_plan(base, ws[0]).short(), member_plan(base, ws[0]),
-                           tuple(w.category for w in ws)) for ws in kept)
-    plans = [m.plan for m in members]
+    left_out = [w for _, (_, ws) in rest for w in ws]  # the main member's
+    members = tuple(Member(setting, plan, tuple(w.category for w in [*ws, *(
+        left_out if n == 0 else [])])) for n, (setting, (plan, ws)) in enumerate(kept))
     route = Route(members, {w.category: w.baseline_tps for w in winners if w.baseline_tps},
-                  {w.category: w.speedup for w in winners},
-                  together(backend, plans), base.memory.budget.limit,
-                  member_plan(base, Winner(category="", label="off", method="none", k=0,
-                                           p_min=None, speedup=1.0)))
+                  together(backend, [m.plan for m in members]), base.memory.budget.limit,
+                  member_plan(base, _OFF))
     if route.need > route.budget:
         return None, (f"routing refused: {route.memory()}: the best single setting serves")
     return route, f"routed: {route.describe()}; {route.memory()}"
