@@ -210,7 +210,7 @@ def test_challengers_that_do_not_fit_in_the_budget_left_are_not_measured_and_sai
     tight_lab = SimLab(law, plan, seed=4, noise=0.3, start_s=6.0)
     roomy_lab = SimLab(law, plan, seed=4, noise=0.3, start_s=6.0)
     tight = tune(plan, tight_lab, max_k=8, budget=40.0, methods=LLAMACPP, chains=True)
-    roomy = tune(plan, roomy_lab, max_k=8, budget=240.0, methods=LLAMACPP, chains=True)
+    roomy = tune(plan, roomy_lab, max_k=8, budget=600.0, methods=LLAMACPP, chains=True)
     assert len(roomy.measured) >= 7 and not roomy.skipped
     assert tight.measured and tight.measured[0].label.startswith("draft k=3")
     others = tight.skipped
@@ -224,7 +224,7 @@ def test_an_impossible_trial_is_caught_in_report_table_and_saved_result(
     # a burst aimed at the baseline's first request makes that pair 20x faster than the law
     # allows: the pair is discarded as noise and counted, never a speedup
     law = laws(1, plan, seed=5)[0]
-    lab = SimLab(law, plan, seed=1)
+    lab = SimLab(law, plan, seed=1, noise=0.0)  # bursts would have it asked again
     lab.hit(20.0)
     result = tune(plan, lab, max_k=8)
     probe = result.measured[0]
@@ -278,19 +278,22 @@ class CopyingLaw(Law):
 
     mod_gain: Sequence[float] = (1.0,) * 6
 
-    def per_token(self, plan: Plan, i: int, draft_ref: str) -> tuple[float, float, float]:
+    def per_token(self, plan: Plan, i: int, draft_ref: str,
+                  tokens: int = 64) -> tuple[float, float, float]:
         t0 = 1 / self.base_tps
+        mod = 1 + (self.mod_gain[i] - 1) * self.ramped(tokens)
         if plan.method == "ngram-mod":
-            return copying(t0, self.mod_gain[i], plan.k)
+            return copying(t0, mod, plan.k)
         if plan.chain:
-            own = super().per_token(plan.but(chain=()), i, draft_ref)
-            return (min(own[0], t0 / self.mod_gain[i]), *own[1:])
-        return super().per_token(plan, i, draft_ref)
+            own = super().per_token(plan.but(chain=()), i, draft_ref, tokens)
+            return (min(own[0], t0 / mod), *own[1:])
+        return super().per_token(plan, i, draft_ref, tokens)
 
 
-def copying_laws(n: int, plan: Plan, seed: int = 11) -> list[CopyingLaw]:
+def copying_laws(n: int, plan: Plan, seed: int = 11, ramp: int = 0,
+                 opening: float = 0.0) -> list[CopyingLaw]:
     """`n` laws at cpu-demo's speed (8.5 tok/s) where n-gram beats every other candidate by
-    at least 8%."""
+    at least 8% (at 64 tokens; `ramp`, `opening`: the length law, Law)."""
     rng = random.Random(seed)
     out: list[CopyingLaw] = []
     draft = plan.draft.ref if plan.draft else ""
@@ -300,7 +303,8 @@ def copying_laws(n: int, plan: Plan, seed: int = 11) -> list[CopyingLaw]:
         law = CopyingLaw(alphas=(a + 0.1, a + 0.1, a - 0.15, a - 0.15, a, a),
                          cost=rng.uniform(0.2, 0.3), verify=lambda k: 1.4 + 0.12 * k,
                          base_tps=8.5, ngram_gain=tuple(g for g in gains for _ in range(2)),
-                         mod_gain=tuple(g ** 0.7 for g in gains for _ in range(2)))
+                         mod_gain=tuple(g ** 0.7 for g in gains for _ in range(2)),
+                         ramp=ramp, opening=opening)
         ngram = law.true_speedup(plan.but(method="ngram", draft=None, k=8, p_min=None), draft)
         others = [law.best(plan)[1], *(law.true_speedup(p, draft) for p in (
             plan.but(method="ngram-mod", draft=None, k=16, p_min=None),
@@ -312,15 +316,33 @@ def copying_laws(n: int, plan: Plan, seed: int = 11) -> list[CopyingLaw]:
 
 def test_where_n_gram_wins_the_race_finds_it_within_the_default_budget(plan: Plan) -> None:
     """cpu-demo measured n-gram k=8 1.15x where the draft gave 0.99x, and the tuner before this
-    one never measured n-gram within its 240 s. Under bursts over 30% of the time, at cpu-demo's
-    speed, with every llama.cpp method in the race: 19 of 20 tunes pick n-gram, each within the
-    budget plus 10%, each saved (settled or provisional)."""
-    found, times = [], []
-    for n, law in enumerate(copying_laws(20, plan)):
-        lab = SimLab(law, plan, seed=n, noise=0.3)
-        result = tune(plan, lab, max_k=8, methods=LLAMACPP, chains=True)
-        found.append(result.method == "ngram")
-        times.append(lab.now)
-        assert result.state in ("settled", "provisional")
-    assert sum(found) >= 19, found
-    assert max(times) <= 240 * 1.1, times
+    one never measured n-gram within its 240 s. At cpu-demo's speed, with every llama.cpp
+    method in the race and the length law (short replies: the draft guesses their opening,
+    n-gram has copied nothing yet), as cpu-demo measured: quiet, 20 of 20 tunes pick n-gram;
+    under bursts over 30% of the time, each pick is within 10% of n-gram's speed in 19 of 20
+    and n-gram itself in more than half. Each tune ends within the budget plus 10%, saved.
+
+    The race before this one screened every candidate with 16-24 token requests: on these laws
+    it picked n-gram in 3 of 20 quiet tunes, the rest at 73-93% of its speed, as on cpu-demo
+    (edit: draft k=8 1.61x picked where n-gram gives 1.80x). Full-length requests on one prompt
+    of each category cost it noise robustness where lengths do not matter: under the 30%
+    bursts of the law without the length law it picks n-gram in 12 of 20 (20 before), the
+    others at 92% of its speed but one (off)."""
+    draft = plan.draft.ref if plan.draft else ""
+    for noise in (0.0, 0.3):
+        found, near, times = [], [], []
+        for n, law in enumerate(copying_laws(20, plan, ramp=64, opening=0.15)):
+            lab = SimLab(law, plan, seed=n, noise=noise)
+            result = tune(plan, lab, max_k=8, methods=LLAMACPP, chains=True)
+            found.append(result.method == "ngram")
+            best = law.true_speedup(plan.but(method="ngram", draft=None, k=8, p_min=None),
+                                    draft)
+            got = law.true_speedup(picked(plan, result), draft) if result.serves else 1.0
+            near.append(got >= 0.9 * best)
+            times.append(lab.now)
+            assert result.state in ("settled", "provisional")
+        if noise == 0.0:
+            assert all(found), found
+        else:
+            assert sum(near) >= 19 and sum(found) > 10, (found, near)
+        assert max(times) <= 240 * 1.1, times

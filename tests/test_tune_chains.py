@@ -31,13 +31,14 @@ class CopyLaw(Law):
 
     mod_gain: float = 4.0
 
-    def per_token(self, plan: Plan, i: int, draft_ref: str) -> tuple[float, float, float]:
+    def per_token(self, plan: Plan, i: int, draft_ref: str,
+                  tokens: int = 64) -> tuple[float, float, float]:
         uses_mod = plan.method == "ngram-mod" or any(s.method == "ngram-mod" for s in plan.chain)
         if uses_mod and i in COPYING:
             return 1 / self.base_tps / self.mod_gain, self.mod_gain, float(plan.k)
         if plan.method == "ngram-mod":
             return 1 / self.base_tps, 1.0, 0.0
-        return super().per_token(plan.but(chain=()), i, draft_ref)
+        return super().per_token(plan.but(chain=()), i, draft_ref, tokens)
 
 
 class Recording(SimLab):

@@ -14,15 +14,16 @@ Decisions rest on intervals (95%, measure/intervals.py), never on one sample:
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
 - a pair above the physical bound is discarded as noise (and counted).
 The budget holds: a block runs only as far as it fits in what is left (by the expected time of
-each configuration's requests, from its own timings so far, else the baseline's). Each block's
-requests are as long as fits in SHARE of the time left (max_tokens at most, MIN_TOKENS at
-least): the first, with every candidate in it, screens with short requests; as losers leave,
-blocks grow to full length (many short requests also give the low quantiles more samples under
-bursty load). A block that no longer fits whole runs on as many prompts as fit (one of each
-category at least, taken in turn), and a challenger whose first block does not fit is reported
-as not measured, never as lost.
-Every decision rests on a 95% interval over all the requests so far (a block is one request per
-prompt of the workload on each side), never on one request.
+each configuration's requests, from its own timings so far, else the baseline's). Every request
+is full length (max_tokens): a reply's speedup depends on its length (on cpu-demo at 16 tokens
+the draft measured 1.52-1.68x where it gives 1.18-1.30x at 96, and n-gram, which has copied
+nothing yet, 0.94x on a summary it speeds 1.22x), so a screen of short requests drops the wrong
+configurations. A block is cut in prompts instead: it asks as many as fit in SHARE of the time
+left (one of each category at least, taken in turn; the next cut block goes on with the prompts
+after them), so the first, with every candidate in it, leaves time for the blocks after it. A
+block whose one round of the categories does not fit in all that is left runs the leader alone,
+and a challenger whose first block does not fit is reported as not measured, never as lost.
+Every decision rests on a 95% interval over all the requests so far, never on one request.
 """
 
 from __future__ import annotations
@@ -36,11 +37,9 @@ from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
 
 MIN_BLOCKS = 1  # a block: one request per prompt of the workload, both sides
 SLACK = 1.05  # a block may run to this share of the time left (expectations are medians)
-SHARE = 0.45  # of the time left: the longest requests whose block fits in it are asked
-MIN_TOKENS = 16  # the shortest request a block asks (short screens are biased: on cpu-demo at
-# 16 tokens the draft measured 1.52-1.68x where it gives 1.18-1.30x at 96, n-gram 0.94x on a
-# summary it speeds 1.22x; they are only the first block's, and blocks grow as losers leave)
-UNSEEN = 1.3  # a configuration not measured yet is expected this much slower than the baseline
+SHARE = 0.45  # of the time left: as many prompts as a block fits in it are asked
+MIN_TOKENS = 16  # the shortest request, where a budget has no room for a full-length round
+UNSEEN = 1.1  # a configuration not measured yet is expected this much slower than the baseline
 
 
 @dataclass
@@ -72,7 +71,9 @@ class Race:
     margin: float
     precision: float
     deadline: float  # on the lab's clock
-    tokens: int = 0  # this block's request length (admit chooses it)
+    turn: int = 0  # where in order() the next block cut in prompts starts
+    tokens: int = 0  # the request length (max_tokens; shorter only where the budget has no
+    # room for one full-length round of the first block)
     prior: list[Timed] = field(default_factory=list)  # timings from before (expectations only)
     start_s: float = 0.0  # expected seconds to start a server
     samples: list[Timed] = field(default_factory=list)
@@ -88,14 +89,22 @@ class Race:
     def weights(self) -> Mapping[str, float]:
         return self.lab.workload.weights()
 
-    def length(self, entries: Sequence[Entry], prompts: int, room: float) -> int:
-        """The longest request (in steps of 8 tokens, MIN_TOKENS to max_tokens) at which a
-        block of `entries` on `prompts` prompts fits in `room` seconds; MIN_TOKENS when none
-        does."""
-        self.tokens = max(self.max_tokens, MIN_TOKENS)
-        while self.tokens > MIN_TOKENS and self.cost(entries, prompts) > room:
-            self.tokens = max(MIN_TOKENS, self.tokens - 8)
-        return self.tokens
+    def fitting(self, entries: Sequence[Entry], room: float, least: int) -> int:
+        """The most prompts (`least` at least, every prompt at most) whose block of `entries`
+        fits in `room` seconds."""
+        n = len(self.order())
+        while n > least and self.cost(entries, n) > room:
+            n -= 1
+        return n
+
+    def prompts(self, n: int) -> list[int]:
+        """`n` prompts of order(), from where the last cut block stopped (all: in order)."""
+        order = self.order()
+        if n >= len(order):
+            return order
+        start = self.turn % len(order)
+        self.turn = start + n
+        return [order[(start + j) % len(order)] for j in range(n)]
 
     def order(self) -> list[int]:
         """The workload's prompts taken one of each category in turn (a block cut short stays
@@ -210,40 +219,44 @@ class Race:
         the servers not up yet started."""
         labels = [self.baseline[0], *(e.label for e in entries)]
         fresh = len(labels) if self.sequential else sum(1 for e in entries if e.blocks == 0)
-        return self.pace * (prompts * sum(self.expected(lbl, self.tokens) for lbl in labels)
+        return self.pace * (prompts * sum(self.expected(lbl, self.tokens or self.max_tokens)
+                                          for lbl in labels)
                             + fresh * self.start_s)
 
     def admit(self, active: list[Entry], lead: Entry) -> tuple[list[Entry], list[int]]:
         """What the next block measures within the time left: the leader and the challengers
-        measured before, on every prompt, or on as many as fit (at least one of each
-        category); then each new challenger while the whole block still fits (in order). A
-        new one that does not is said and not measured; nothing fits: nothing is measured."""
-        order = self.order()
+        measured before, then each new challenger while one round of the categories still fits
+        (in order), on as many prompts as fit in SHARE of the time left (one of each category
+        at least). A new one that does not fit is said and not measured; no round fits with
+        the rivals: the leader alone; nothing fits: nothing is measured."""
         left = (self.deadline - self.lab.clock()) * SLACK
-        cats = len({self.cats[i] for i in order})
-        self.length(active, len(order), left / SLACK * SHARE)
+        cats = len({self.cats[i] for i in self.order()})
         out = [e for e in active if e is lead] + [e for e in active if e is not lead
                                                       and e.blocks]
         if not out:
             out = active[:1]
-        n = len(order)
-        while n >= cats and self.cost(out, n) > left:
-            n -= 1
-        while len(out) > 1 and n < cats:  # not even a round: the leader's alone
-            out, n = out[:1], len(order)
-            while n >= cats and self.cost(out, n) > left:
-                n -= 1
-        if n < max(cats, 1):
+        if len(out) > 1 and self.cost(out, cats) > left:  # not even a round: the leader's alone
+            out = out[:1]
+        if self.block == 0:  # a budget too short for one full-length round: shorter requests
+            self.tokens = self.max_tokens
+            while self.tokens > MIN_TOKENS and self.cost(out, cats) > left:
+                self.tokens = max(MIN_TOKENS, self.tokens - 8)
+            if self.tokens < self.max_tokens:
+                self.lab.say(f"{self.tokens} tokens a request: a full-length round of the "
+                             "categories does not fit in the budget (a short reply's speedup "
+                             "is not a long one's; a longer --budget measures full length)")
+        if self.cost(out, cats) > left:
             for e in active:
                 if not e.blocks:
-                    self._not_measured(e, left, self.cost([e], len(order)))
+                    self._not_measured(e, left, self.cost([e], cats))
             return [], []
         for e in [e for e in active if e not in out and not e.blocks]:
-            if self.cost([*out, e], n) <= left:
+            if self.cost([*out, e], cats) <= left:
                 out.append(e)
             else:
-                self._not_measured(e, left, self.cost([*out, e], n))
-        return out, order[:n]  # measured rivals that do not fit sit this block out
+                self._not_measured(e, left, self.cost([*out, e], cats))
+        n = self.fitting(out, left / SLACK * SHARE, cats)
+        return out, self.prompts(n)  # measured rivals that do not fit sit this block out
 
     def _not_measured(self, e: Entry, left: float, need: float) -> None:
         e.dropped = (f"not measured: {max(left, 0.0):.0f} s of the budget were left and a "
@@ -267,12 +280,27 @@ class Race:
                                   poolable=(e.poolable, lead.poolable))
 
     def hopeless(self, e: Entry, lead: Entry) -> bool:
+        """e cannot beat the leader by the margin (by 95% intervals on two requests of each
+        category at least: one request's interval has no width; a configuration that drafted
+        nothing: at once)."""
         if e.interval is None:
             return True
+        if e.blocks >= MIN_BLOCKS and e.drafted == 0:
+            return True
+        if min(self.per_category(e).values(), default=0) < 2:
+            return False
         rel = self.versus(e, lead)
         return e.interval.high <= _point(lead) * (1 + self.margin) or (
             rel is not None and rel.high <= 1 + self.margin) or (
             e.blocks >= MIN_BLOCKS and e.drafted == 0)
+
+    def per_category(self, e: Entry) -> dict[str, int]:
+        """How many pairs e has in each category of the traffic."""
+        out = {c: 0 for c, w in self.weights.items() if w > 0}
+        for i, ps in self.pairs(e).items():
+            if self.cats[i] in out:
+                out[self.cats[i]] += len(ps)
+        return out
 
     def leader(self, entries: Sequence[Entry]) -> Entry:
         lead = entries[0]

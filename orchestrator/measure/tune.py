@@ -7,9 +7,10 @@ one paired race, within the budget, and always leave a decision.
 2. The race (race.py), every candidate in the first block: the draft at the cost model's k and
    over 2..max-k (2 and max-k always: the step times at both ends), n-gram, and where the build
    has them ngram-mod alone and the draft chained with ngram-mod, and a p-min at the cost
-   model's k. Each block asks requests as long as fit in part of the time left (race.SHARE):
-   the first, with every candidate, screens with short ones; as losers leave by paired
-   intervals against the leader (successive elimination), blocks grow to full length. When it
+   model's k. Every request is full length (a short reply's speedup is not a long one's); each
+   block asks as many prompts as fit in part of the time left (race.SHARE): the first, with
+   every candidate, one of each category or more; losers leave by paired intervals against the
+   leader (successive elimination), and the blocks after go on with the other prompts. When it
    ends, the leader stands unless one still in the race measured a point 5% ahead of it.
 3. After the first block, the cost model from the race's own counters and step timings: the
    longest draft's per-position acceptance per prompt (exact at temperature 0: a shorter draft
@@ -49,7 +50,8 @@ from specctl.orchestrator.planning.plan import Method, Plan, Step
 MARGIN = engine.MARGIN
 P_MIN_TRY = 0.5
 SHORT_K = 2
-GUARD = 0.98  # a category is slowed when its interval's top is under this
+GUARD = 0.98  # a category is slowed when its interval's top is under this (two pairs at least:
+# one request's interval has no width)
 PRECISION = 0.05  # the headline's interval half-width to reach
 BUDGET = 240.0  # seconds of tune, by default
 FIXED_SHARE = 0.15  # the most of the budget the draft-alone timings may take
@@ -101,8 +103,7 @@ def _candidates(plan: Plan, k0: int, max_k: int, methods: frozenset[str],
     the draft at k0 and at 2 and max-k, n-gram, ngram-mod alone and the draft at k0 chained
     with ngram-mod (where the build has them), a p-min at k0."""
     pick = plan.but(k=k0, p_min=None)
-    plans = [pick, *(plan.but(k=k, p_min=None) for k in sorted({min(SHORT_K, max_k), max_k})
-                     if k != k0),
+    plans = [pick, *(plan.but(k=max_k, p_min=None) for _ in [1] if max_k != k0),
              plan.but(method="ngram", draft=None, k=min(NGRAM_K, max(max_k, 1)), p_min=None,
                       chain=())]
     if "ngram-mod" in methods:
@@ -110,6 +111,8 @@ def _candidates(plan: Plan, k0: int, max_k: int, methods: frozenset[str],
         plans.append(plan.but(method="ngram-mod", draft=None, k=mod.k, p_min=None, chain=()))
         if chains:
             plans.append(pick.but(chain=(mod,)))
+    short = min(SHORT_K, max_k)  # last with p-min: the first to go where the block is full
+    plans += [plan.but(k=short, p_min=None) for _ in [1] if short != k0]
     plans.append(plan.but(k=k0, p_min=P_MIN_TRY))
     return [_entry(p) for p in plans]
 
@@ -147,9 +150,10 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     entries = [_entry(e.config[1], cost) for e in entries]
     race = Race(lab, base, max_tokens, seq, margin, precision, deadline, prior=costs.samples,
                 start_s=_start_s(lab, costs, started))
-    lab.say(f"first block: {len(entries)} candidates and the baseline, "
-            f"{race.length(entries, len(race.order()), (deadline - lab.clock()) * SHARE)} "
-            f"tokens a request, about {race.cost(entries, len(race.order())):.0f} s; "
+    first = race.fitting(entries, (deadline - lab.clock()) * SHARE,
+                         len(set(race.cats[i] for i in race.order())))
+    lab.say(f"first block: {len(entries)} candidates and the baseline on {first} prompt(s), "
+            f"{max_tokens} tokens a request, about {race.cost(entries, first):.0f} s; "
             + _left(lab, deadline))
     lead = race.run(entries, blocks=1)  # 2. every candidate in the first block
     est = _model(lab, race, entries, cost, max_k)  # 3. the cost model from the race
@@ -163,12 +167,12 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
             lab.say(f"the cost model from the first block predicts draft k={fav.k} "
                     f"{fav.speedup:.2f}x: it joins the race")
     if not race.stopped:
-        lab.say(f"full-length blocks: {sum(1 for e in entries if not e.dropped)} still in the "
+        lab.say(f"next blocks: {sum(1 for e in entries if not e.dropped)} still in the "
                 f"race; {_left(lab, deadline)}")
         lead = race.run(entries, leader=lead)
     lead = race.final(entries, lead)
     cats = race.categories(lead)
-    slowed = {c: iv for c, iv in cats.items() if iv.high < GUARD}
+    slowed = {c: iv for c, iv in cats.items() if iv.high < GUARD and iv.n >= 2}
     kept: Entry | None = lead
     if slowed and lead.interval is not None and lead.interval.point > 1 + margin:
         kept = _guard(plan, lab, race, lead, slowed, entries, margin, cost)  # 4.
