@@ -124,3 +124,26 @@ def test_only_a_draft_model_pays_c_in_the_bound() -> None:
     # a draft chained with ngram-mod k=16: the n-gram drafts are free, up to 17 tokens a step
     assert intervals.bound("draft", 4, 0.5, (16,)) == 17.0
     assert intervals.bound("draft", 0, 0.5) == 1.0
+
+
+def test_a_routed_configuration_pools_each_prompt_apart() -> None:
+    """Routed: one summary goes to n-gram (cheap steps, many tokens each), the other to a draft
+    of k=3 (dearer steps). Pooled by category, the low quantile took n-gram's step time for
+    both and measured the category above both prompts' own speedups (cpu-demo: 1.64x where
+    its prompts gave 1.21-1.49x); pooled by prompt, the estimate is the throughput's."""
+    def timed(label: str, i: int, steps: int, step_s: float, jitter: float) -> Timed:
+        return Timed(label, i, 64, steps * step_s * jitter,
+                     SpecStats(drafted=64 - steps, accepted=64 - steps, drafts=steps))
+    pairs: intervals.Pairs = {}
+    for jitter in (1.0, 1.01, 1.03, 1.02):
+        for i, (steps, step_s) in enumerate(((32, 0.11), (20, 0.25))):  # n-gram, draft
+            pairs.setdefault(i, []).append((timed("routed", i, steps, step_s, jitter),
+                                            timed("baseline", i, 64, 0.1, jitter)))
+    cats, weights = {0: "summarize", 1: "summarize"}, {"summarize": 1.0}
+    own = [6.4 / (32 * 0.11), 6.4 / (20 * 0.25)]  # 1.82x and 1.28x
+    routed = intervals.speedup(pairs, cats, weights, poolable="prompt")
+    assert routed is not None
+    assert min(own) <= routed.point <= max(own)
+    assert routed.point == pytest.approx(12.8 / (32 * 0.11 + 20 * 0.25), rel=0.01)
+    pooled = intervals.speedup(pairs, cats, weights, poolable="category")
+    assert pooled is not None and pooled.point > max(own)  # what it measured before

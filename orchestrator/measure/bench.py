@@ -56,13 +56,13 @@ class Config:
     label: str
     plan: Plan
     mixed: bool = False  # the plan stands for several servers (ROUTED): no one physical
-    # bound is known, and its steps are pooled by category
+    # bound is known, and its steps are pooled by prompt (each goes to one server)
 
     def bound(self, cost: float | None) -> float | None:
         return None if self.mixed else _limit(self.plan, cost)
 
-    def poolable(self) -> bool:
-        return not self.mixed and intervals.poolable(self.plan)
+    def poolable(self) -> intervals.Pooling:
+        return "prompt" if self.mixed else intervals.poolable(self.plan)
 
 
 @dataclass(frozen=True)
@@ -326,7 +326,7 @@ def _limit(plan: Plan, cost: float | None) -> float | None:
 
 
 def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float],
-             limit: float | None, poolable: bool = True) -> dict[str, Any]:
+             limit: float | None, poolable: intervals.Pooling = "steps") -> dict[str, Any]:
     """The speedup of the paired samples and its 95% interval (measure/intervals.py: exact
     steps, step times a low quantile), held to the physical bound: pairs above it are
     discarded and counted, a figure above it is flagged (never reported bare)."""
@@ -358,8 +358,8 @@ def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float
 
 def _group(samples: Sequence[Sample], config: str, category: str | None,
            weights: Mapping[str, float], limit: float | None = None,
-           poolable: bool = True) -> dict[str, Any]:
-    """`poolable` False: the configuration's steps cost differently by prompt (a chain)."""
+           poolable: intervals.Pooling = "steps") -> dict[str, Any]:
+    """`poolable`: how the configuration's step times pool (intervals.Pooling)."""
     pairs = _pairs(samples, config, category)
     mine = {category: 1.0} if category else weights
     out: dict[str, Any] = {

@@ -20,6 +20,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from specctl.orchestrator.measure import workload
 from specctl.orchestrator.measure.lab import Timed
@@ -30,6 +31,11 @@ LOW_Q = 0.1  # the quantile of repeated timings taken as a configuration's time
 CONFIDENCE = 0.95
 BOOT = 300
 POOL = "all"
+# how a configuration's step times are pooled: "steps", all prompts as one where its steps
+# draft alike (_uniform; by category where not); "category"; "prompt", each prompt its own
+# (several servers behind one configuration: a routed one sends a prompt always to the same
+# server, and a category's prompts may go to servers whose steps cost unlike)
+Pooling = Literal["steps", "category", "prompt"]
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -138,45 +144,47 @@ def _uniform(pairs: Pairs) -> bool:
     return max(per) - min(per) <= 0.1 * max(per) + 0.01
 
 
-def _score(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
-           mine_t: Mapping[str, float], base_t: Mapping[str, float]) -> float:
+def _score(pairs: Pairs, keys: Mapping[int, str], cats: Mapping[int, str],
+           weights: Mapping[str, float], mine_t: Mapping[str, float],
+           base_t: Mapping[str, float]) -> float:
     """Each prompt at its longest request's length: the configuration's steps per baseline step
-    (the median over its pairs; a pair is one length, the blocks of a race need not be: the
-    first screens every candidate with short requests) times the baseline's steps."""
+    (the median over its pairs) times the baseline's steps, each side's at its pool's step time
+    (`keys`: each prompt's pool on the configuration's side; the baseline's is POOL)."""
     mine, base = [], []
     for i, ps in pairs.items():
         c = cats[i]
         per = sorted(steps(s) / steps(b) for s, b in ps)[len(ps) // 2]
         n = max(steps(b) for _, b in ps)
         tokens = max(b.tokens for _, b in ps)
-        mine.append(Request(c, tokens, per * n * mine_t[c]))
-        base.append(Request(c, tokens, n * base_t[c]))
+        mine.append(Request(c, tokens, per * n * mine_t[keys[i]]))
+        base.append(Request(c, tokens, n * base_t[POOL]))
     return workload.speedup(mine, base, weights)
 
 
-def poolable(plan: Plan) -> bool:
-    """Whether a configuration's steps may cost alike on every prompt (then _uniform decides);
-    never a chain's, whose steps cost what the drafter that proposed costs."""
-    return not plan.chain
+def poolable(plan: Plan) -> Pooling:
+    """How a configuration's step times may pool: as its steps draft (_uniform), never across
+    categories for a chain, whose steps cost what the drafter that proposed costs."""
+    return "category" if plan.chain else "steps"
 
 
-def _pools(pairs: Pairs, cats: Mapping[int, str], poolable: bool = True,
-           ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Step times of the configuration (one pool where steps draft alike, by category where
-    not: _uniform; never one pool where the caller knows steps differ, `poolable` False: a
-    chain's steps cost what the drafter that proposed costs) and of the baseline (one pool)."""
-    pool = POOL if poolable and _uniform(pairs) else None
+def _pools(pairs: Pairs, cats: Mapping[int, str], pooling: Pooling = "steps",
+           ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[int, str]]:
+    """Step times of the configuration by pool (Pooling), of the baseline (one pool), and each
+    prompt's pool on the configuration's side."""
+    if pooling == "steps" and not _uniform(pairs):
+        pooling = "category"
+    keys = {i: POOL if pooling == "steps" else cats[i] if pooling == "category" else f"#{i}"
+            for i in pairs}
     mine: dict[str, list[float]] = {}
     base: dict[str, list[float]] = {}
     for i, ps in pairs.items():
-        mine.setdefault(pool or cats[i], []).extend(step_time(s) for s, _ in ps)
+        mine.setdefault(keys[i], []).extend(step_time(s) for s, _ in ps)
         base.setdefault(POOL, []).extend(step_time(b) for _, b in ps)
-    return mine, base
+    return mine, base, keys
 
 
-def _times(side: dict[str, list[float]], cats: Mapping[int, str]) -> dict[str, float]:
-    return {c: quantile(side[POOL if POOL in side else c], LOW_Q) for c in cats.values()
-            if (POOL if POOL in side else c) in side}
+def _times(side: dict[str, list[float]]) -> dict[str, float]:
+    return {k: quantile(v, LOW_Q) for k, v in side.items()}
 
 
 def _resampled(side: dict[str, list[float]], rng: random.Random) -> dict[str, list[float]]:
@@ -199,7 +207,7 @@ def _weighed(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float]
 
 def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
             only: str | None = None, seed: int = 0, rounds: int = BOOT,
-            poolable: bool = True) -> Interval | None:
+            poolable: Pooling = "steps") -> Interval | None:
     """The workload speedup of the paired timings with its bootstrap interval (None: no
     pairs). `only`: one category's.
 
@@ -211,17 +219,17 @@ def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
     pairs, weights = _weighed(pairs, cats, weights, only)
     if not pairs:
         return None
-    mine, base = _pools(pairs, cats, poolable)
-    point = _score(pairs, cats, weights, _times(mine, cats), _times(base, cats))
+    mine, base, keys = _pools(pairs, cats, poolable)
+    point = _score(pairs, keys, cats, weights, _times(mine), _times(base))
     rng = random.Random(seed)
-    values = [_score(pairs, cats, weights, _times(_resampled(mine, rng), cats),
-                     _times(_resampled(base, rng), cats)) for _ in range(rounds)]
+    values = [_score(pairs, keys, cats, weights, _times(_resampled(mine, rng)),
+                     _times(_resampled(base, rng))) for _ in range(rounds)]
     return _interval(point, values, sum(len(ps) for ps in pairs.values()))
 
 
 def relative(a: Pairs, b: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
              only: str | None = None, seed: int = 0, rounds: int = BOOT,
-             poolable: tuple[bool, bool] = (True, True)) -> Interval | None:
+             poolable: tuple[Pooling, Pooling] = ("steps", "steps")) -> Interval | None:
     """a's workload speedup over b's, with its bootstrap interval, on the prompts both measured
     (None: none). Both are held to the same baseline, whose time then cancels: only the two
     configurations' step times are resampled. Two configurations are told apart far sooner so
@@ -231,13 +239,14 @@ def relative(a: Pairs, b: Pairs, cats: Mapping[int, str], weights: Mapping[str, 
     if not common:
         return None
     a, b = {i: a[i] for i in common}, {i: b[i] for i in common}
-    mine_a, base = _pools(a, cats, poolable[0])
-    mine_b, _ = _pools(b, cats, poolable[1])
-    base_t = _times(base, cats)
+    mine_a, base, keys_a = _pools(a, cats, poolable[0])
+    mine_b, _, keys_b = _pools(b, cats, poolable[1])
+    base_t = _times(base)
 
     def ratio(x: dict[str, list[float]], y: dict[str, list[float]]) -> float:
-        under = _score(b, cats, weights, _times(y, cats), base_t)
-        return _score(a, cats, weights, _times(x, cats), base_t) / under if under > 0 else 0.0
+        under = _score(b, keys_b, cats, weights, _times(y), base_t)
+        return (_score(a, keys_a, cats, weights, _times(x), base_t) / under if under > 0
+                else 0.0)
 
     rng = random.Random(seed)
     values = [ratio(_resampled(mine_a, rng), _resampled(mine_b, rng)) for _ in range(rounds)]

@@ -58,7 +58,7 @@ class Entry:
         return self.config[1].method
 
     @property
-    def poolable(self) -> bool:
+    def poolable(self) -> intervals.Pooling:
         return intervals.poolable(self.config[1])
 
 
