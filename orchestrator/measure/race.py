@@ -5,8 +5,8 @@ time, A B B A ...), until the leader's interval is as narrow as asked or the tim
 Decisions rest on intervals (95%, measure/intervals.py), never on one sample:
 - a challenger is compared with the leader directly: its speedup over the leader's on the
   same prompts and blocks (intervals.relative), where the baseline's noise cancels;
-- it is dropped once that interval's top cannot beat the leader by the margin (from its
-  first block on: a block is every prompt of the workload);
+- it is dropped once that interval's top cannot beat the leader by the margin (once it has
+  two requests of each category: one request's interval has no width);
 - it takes the lead only when that interval's point beats the leader by the margin and its
   bottom is above 1 (surely faster), or the leader cannot pay (its top is under the margin);
   so near-ties stay with the leader, the cost model's pick, and a tune repeats;
@@ -23,6 +23,8 @@ left (one of each category at least, taken in turn; the next cut block goes on w
 after them), so the first, with every candidate in it, leaves time for the blocks after it. A
 block whose one round of the categories does not fit in all that is left runs the leader alone,
 and a challenger whose first block does not fit is reported as not measured, never as lost.
+Only a budget with no room for one full-length round of the first block asks shorter requests
+(for the whole race, so that no decision mixes lengths), and says so.
 Every decision rests on a 95% interval over all the requests so far, never on one request.
 """
 
