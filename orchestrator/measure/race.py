@@ -91,6 +91,11 @@ class Race:
     def weights(self) -> Mapping[str, float]:
         return self.lab.workload.weights()
 
+    @property
+    def kinds(self) -> int:
+        """How many categories the traffic tuned for has (a round: one prompt of each)."""
+        return len({self.cats[i] for i in self.order()})
+
     def fitting(self, entries: Sequence[Entry], room: float, least: int) -> int:
         """The most prompts (`least` at least, every prompt at most) whose block of `entries`
         fits in `room` seconds."""
@@ -232,7 +237,7 @@ class Race:
         at least). A new one that does not fit is said and not measured; no round fits with
         the rivals: the leader alone; nothing fits: nothing is measured."""
         left = (self.deadline - self.lab.clock()) * SLACK
-        cats = len({self.cats[i] for i in self.order()})
+        cats = self.kinds
         out = [e for e in active if e is lead] + [e for e in active if e is not lead
                                                       and e.blocks]
         if not out:

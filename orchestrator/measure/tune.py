@@ -100,10 +100,11 @@ def _shares(lab: Lab, tokens: dict[int, int]) -> dict[int, float]:
 def _candidates(plan: Plan, k0: int, max_k: int, methods: frozenset[str],
                 chains: bool) -> list[Entry]:
     """Every configuration the build has, the cost model's pick first (it leads until beaten):
-    the draft at k0 and at 2 and max-k, n-gram, ngram-mod alone and the draft at k0 chained
-    with ngram-mod (where the build has them), a p-min at k0."""
+    the draft at k0 and max-k, n-gram, ngram-mod alone and the draft at k0 chained with
+    ngram-mod (where the build has them), then the draft at 2 and a p-min at k0 (last: the
+    first not measured where the first block is full)."""
     pick = plan.but(k=k0, p_min=None)
-    plans = [pick, *(plan.but(k=max_k, p_min=None) for _ in [1] if max_k != k0),
+    plans = [pick, *([plan.but(k=max_k, p_min=None)] if max_k != k0 else []),
              plan.but(method="ngram", draft=None, k=min(NGRAM_K, max(max_k, 1)), p_min=None,
                       chain=())]
     if "ngram-mod" in methods:
@@ -111,8 +112,9 @@ def _candidates(plan: Plan, k0: int, max_k: int, methods: frozenset[str],
         plans.append(plan.but(method="ngram-mod", draft=None, k=mod.k, p_min=None, chain=()))
         if chains:
             plans.append(pick.but(chain=(mod,)))
-    short = min(SHORT_K, max_k)  # last with p-min: the first to go where the block is full
-    plans += [plan.but(k=short, p_min=None) for _ in [1] if short != k0]
+    short = min(SHORT_K, max_k)
+    if short != k0:
+        plans.append(plan.but(k=short, p_min=None))
     plans.append(plan.but(k=k0, p_min=P_MIN_TRY))
     return [_entry(p) for p in plans]
 
@@ -150,8 +152,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     entries = [_entry(e.config[1], cost) for e in entries]
     race = Race(lab, base, max_tokens, seq, margin, precision, deadline, prior=costs.samples,
                 start_s=_start_s(lab, costs, started))
-    first = race.fitting(entries, (deadline - lab.clock()) * SHARE,
-                         len(set(race.cats[i] for i in race.order())))
+    first = race.fitting(entries, (deadline - lab.clock()) * SHARE, race.kinds)
     lab.say(f"first block: {len(entries)} candidates and the baseline on {first} prompt(s), "
             f"{max_tokens} tokens a request, about {race.cost(entries, first):.0f} s; "
             + _left(lab, deadline))
