@@ -38,7 +38,7 @@ class Ask:
     sequential: bool = False
 
 
-GATE_SHARE = 0.25  # of the budget, kept for the sampling check after the race (cpu-demo: ~60 s)
+GATE_SHARE = 0.25  # of the budget, kept for the sampling check after the race (cpu-demo: 60-67 s)
 
 
 @dataclass(frozen=True)

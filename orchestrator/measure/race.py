@@ -21,8 +21,9 @@ nothing yet, 0.94x on a summary it speeds 1.22x), so a screen of short requests 
 configurations. A block is cut in prompts instead: it asks as many as fit in SHARE of the time
 left (one of each category at least, taken in turn; the next cut block goes on with the prompts
 after them), so the first, with every candidate in it, leaves time for the blocks after it. A
-block whose one round of the categories does not fit in all that is left runs the leader alone,
-and a challenger whose first block does not fit is reported as not measured, never as lost.
+block takes the leader, then the challengers not measured yet, then the measured ones (best
+first), each while one round of the categories fits with it; one left out waits for the next
+block, and one the budget never had room for is reported as not measured, never as lost.
 Only a budget with no room for one full-length round of the first block asks shorter requests
 (for the whole race, so that no decision mixes lengths), and says so.
 Every decision rests on a 95% interval over all the requests so far, never on one request.
@@ -42,6 +43,7 @@ SLACK = 1.05  # a block may run to this share of the time left (expectations are
 SHARE = 0.45  # of the time left: as many prompts as a block fits in it are asked
 MIN_TOKENS = 16  # the shortest request, where a budget has no room for a full-length round
 UNSEEN = 1.1  # a configuration not measured yet is expected this much slower than the baseline
+# (most are faster; as fast kept too few seconds for a block cut short by bursts of load)
 
 
 @dataclass
@@ -192,7 +194,8 @@ class Race:
                 active.insert(0, lead)
             if min([lead.blocks, *(e.blocks for e in active if e.blocks)]) < MIN_BLOCKS:
                 continue
-            if all(_top(e) < 1 + self.margin for e in active if e.blocks):
+            if self.judged(lead) and all(e.blocks and _top(e) < 1 + self.margin
+                                         for e in active):
                 self.stopped = "decided"  # no top reaches the baseline plus the margin
                 break
             rivals = [e for e in active if e is not lead]
@@ -205,11 +208,20 @@ class Race:
                 break
         return lead
 
-    def expected(self, label: str, tokens: int) -> float:
+    def __post_init__(self) -> None:
+        """The first block's pace from the timings before it: their time over what their
+        medians expect (bursts of outside load make it more than 1)."""
+        if self.prior:
+            want = sum(self.expected(t.label, t.tokens, self.prior) for t in self.prior)
+            took = sum(t.wall_s or t.seconds for t in self.prior)
+            if want > 0:
+                self.pace = min(3.0, max(1.0, took / want))
+
+    def expected(self, label: str, tokens: int, seen: Sequence[Timed] = ()) -> float:
         """Seconds a request of `tokens` takes on `label`, as the machine is now: the median
-        decode time per token and overhead of its own timings so far, else the baseline's
-        (UNSEEN times slower: a configuration not measured yet may be slower than it)."""
-        mine = [t for t in self.samples if t.label == label and t.tokens]
+        decode time per token and overhead of its own timings so far (or in `seen`), else the
+        baseline's (UNSEEN times slower)."""
+        mine = [t for t in seen or self.samples if t.label == label and t.tokens]
         slower = 1.0
         if not mine:
             mine = [t for t in [*self.samples, *self.prior]
@@ -231,19 +243,15 @@ class Race:
                             + fresh * self.start_s)
 
     def admit(self, active: list[Entry], lead: Entry) -> tuple[list[Entry], list[int]]:
-        """What the next block measures within the time left: the leader and the challengers
-        measured before, then each new challenger while one round of the categories still fits
-        (in order), on as many prompts as fit in SHARE of the time left (one of each category
-        at least). A new one that does not fit is said and not measured; no round fits with
-        the rivals: the leader alone; nothing fits: nothing is measured."""
+        """What the next block measures within the time left, on as many prompts as fit in
+        SHARE of it (one of each category at least): the leader, then each challenger not
+        measured yet (in order), then the measured ones (best point first), each while one
+        round of the categories still fits with it. A challenger left out waits for the next
+        block; one that could not fit even beside the leader alone is said and not measured;
+        where not even the leader's round fits, nothing is measured."""
         left = (self.deadline - self.lab.clock()) * SLACK
         cats = self.kinds
-        out = [e for e in active if e is lead] + [e for e in active if e is not lead
-                                                      and e.blocks]
-        if not out:
-            out = active[:1]
-        if len(out) > 1 and self.cost(out, cats) > left:  # not even a round: the leader's alone
-            out = out[:1]
+        out = [lead] if lead in active else active[:1]
         if self.block == 0:  # a budget too short for one full-length round: shorter requests
             self.tokens = self.max_tokens
             while self.tokens > MIN_TOKENS and self.cost(out, cats) > left:
@@ -257,13 +265,24 @@ class Race:
                 if not e.blocks:
                     self._not_measured(e, left, self.cost([e], cats))
             return [], []
-        for e in [e for e in active if e not in out and not e.blocks]:
+        new = [e for e in active if e not in out and not e.blocks]
+        seen = sorted((e for e in active if e not in out and e.blocks), key=_point,
+                      reverse=True)
+        for e in [*new, *seen]:
             if self.cost([*out, e], cats) <= left:
                 out.append(e)
-            else:
-                self._not_measured(e, left, self.cost([*out, e], cats))
+            elif not e.blocks and self.cost([*out[:1], e], cats) > left:
+                self._not_measured(e, left, self.cost([*out[:1], e], cats))
         n = self.fitting(out, left / SLACK * SHARE, cats)
-        return out, self.prompts(n)  # measured rivals that do not fit sit this block out
+        return out, self.prompts(n)
+
+    def unmeasured(self, entries: Sequence[Entry]) -> None:
+        """At the end: each challenger that waited for a block the budget never had room for
+        is said and listed as not measured."""
+        left = (self.deadline - self.lab.clock()) * SLACK
+        for e in entries:
+            if not e.blocks and not e.dropped:
+                self._not_measured(e, left, self.cost([e], self.kinds))
 
     def _not_measured(self, e: Entry, left: float, need: float) -> None:
         e.dropped = (f"not measured: {max(left, 0.0):.0f} s of the budget were left and a "
@@ -294,12 +313,17 @@ class Race:
             return True
         if e.blocks >= MIN_BLOCKS and e.drafted == 0:
             return True
-        if min(self.per_category(e).values(), default=0) < 2:
+        if not self.judged(e):
             return False
         rel = self.versus(e, lead)
         return e.interval.high <= _point(lead) * (1 + self.margin) or (
             rel is not None and rel.high <= 1 + self.margin) or (
             e.blocks >= MIN_BLOCKS and e.drafted == 0)
+
+    def judged(self, e: Entry) -> bool:
+        """Whether e's interval has width: two requests of each category at least (one
+        request's bootstrap interval is its point)."""
+        return min(self.per_category(e).values(), default=0) >= 2
 
     def per_category(self, e: Entry) -> dict[str, int]:
         """How many pairs e has in each category of the traffic."""

@@ -4,14 +4,14 @@ one paired race, within the budget, and always leave a decision.
 1. c, cheaply: the draft alone and the baseline, short requests on one prompt of each category
    (at most FIXED_SHARE of the budget): c is the draft's time per token over the target's, for
    the physical bound and the cost model's fixed part.
-2. The race (race.py), every candidate in the first block: the draft at the cost model's k and
-   over 2..max-k (2 and max-k always: the step times at both ends), n-gram, and where the build
-   has them ngram-mod alone and the draft chained with ngram-mod, and a p-min at the cost
-   model's k. Every request is full length (a short reply's speedup is not a long one's); each
-   block asks as many prompts as fit in part of the time left (race.SHARE): the first, with
-   every candidate, one of each category or more; losers leave by paired intervals against the
-   leader (successive elimination), and the blocks after go on with the other prompts. When it
-   ends, the leader stands unless one still in the race measured a point 5% ahead of it.
+2. The race (race.py), every candidate in the first block where it fits (the others wait for
+   the next): the draft at the cost model's k, n-gram and where the build has them the draft
+   chained with ngram-mod, the draft at 2 and max-k (the step times at both ends), ngram-mod
+   alone, and a p-min at the cost model's k. Every request is full length (a short reply's
+   speedup is not a long one's); each block asks as many prompts as fit in part of the time
+   left (race.SHARE), one of each category or more; losers leave by paired intervals against
+   the leader (successive elimination), and the blocks after go on with the other prompts.
+   When it ends, the best point measured among those still in it wins (the leader on a tie).
 3. After the first block, the cost model from the race's own counters and step timings: the
    longest draft's per-position acceptance per prompt (exact at temperature 0: a shorter draft
    is its prefix), each measured draft length's step time in target steps (v(k) = step - k*c,
@@ -99,22 +99,21 @@ def _shares(lab: Lab, tokens: dict[int, int]) -> dict[int, float]:
 
 def _candidates(plan: Plan, k0: int, max_k: int, methods: frozenset[str],
                 chains: bool) -> list[Entry]:
-    """Every configuration the build has, the cost model's pick first (it leads until beaten):
-    the draft at k0 and max-k, n-gram, ngram-mod alone and the draft at k0 chained with
-    ngram-mod (where the build has them), then the draft at 2 and a p-min at k0 (last: the
-    first not measured where the first block is full)."""
+    """Every configuration the build has, the cost model's pick first (it leads until beaten),
+    the methods next (they differ most between workloads): n-gram and, where the build has
+    them, the draft at k0 chained with ngram-mod; then the draft at 2 and at max-k, ngram-mod
+    alone, a p-min at k0 (the last wait for a later block where the first is full)."""
     pick = plan.but(k=k0, p_min=None)
-    plans = [pick, *([plan.but(k=max_k, p_min=None)] if max_k != k0 else []),
-             plan.but(method="ngram", draft=None, k=min(NGRAM_K, max(max_k, 1)), p_min=None,
-                      chain=())]
-    if "ngram-mod" in methods:
-        mod = Step("ngram-mod", NGRAM_MOD_K)
+    mod = Step("ngram-mod", NGRAM_MOD_K)
+    has_mod = "ngram-mod" in methods
+    plans = [pick, plan.but(method="ngram", draft=None, k=min(NGRAM_K, max(max_k, 1)),
+                            p_min=None, chain=())]
+    if has_mod and chains:
+        plans.append(pick.but(chain=(mod,)))
+    plans += [plan.but(k=k, p_min=None) for k in dict.fromkeys((min(SHORT_K, max_k), max_k))
+              if k != k0]
+    if has_mod:
         plans.append(plan.but(method="ngram-mod", draft=None, k=mod.k, p_min=None, chain=()))
-        if chains:
-            plans.append(pick.but(chain=(mod,)))
-    short = min(SHORT_K, max_k)
-    if short != k0:
-        plans.append(plan.but(k=short, p_min=None))
     plans.append(plan.but(k=k0, p_min=P_MIN_TRY))
     return [_entry(p) for p in plans]
 
@@ -177,6 +176,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     kept: Entry | None = lead
     if slowed and lead.interval is not None and lead.interval.point > 1 + margin:
         kept = _guard(plan, lab, race, lead, slowed, entries, margin, cost)  # 4.
+    race.unmeasured(entries)
     rows = [_row(race, e) for e in entries if e.interval is not None]
     skipped += [f"{e.label}: {e.dropped}" for e in entries if e.interval is None and e.dropped]
     return _result(plan, lab, race, lead, kept, slowed, entries, est, curve, rows, skipped,
