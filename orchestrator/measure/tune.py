@@ -261,6 +261,9 @@ def _row(race: Race, e: Entry, note: str = "") -> Measured:
     tps = sorted(t.tokens / t.seconds for t in mine if t.seconds > 0)
     cats = {c: round(v.point, 4) for c, v in race.categories(e).items()}
     flag = f"dropped: {e.dropped}" if e.dropped else ""
+    if not race.judged(e):  # a bootstrap over one request a category is its point
+        flag = (flag + "; " if flag else "") + ("one request of a category: its interval "
+                                                "understates the noise")
     if e.discarded:
         flag = (flag + "; " if flag else "") + (f"{e.discarded} pair(s) above the bound "
                                                 "discarded as noise")
