@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from specctl.orchestrator.measure import intervals
 from specctl.orchestrator.measure.intervals import Interval
-from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
+from specctl.orchestrator.measure.lab import BUSY, Config, Lab, Timed, rounds
 
 MIN_BLOCKS = 1  # a block: one request per prompt of the workload, both sides
 SLACK = 1.05  # a block may run to this share of the time left (expectations are medians)
@@ -209,19 +209,23 @@ class Race:
         return lead
 
     def __post_init__(self) -> None:
-        """The first block's pace from the timings before it: their time over what their
-        medians expect (bursts of outside load make it more than 1)."""
-        if self.prior:
-            want = sum(self.expected(t.label, t.tokens, self.prior) for t in self.prior)
+        """Where outside load disturbed the timings before the race (BUSY cores or more
+        beside a request), the first block's pace from them: their time over what their
+        medians expect. Quiet, 1 (their skew alone kept a candidate out of cpu-demo's)."""
+        if any(t.busy >= BUSY for t in self.prior):
+            want = sum(self._expected(t.label, t.tokens, self.prior) for t in self.prior)
             took = sum(t.wall_s or t.seconds for t in self.prior)
             if want > 0:
                 self.pace = min(3.0, max(1.0, took / want))
 
-    def expected(self, label: str, tokens: int, seen: Sequence[Timed] = ()) -> float:
+    def expected(self, label: str, tokens: int) -> float:
+        return self._expected(label, tokens, self.samples)
+
+    def _expected(self, label: str, tokens: int, samples: Sequence[Timed]) -> float:
         """Seconds a request of `tokens` takes on `label`, as the machine is now: the median
-        decode time per token and overhead of its own timings so far (or in `seen`), else the
+        decode time per token and overhead of its own timings so far, else the
         baseline's (UNSEEN times slower)."""
-        mine = [t for t in seen or self.samples if t.label == label and t.tokens]
+        mine = [t for t in samples if t.label == label and t.tokens]
         slower = 1.0
         if not mine:
             mine = [t for t in [*self.samples, *self.prior]
