@@ -187,8 +187,7 @@ def test_a_near_tie_is_served_as_the_baseline_tune_after_tune(plan: Plan) -> Non
     cores that asks a request again) lifts every candidate measured on it: two headlines of
     12 are over 1.1x (k=3 1.46x [1.39-1.52], 1.19x), and 8 of the 12 serve off (10, and no
     such headline, in the race before, whose first block held fewer candidates and found
-    n-gram less often: test_where_n_gram_wins...). Each one served says it is not surely
-    faster or has its interval above 1.00x."""
+    n-gram less often: test_where_n_gram_wins...)."""
     law = Law(alphas=(0.95, 0.95, 0.7, 0.7, 0.85, 0.85), cost=0.25, verify=lambda k: 1.5 + 0.25 * k)
     assert law.best(plan)[1] < 1.05
     results = [tuned(plan, law, seed=400 + n, noise=0.3) for n in range(12)]
