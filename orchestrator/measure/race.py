@@ -330,14 +330,15 @@ class Race:
         rel = self.versus(e, lead)
         if (rel.point if rel is not None else e.interval.point / max(_point(lead), 1e-9)) > 1:
             return False
-        return self.within(e, lead)
+        return self.within(e, lead, rel)
 
-    def within(self, e: Entry, lead: Entry) -> bool:
+    def within(self, e: Entry, lead: Entry, rel: Interval | None = None) -> bool:
         """e's interval (two requests of each category at least) cannot beat the leader by
-        the margin: the leader's precision settles the race with e still in it."""
+        the margin: the leader's precision settles the race with e still in it. `rel`: e's
+        interval against the leader, where the caller has it."""
         if e.interval is None or not self.judged(e):
             return False
-        rel = self.versus(e, lead)
+        rel = rel or self.versus(e, lead)
         return e.interval.high <= _point(lead) * (1 + self.margin) or (
             rel is not None and rel.high <= 1 + self.margin)
 

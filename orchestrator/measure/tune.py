@@ -11,7 +11,8 @@ one paired race, within the budget, and always leave a decision.
    speedup is not a long one's); each block asks as many prompts as fit in part of the time
    left (race.SHARE), one of each category or more; losers leave by paired intervals against
    the leader (successive elimination), and the blocks after go on with the other prompts.
-   When it ends, the best point measured among those still in it wins (the leader on a tie).
+   When it ends, the best of those still in it against the leader, on the prompts both
+   measured, wins (the leader on a tie).
 3. After the first block, the cost model from the race's own counters and step timings: the
    longest draft's per-position acceptance per prompt (exact at temperature 0: a shorter draft
    is its prefix), each measured draft length's step time in target steps (v(k) = step - k*c,
