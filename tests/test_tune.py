@@ -340,7 +340,7 @@ def test_where_n_gram_wins_the_race_finds_it_within_the_default_budget(plan: Pla
     method in the race and the length law (short replies: the draft guesses their opening,
     n-gram has copied nothing yet), as cpu-demo measured: quiet, 20 of 20 tunes pick n-gram;
     under bursts over 30% of the time, each pick is within 10% of n-gram's speed in 19 of 20
-    and n-gram itself in 17 (12 before the methods came right after the cost model's pick in
+    and n-gram itself in 16 (12 before the methods came right after the cost model's pick in
     the first block, the other draft lengths after them). Each tune ends within the budget
     plus 10%, saved.
 

@@ -20,10 +20,11 @@ the draft measured 1.52-1.68x where it gives 1.18-1.30x at 96, and n-gram, which
 nothing yet, 0.94x on a summary it speeds 1.22x), so a screen of short requests drops the wrong
 configurations. A block is cut in prompts instead: it asks as many as fit in SHARE of the time
 left (one of each category at least, taken in turn; the next cut block goes on with the prompts
-after them), so the first, with every candidate in it, leaves time for the blocks after it. A
-block takes the leader, then the challengers not measured yet, then the measured ones (best
-first), each while one round of the categories fits with it; one left out waits for the next
-block, and one the budget never had room for is reported as not measured, never as lost.
+after them), so the first, with every candidate that fits in it, leaves time for the blocks
+after it. A block takes the leader, then the challengers not measured yet, then the measured
+ones (best first), each while one round of the categories fits with it; one left out waits for
+the next block, and one the budget never had room for is reported as not measured, never as
+lost.
 Only a budget with no room for one full-length round of the first block asks shorter requests
 (for the whole race, so that no decision mixes lengths), and says so.
 Every decision rests on a 95% interval over all the requests so far, never on one request.
