@@ -299,15 +299,22 @@ class Race:
         it (not shown unable to win), the best against the leader on the prompts and blocks
         both measured (a point measured on other prompts is no comparison: one edit prompt
         gave ngram-mod 1.91x where the chain, on more prompts, had 1.87x), the leader on a
-        tie. The leader rule (surely ahead by the margin) keeps the race's comparisons steady;
-        once the budget is spent, the best measured is the best answer there is."""
+        tie. Where either has one request of a category (an interval with no width: one
+        request's burst moves it more than the margin), the challenger must beat the leader by
+        the margin: under 30% bursts the chain, a point or two ahead so, took 4 in 60 tunes
+        from n-gram, which the law has 8% faster. The leader rule (surely ahead by the margin)
+        keeps the race's comparisons steady; once the budget is spent, the best measured is the
+        best answer there is."""
         best, top = lead, 1.0
         for e in entries:
             if e is lead or e.interval is None or not e.drafted or e.blocks < MIN_BLOCKS \
                     or e.interval.point > e.bound or e.dropped.startswith("cannot win"):
                 continue
             rel = self.versus(e, lead)
-            if rel is not None and rel.point > top:
+            if rel is None:
+                continue
+            need = 1.0 if self.judged(e) and self.judged(lead) else 1 + self.margin
+            if rel.point > max(top, need):
                 best, top = e, rel.point
         return best
 
