@@ -18,7 +18,7 @@ from specctl.orchestrator.gateway.live import MIN_REQUESTS, Live
 from specctl.orchestrator.measure import bench, classify
 from specctl.orchestrator.measure.route import RoutedLab, route_for
 from specctl.orchestrator.measure.tune import tune
-from specctl.orchestrator.measure.tuned import Result, Winner
+from specctl.orchestrator.measure.tuned import Chained, Result, Winner
 from specctl.orchestrator.measure.workload import Prompt, Workload
 from specctl.orchestrator.planning.plan import Plan
 from tests import plans
@@ -120,6 +120,46 @@ def test_no_route_where_it_cannot_pay_or_fit(plan: Plan) -> None:
     assert route is None and why.startswith("routing refused: 3 servers hold") and \
         "best single setting serves" in why
     assert route_for(plan.baseline(), result(plan, four), adapter())[0] is None
+
+
+def test_a_kind_keeps_its_own_setting_only_where_it_surely_beats_the_pick(plan: Plan) -> None:
+    """cpu-demo's route of tune's per-category winners measured 0.98x the pick it stood beside
+    (draft + ngram-mod): a winner of one category out of a dozen measured is partly luck (each
+    of cpu-demo's 6-minute mix tune was measured on one request of its kind). A kind keeps its
+    own setting only where it beats the pick on that kind by the margin, its interval's bottom
+    above the pick's point (with no width: by twice the margin); chat, which the pick slows,
+    goes to no draft."""
+    def chain(cats: dict[str, float]) -> Result:
+        got = result(plan, [
+            winner("code", "draft", 8, 1.6).model_copy(update={"low": 1.52, "high": 1.7}),
+            winner("chat", "ngram", 8, 1.01),
+            winner("summarize", "ngram", 8, 1.9).model_copy(update={"low": 1.7, "high": 2}),
+            winner("edit", "ngram", 8, 1.8).model_copy(update={"low": 1.6, "high": 1.9})])
+        return got.model_copy(update={"method": "draft", "k": 3, "speedup": 1.3, "low": 1.2,
+                                      "categories": cats,
+                                      "chain": [Chained(method="ngram-mod", k=16)]})
+    near = chain({"code": 1.55, "chat": 0.86, "summarize": 1.85, "edit": 1.75})
+    route, why = route_for(plan, Result.model_validate(near.model_dump()), adapter())
+    assert route is not None, why
+    assert route.describe() == "code, summarize, edit -> draft k=3 + ngram-mod k=16; chat -> off"
+    behind = chain({"code": 1.2, "chat": 1.0, "summarize": 1.85, "edit": 1.5})
+    route, why = route_for(plan, Result.model_validate(behind.model_dump()), adapter())
+    assert route is not None, why  # code: 1.52 bottom over 1.2; edit: 1.6 over 1.5, by 20%
+    assert route.describe() == ("chat, summarize -> draft k=3 + ngram-mod k=16; "
+                                "edit -> ngram k=8; code -> draft k=8"), route.describe()
+    close = chain({"code": 1.5, "chat": 0.99, "summarize": 1.85, "edit": 1.75})
+    route, why = route_for(plan, Result.model_validate(close.model_dump()), adapter())
+    assert route is not None and route.member_for("code").setting == "draft k=8", why
+    thin = close.model_copy(update={"winners": [  # one request of each kind, as cpu-demo's:
+        w.model_copy(update={"low": w.speedup, "high": w.speedup}) for w in close.winners]})
+    route, why = route_for(plan, Result.model_validate(thin.model_dump()), adapter())
+    assert route is None, why  # 1.6x on one request is not 10% over the pick's 1.5x
+    same = chain({"code": 1.55, "chat": 0.99, "summarize": 1.85, "edit": 1.75})
+    route, why = route_for(plan, Result.model_validate(same.model_dump()), adapter())
+    assert route is None and "no kind's winner surely beats the pick" in why
+    unserved = same.model_copy(update={"speedup": 1.02, "low": 0.97})  # up serves no draft
+    route, why = route_for(plan, Result.model_validate(unserved.model_dump()), adapter())
+    assert route is not None and route.member_for("chat").setting == "off", why
 
 
 def mixed_law() -> Law:

@@ -4,10 +4,15 @@ the setting that `specctl tune` measured fastest for that kind.
 A route is built from a saved tune result's per-category winners and the profile's plan as
 written (its draft model): one server per winning setting, at most three (the settings that win
 the most kinds; a kind whose setting is left out goes to the setting that wins the most). A
-kind whose winner is not 5% over the baseline goes to a server without a draft. There is no
-route when every kind has the same winner (one server serves them all), nor when the route's
-servers do not fit in memory together (weights that the adapter says its servers share by mmap
-count once): then the best single setting serves, and `why` says so with the figures.
+kind whose winner is not 5% over the baseline goes to a server without a draft. A kind keeps
+its own winner only where it beats, on that kind, the setting the tune picked for all (what
+`up` serves without a route) by the margin, surely (its interval's bottom above the pick's
+point): else the kind stays with the pick. A winner of one category out of a dozen measured is
+partly luck (cpu-demo's route of tune's winners measured 0.98x the pick it left, the draft
++ ngram-mod chain). There is no route when every kind has the same setting (one server serves
+them all), nor when the route's servers do not fit in memory together (weights that the
+adapter says its servers share by mmap count once): then the best single setting serves, and
+`why` says so with the figures.
 """
 
 from __future__ import annotations
@@ -87,17 +92,38 @@ def member_plan(base: Plan, w: Winner) -> Plan:
 _OFF = Winner(category="", label="off", method="none", k=0, p_min=None, speedup=1.0)
 
 
-def _setting(w: Winner) -> Winner:
-    """The winner, or the baseline where it is not 5% over it (a near-tie is noise)."""
-    if w.method != "none" and w.speedup > 1 + MARGIN:
-        return w
+def _off(w: Winner) -> Winner:
     return _OFF.model_copy(update={"category": w.category, "baseline_tps": w.baseline_tps})
+
+
+def _setting(w: Winner, result: Result) -> Winner:
+    """The kind's setting: its winner, or the baseline where the winner is not 5% over it (a
+    near-tie is noise); the pick (off where it is not served) where neither surely beats the
+    pick on the kind by the margin, its interval's bottom above the pick's point (a winner
+    measured on one request of the kind, an interval of no width: by twice the margin). A
+    kind the pick has no figure for keeps its own."""
+    own = w if w.method != "none" and w.speedup > 1 + MARGIN else _off(w)
+    single = result.categories.get(w.category) if result.serves else 1.0
+    if single is None:
+        return own
+    if own.method == "none" or (own.low is not None and own.high is not None
+                                and own.high > own.low):
+        sure = own.speedup > single * (1 + MARGIN) and (own.low or own.speedup) > single
+    else:  # one request of the kind: its interval has no width, its point twice the margin
+        sure = own.speedup > single * (1 + 2 * MARGIN)
+    if sure:
+        return own
+    if not result.serves:
+        return _off(w)
+    return Winner(category=w.category, label="the pick", method=result.method, k=result.k,
+                  p_min=result.p_min, chain=result.chain, speedup=single,
+                  baseline_tps=w.baseline_tps)
 
 
 def route_for(base: Plan, result: Result, backend: Adapter) -> tuple[Route | None, str]:
     """The route of `result`'s winners over `base` (the profile's plan as written), or None and
     why there is none."""
-    winners = [_setting(w) for w in result.winners if w.category in classify.KINDS]
+    winners = [_setting(w, result) for w in result.winners if w.category in classify.KINDS]
     if not base.speculative:
         return None, "the profile has speculation off"
     if base.draft is None and any(w.method == "draft" for w in winners):
@@ -107,7 +133,8 @@ def route_for(base: Plan, result: Result, backend: Adapter) -> tuple[Route | Non
         plan = member_plan(base, w)
         groups.setdefault(plan.short(), (plan, []))[1].append(w)
     if len(groups) < 2:
-        return None, ("every kind tuned for has the same winner" if groups else
+        return None, ("every kind tuned for has the same setting (no kind's winner surely "
+                      "beats the pick on it by 5%)" if groups else
                       "the saved tune has no per-category winners (run `specctl tune`)")
     order = sorted(groups.items(), key=lambda g: (-len(g[1][1]),
                                                   -sum(w.speedup for w in g[1][1])))
