@@ -31,6 +31,9 @@ from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.sizes import in_gib
 
 MAX_SERVERS = 3
+THIN = 1.2  # a winner on one request of its kind beats the pick by this much to route it: one
+# chat request varies by more than 10% (draft k=3's ran 0.83-1.11x in one cpu-demo bench, and
+# a mix tune's one chat request gave it 1.11x)
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,8 @@ def _setting(w: Winner, result: Result) -> Winner:
     """The kind's setting: its winner, or the baseline where the winner is not 5% over it (a
     near-tie is noise); the pick (off where it is not served) where neither surely beats the
     pick on the kind by the margin, its interval's bottom above the pick's point (a winner
-    measured on one request of the kind, an interval of no width: by twice the margin). A
-    kind the pick has no figure for keeps its own."""
+    measured on one request of the kind, an interval of no width: by THIN). A kind the pick
+    has no figure for keeps its own."""
     own = w if w.method != "none" and w.speedup > 1 + MARGIN else _off(w)
     single = result.categories.get(w.category) if result.serves else 1.0
     if single is None:
@@ -109,8 +112,8 @@ def _setting(w: Winner, result: Result) -> Winner:
     if own.method == "none" or (own.low is not None and own.high is not None
                                 and own.high > own.low):
         sure = own.speedup > single * (1 + MARGIN) and (own.low or own.speedup) > single
-    else:  # one request of the kind: its interval has no width, its point twice the margin
-        sure = own.speedup > single * (1 + 2 * MARGIN)
+    else:  # one request of the kind: its interval has no width
+        sure = own.speedup > single * THIN
     if sure:
         return own
     if not result.serves:
