@@ -8,11 +8,11 @@ kind whose winner is not 5% over the baseline goes to a server without a draft. 
 its own winner only where it beats, on that kind, the setting the tune picked for all (what
 `up` serves without a route) by the margin, surely (its interval's bottom above the pick's
 point): else the kind stays with the pick. A winner of one category out of a dozen measured is
-partly luck (cpu-demo's route of tune's winners measured 0.98x the pick it left, the draft
-+ ngram-mod chain). There is no route when every kind has the same setting (one server serves
-them all), nor when the route's servers do not fit in memory together (weights that the
-adapter says its servers share by mmap count once): then the best single setting serves, and
-`why` says so with the figures.
+partly luck: cpu-demo's route of a mix tune's winners measured 1.00x the tune's pick and 0.98x
+the best single setting of the same bench (the draft + ngram-mod chain). There is no route
+when every kind has the same setting (one server serves them all), nor when the route's
+servers do not fit in memory together (weights that the adapter says its servers share by mmap
+count once): then the best single setting serves, and `why` says so with the figures.
 """
 
 from __future__ import annotations
@@ -136,8 +136,8 @@ def route_for(base: Plan, result: Result, backend: Adapter) -> tuple[Route | Non
         plan = member_plan(base, w)
         groups.setdefault(plan.short(), (plan, []))[1].append(w)
     if len(groups) < 2:
-        return None, ("every kind tuned for has the same setting (no kind's winner surely "
-                      "beats the pick on it by 5%)" if groups else
+        return None, ("every kind tuned for has the same setting (a kind's own winner must "
+                      "surely beat the pick on it by 5%)" if groups else
                       "the saved tune has no per-category winners (run `specctl tune`)")
     order = sorted(groups.items(), key=lambda g: (-len(g[1][1]),
                                                   -sum(w.speedup for w in g[1][1])))
