@@ -99,22 +99,22 @@ def _off(w: Winner) -> Winner:
     return _OFF.model_copy(update={"category": w.category, "baseline_tps": w.baseline_tps})
 
 
+def _surely_over(own: Winner, single: float) -> bool:
+    """Whether `own` beats the pick's `single` on its kind by the margin, its interval's bottom
+    above it; measured on one request of the kind (an interval of no width), by THIN."""
+    if own.method != "none" and (own.low is None or own.high is None or own.high <= own.low):
+        return own.speedup > single * THIN
+    bottom = own.low if own.low is not None else own.speedup  # the baseline is itself
+    return own.speedup > single * (1 + MARGIN) and bottom > single
+
+
 def _setting(w: Winner, result: Result) -> Winner:
     """The kind's setting: its winner, or the baseline where the winner is not 5% over it (a
     near-tie is noise); the pick (off where it is not served) where neither surely beats the
-    pick on the kind by the margin, its interval's bottom above the pick's point (a winner
-    measured on one request of the kind, an interval of no width: by THIN). A kind the pick
-    has no figure for keeps its own."""
+    pick on the kind (_surely_over). A kind the pick has no figure for keeps its own."""
     own = w if w.method != "none" and w.speedup > 1 + MARGIN else _off(w)
     single = result.categories.get(w.category) if result.serves else 1.0
-    if single is None:
-        return own
-    if own.method == "none" or (own.low is not None and own.high is not None
-                                and own.high > own.low):
-        sure = own.speedup > single * (1 + MARGIN) and (own.low or own.speedup) > single
-    else:  # one request of the kind: its interval has no width
-        sure = own.speedup > single * THIN
-    if sure:
+    if single is None or _surely_over(own, single):
         return own
     if not result.serves:
         return _off(w)
