@@ -60,6 +60,24 @@ def test_steps_are_exact_and_noise_only_lengthens_their_time() -> None:
     assert got.low <= got.point <= got.high and got.half_width < 0.05
 
 
+def test_a_request_beside_outside_load_counts_with_that_load_taken_out() -> None:
+    """One request of each side, the configuration's beside a burst (0.4 cores of other
+    processes on average, as the CPU watch reports them): its 10 s count as 8 quiet (LOADED
+    0.5 of its speed lost while the burst ran), and the speedup of a configuration as fast as
+    the baseline reads 1.0x, not 0.8x. Beyond one core the loss is a core's."""
+    from specctl.orchestrator.measure.lab import LOADED
+    quiet = timed("baseline", 0, 8.0)
+    loaded = replace(timed("same", 0, 10.0), busy=0.4)
+    assert LOADED == 0.5 and loaded.quiet_s == pytest.approx(8.0) and quiet.quiet_s == 8.0
+    assert intervals.step_time(loaded) == pytest.approx(8.0 / 64)
+    got = intervals.speedup({0: [(loaded, quiet)]}, {0: "code"}, {"code": 1.0})
+    assert got is not None and got.point == pytest.approx(1.0)
+    raw = intervals.speedup({0: [(replace(loaded, busy=0.0), quiet)]}, {0: "code"},
+                            {"code": 1.0})
+    assert raw is not None and raw.point == pytest.approx(0.8)
+    assert replace(loaded, busy=1.7).quiet_s == pytest.approx(5.0)
+
+
 def test_two_configurations_are_told_apart_directly_where_the_baseline_is_noisy() -> None:
     # A takes 8% fewer steps than B on every prompt; every request is slowed by outside load,
     # the baseline's much more (1-2x) than A's and B's (1-1.05x). Against the baseline their

@@ -184,10 +184,10 @@ def test_a_near_tie_is_served_as_the_baseline_tune_after_tune(plan: Plan) -> Non
     Before the intervals decided this, 6 of these 12 tunes turned on k=3 (1.03-1.06x).
 
     Under these bursts a block whose baseline requests all ran beside one (each under the 0.5
-    cores that asks a request again) lifts every candidate measured on it: two headlines of
-    12 are over 1.1x (k=3 1.46x [1.39-1.52], 1.19x), and 8 of the 12 serve off (10, and no
-    such headline, in the race before, whose first block held fewer candidates and found
-    n-gram less often: test_where_n_gram_wins...)."""
+    cores that asks a request again) lifted every candidate measured on it: two headlines of
+    12 were over 1.1x (k=3 1.46x [1.39-1.52], 1.19x) and 8 of the 12 served off, until each
+    request's time had the load it ran beside taken out (lab.LOADED): now every headline is
+    within 10% of 1.0x and 9 serve off."""
     law = Law(alphas=(0.95, 0.95, 0.7, 0.7, 0.85, 0.85), cost=0.25, verify=lambda k: 1.5 + 0.25 * k)
     assert law.best(plan)[1] < 1.05
     results = [tuned(plan, law, seed=400 + n, noise=0.3) for n in range(12)]
@@ -195,8 +195,8 @@ def test_a_near_tie_is_served_as_the_baseline_tune_after_tune(plan: Plan) -> Non
     assert len(served_off) >= 8, [(r.method, r.k, r.speedup, r.low) for r in results]
     on = [r for r in served_off if r.method != "none"]
     assert all("not surely faster than the baseline" in r.summary for r in on)
-    near = [abs(r.speedup - 1.0) < 0.1 for r in results]  # the headlines agree, but those
-    assert sum(near) >= len(results) - 2, results  # whose baseline ran in bursts (above)
+    near = [abs(r.speedup - 1.0) < 0.1 for r in results]  # the headlines agree
+    assert sum(near) >= len(results) - 1, results
 
 
 def test_sequential_blocks_one_server_at_a_time_say_the_drift(plan: Plan) -> None:
@@ -339,19 +339,18 @@ def test_where_n_gram_wins_the_race_finds_it_within_the_default_budget(plan: Pla
     one never measured n-gram within its 240 s. At cpu-demo's speed, with every llama.cpp
     method in the race and the length law (short replies: the draft guesses their opening,
     n-gram has copied nothing yet), as cpu-demo measured: quiet, 20 of 20 tunes pick n-gram;
-    under bursts over 30% of the time, each pick is within 10% of n-gram's speed in 19 of 20
-    and n-gram itself in 16 (12 before the methods came right after the cost model's pick in
-    the first block, the other draft lengths after them); over 60 such laws (seeds 11-13), 54
-    and 50: the 8% between n-gram and the chain is within what one request of each category
-    tells apart under these bursts, and most tunes have one block. Each tune ends within the
-    budget plus 10%, saved.
+    under bursts over 30% of the time 20 of 20 too (59 of 60 laws, seeds 11-13; the other
+    served off). Each tune ends within the budget plus 10%, saved.
+
+    Most of these tunes have one block: one request of each category per candidate, and under
+    these bursts most requests of 5-10 s run beside one. Before each request's time had the
+    load it ran beside taken out (lab.LOADED), a request slowed by a third under the half core
+    that asks it again read as the configuration's speed: n-gram was picked in 16 of 20 (50 of
+    60), a chain the law has 8% slower in most of the others.
 
     The race before this one screened every candidate with 16-24 token requests: on these laws
     it picked n-gram in 3 of 20 quiet tunes, the rest at 73-93% of its speed, as on cpu-demo
-    (edit: draft k=8 1.61x picked where n-gram gives 1.80x). Full-length requests on one prompt
-    of each category cost it noise robustness where lengths do not matter: under the 30%
-    bursts of the law without the length law it picks n-gram in 12 of 20 (20 before), the
-    others at 92% of its speed but one (off)."""
+    (edit: draft k=8 1.61x picked where n-gram gives 1.80x)."""
     draft = plan.draft.ref if plan.draft else ""
     for noise in (0.0, 0.3):
         found, near, times = [], [], []
@@ -368,5 +367,5 @@ def test_where_n_gram_wins_the_race_finds_it_within_the_default_budget(plan: Pla
         if noise == 0.0:
             assert all(found), found
         else:
-            assert sum(near) >= 19 and sum(found) >= 15, (found, near)
+            assert sum(found) >= 19 and sum(near) >= 19, (found, near)
         assert max(times) <= 240 * 1.1, times

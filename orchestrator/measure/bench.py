@@ -85,6 +85,7 @@ class Sample:
     round: int = 0  # at level > 1: the round (of `level` requests) this one was part of
     round_wall_s: float = 0.0  # that round's wall time
     text: str = ""  # the reply (level 1): where it leaves the baseline's (measure/verdicts.py)
+    busy: float = 0.0  # cores other processes used while it ran (level 1: lab.CpuWatch)
 
     @property
     def key(self) -> tuple[int, int, int, str, int]:
@@ -260,7 +261,7 @@ def _from_timed(t: Timed, configs: Sequence[Config], workload: Workload) -> Samp
                   decode_tps=t.tokens / t.seconds if t.seconds > 0 else 0.0,
                   wall_s=round(t.wall_s, 4), timed_by=t.timed_by, drafted=t.spec.drafted,
                   accepted=t.spec.accepted, drafts=t.spec.drafts,
-                  text_sha=engine.text_sha(t.text), text=t.text)
+                  text_sha=engine.text_sha(t.text), text=t.text, busy=round(t.busy, 4))
 
 
 def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workload,
@@ -338,9 +339,9 @@ def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float
         pid = ids.setdefault((s.category, s.prompt), len(ids))
         timed.setdefault(pid, []).append((
             Timed(s.config, pid, s.tokens, s.tokens / s.decode_tps,
-                  SpecStats(s.drafted, s.accepted, s.drafts), block=s.repeat,
+                  SpecStats(s.drafted, s.accepted, s.drafts), busy=s.busy, block=s.repeat,
                   timed_by=s.timed_by),
-            Timed(BASELINE, pid, b.tokens, b.tokens / b.decode_tps, SpecStats(),
+            Timed(BASELINE, pid, b.tokens, b.tokens / b.decode_tps, SpecStats(), busy=b.busy,
                   block=b.repeat, timed_by=b.timed_by)))
     kept, dropped = intervals.plausible(timed, limit) if limit else (timed, 0)
     got = intervals.speedup(kept, {pid: c for (c, _), pid in ids.items()}, weights,

@@ -3,10 +3,11 @@
 Outside load only ever lengthens a request. So a configuration's time per token on a prompt is
 taken as a low quantile of its repeated timings (LOW_Q), per verification step: at temperature
 0 the steps a prompt takes are exact (its tokens less the drafts accepted, from the engine's
-counters), only their time is noisy. The speedup over the baseline is the workload's throughput
-(measure/workload.py) on those times against the baseline's, on the prompts both measured in
-the same blocks, with a bootstrap interval over the requests. Seeded: a report's figures can be
-recomputed from its samples.
+counters), only their time is noisy, and each request's time counts with the outside load it
+ran beside taken out (lab.LOADED: the CPU watch's cores, a share of speed each). The speedup
+over the baseline is the workload's throughput (measure/workload.py) on those times against the
+baseline's, on the prompts both measured in the same blocks, with a bootstrap interval over the
+requests. Seeded: a report's figures can be recomputed from its samples.
 
 The physical bound: with the draft's step costing c target steps, no draft of length k can
 yield more than k+1 tokens per (k*c + 1) target steps, so (k+1)/(k*c+1) is the most any
@@ -132,7 +133,9 @@ def steps(t: Timed) -> int:
 
 
 def step_time(t: Timed) -> float:
-    return t.seconds / steps(t)
+    """A verification step's time, with the outside load the request ran beside taken out
+    (Timed.quiet_s)."""
+    return t.quiet_s / steps(t)
 
 
 def _uniform(pairs: Pairs) -> bool:

@@ -30,6 +30,15 @@ Say = Callable[[str], None]
 Config = tuple[str, Plan]  # a label and what it serves
 
 
+LOADED = 0.5  # of a request's speed, what it loses while another process uses a core: one
+# request's time t beside `busy` cores counts as t * (1 - LOADED * busy) quiet (busy at most 1).
+# On this 2-core machine a one-core busy loop over part of a llama-server request (cpu-demo's
+# target, 64 tokens) cost it 0.4-1.3 of the time the loop ran (median 0.8; the bursts of
+# tests/simengine.py cost 0.5-0.8); 0.5 takes out about what a burst cost, rarely more. Under
+# 30% bursts most requests of a few seconds see one: without it a request slowed by a third
+# read as the configuration's speed (n-gram lost to a chain the law has 8% slower, 1 in 6).
+
+
 @dataclass(frozen=True)
 class Timed:
     """One counted request."""
@@ -56,6 +65,11 @@ class Timed:
     @property
     def per_token(self) -> float:
         return self.seconds / self.decoded if self.tokens else float("inf")
+
+    @property
+    def quiet_s(self) -> float:
+        """The decode time with the outside load it ran beside taken out (LOADED)."""
+        return self.seconds * (1 - LOADED * min(self.busy, 1.0))
 
 
 class Lab(Protocol):
