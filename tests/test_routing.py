@@ -185,7 +185,8 @@ def test_tune_winners_route_and_bench_routed_beats_every_single_setting(plan: Pl
                                                                        tmp_path: Path) -> None:
     """End to end on the simulated engine: tune saves each category's winner, the route
     serves them, and `bench --also routed` measures it paired with the baseline and the best
-    single settings: faster than any of them, as the law says it must be."""
+    single settings: faster than any of them, as the law says it must be, and surely so
+    paired with the best directly (bench.over_best)."""
     law = mixed_law()
     lab = SimLab(law, plan, seed=3, noise=0.0)
     lab.workload = real_prompts(law)
@@ -203,10 +204,16 @@ def test_tune_winners_route_and_bench_routed_beats_every_single_setting(plan: Pl
                bench.Config(bench.ROUTED, route.members[0].plan, mixed=True)]
     samples = bench.measure(configs, None, None, room.workload, 2, 64,  # type: ignore[arg-type]
                             tmp_path, room=room)
-    table = bench.summarize(samples, configs, room.workload.weights())["configs"]
-    speed = {label: rows["overall"]["speedup"] for label, rows in table.items()}
-    singles = [v for k, v in speed.items() if k != bench.ROUTED]
-    assert speed[bench.ROUTED] > 1.1 * max(singles), speed
+    summary = bench.summarize(samples, configs, room.workload.weights())
+    speed = {label: rows["overall"]["speedup"] for label, rows in summary["configs"].items()}
+    singles = {k: v for k, v in speed.items() if k != bench.ROUTED}
+    assert speed[bench.ROUTED] > 1.1 * max(singles.values()), speed
+    # and paired with the best single setting directly, with its interval
+    over = bench.over_best(samples, configs, summary)
+    assert over is not None and over["best"] == max(singles, key=lambda k: singles[k])
+    assert over["speedup"] == pytest.approx(speed[bench.ROUTED] / max(singles.values()),
+                                            rel=0.02)
+    assert 1.1 < over["speedup_low"] <= over["speedup"] <= over["speedup_high"], over
     # the requests of each kind went to its own server
     asked = {label for _, label, _ in sim.asked if label.startswith(bench.ROUTED)}
     assert asked == {f"{bench.ROUTED} {m.setting}" for m in route.members}

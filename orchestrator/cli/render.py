@@ -230,6 +230,11 @@ def show_routing(console: Console, routing: dict[str, Any]) -> None:
     """`bench --also routed`: the route and the classifier's confusion matrices."""
     console.print(f"routed: {routing['route']}; {routing['memory']}", highlight=False,
                   markup=False)
+    best = routing.get("over_best")
+    if best:
+        console.print(f"routed over the best single setting ({best['best']}), paired: "
+                      f"{best['speedup']:.2f}x [{best['speedup_low']:.2f}-"
+                      f"{best['speedup_high']:.2f}]", highlight=False, markup=False)
     for key, title in (("held_out", "the shipped suites' held-out prompts (7-12)"),
                        ("workload", "this workload's prompts")):
         matrix = routing[key]

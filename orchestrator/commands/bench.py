@@ -119,6 +119,8 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
     if "floor" in checked:
         report["floor_quality"] = {"categories": _json(checked["floor"])}
     verdicts.judge(report, resolved.backend.draft_counters)
+    if routing is not None:
+        report["routing"]["over_best"] = bench_mod.over_best(measured, configs, report)
     certificate = _certify(app, resolved, report) if (
         "quality" in checked and ask.against == "speculative") else None
     if certificate:

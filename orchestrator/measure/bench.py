@@ -326,12 +326,10 @@ def _limit(plan: Plan, cost: float | None) -> float | None:
     return intervals.bound(plan.method, plan.k, cost or 0.0, chained)
 
 
-def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float],
-             limit: float | None, poolable: intervals.Pooling = "steps") -> dict[str, Any]:
-    """The speedup of the paired samples and its 95% interval (measure/intervals.py: exact
-    steps, step times a low quantile), held to the physical bound: pairs above it are
-    discarded and counted, a figure above it is flagged (never reported bare)."""
-    ids: dict[tuple[str, int], int] = {}
+def _timed(pairs: Sequence[tuple[Sample, Sample]], ids: dict[tuple[str, int], int]
+           ) -> intervals.Pairs:
+    """The paired samples as timings, each (category, prompt) one prompt id (`ids`: shared by
+    configurations compared on the same prompts)."""
     timed: intervals.Pairs = {}
     for s, b in pairs:
         if s.decode_tps <= 0 or b.decode_tps <= 0:
@@ -343,6 +341,44 @@ def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float
                   timed_by=s.timed_by),
             Timed(BASELINE, pid, b.tokens, b.tokens / b.decode_tps, SpecStats(), busy=b.busy,
                   block=b.repeat, timed_by=b.timed_by)))
+    return timed
+
+
+def over_best(samples: Sequence[Sample], configs: Sequence[Config], report: Mapping[str, Any],
+              label: str = ROUTED) -> dict[str, Any] | None:
+    """`label`'s speedup over the best other usable configuration's (the highest overall
+    figure), paired on the prompts and passes both measured, with its 95% interval: the
+    baseline's time cancels, where two intervals against it each carry its noise
+    (intervals.relative). None: nothing to compare with."""
+    table, cost = report["configs"], report.get("conditions", {}).get("cost")
+    others = [c for c in configs if c.label in report.get("usable", table) and c.label != label
+              and table[c.label]["overall"].get("speedup") is not None]
+    mine = next((c for c in configs if c.label == label), None)
+    if mine is None or not others:
+        return None
+    best = max(others, key=lambda c: table[c.label]["overall"]["speedup"])
+    ids: dict[tuple[str, int], int] = {}
+    sides = []
+    for cfg in (mine, best):
+        timed = _timed(_pairs(samples, cfg.label, None), ids)
+        limit = cfg.bound(cost)
+        sides.append(intervals.plausible(timed, limit)[0] if limit else timed)
+    cats = {pid: c for (c, _), pid in ids.items()}
+    got = intervals.relative(sides[0], sides[1], cats, report["mix"],
+                             poolable=(mine.poolable(), best.poolable()))
+    if got is None:
+        return None
+    return {"best": best.label, "speedup": round(got.point, 4), "speedup_low": round(got.low, 4),
+            "speedup_high": round(got.high, 4), "n": got.n}
+
+
+def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float],
+             limit: float | None, poolable: intervals.Pooling = "steps") -> dict[str, Any]:
+    """The speedup of the paired samples and its 95% interval (measure/intervals.py: exact
+    steps, step times a low quantile), held to the physical bound: pairs above it are
+    discarded and counted, a figure above it is flagged (never reported bare)."""
+    ids: dict[tuple[str, int], int] = {}
+    timed = _timed(pairs, ids)
     kept, dropped = intervals.plausible(timed, limit) if limit else (timed, 0)
     got = intervals.speedup(kept, {pid: c for (c, _), pid in ids.items()}, weights,
                             poolable=poolable)
