@@ -123,14 +123,19 @@ BUSY = 0.5  # cores other processes used during a request, from which it counts 
 def rounds(lab: Lab, configs: Sequence[Config], prompts: Sequence[int], max_tokens: int,
            block: int, sequential: bool, lengths: Mapping[str, int] | None = None,
            again: Callable[[], bool] | None = None,
-           stop: Callable[[], bool] | None = None) -> list[Timed]:
+           stop: Callable[[], bool] | None = None,
+           narrow: Callable[[int, Sequence[Config], Sequence[Timed]], Sequence[Config]]
+           | None = None,
+           ) -> list[Timed]:
     """Every prompt once on every configuration. Paired: all served, each prompt asked of each
     in turn (the order rotating). Sequential: one server at a time, all prompts on it, the order
     of configurations reversed every other block (A B, B A, ...: a server already up stays).
     `lengths`: max_tokens by label, where it differs. `again`: while it says so, a request
     during which other processes used BUSY cores or more is asked once more (both count:
     outside load only slows a request, and the low quantiles take the calm one). `stop`: once
-    it says so, nothing more is asked (a budget's end: the block stays partial)."""
+    it says so, nothing more is asked (a budget's end: the block stays partial). `narrow`
+    (paired): before the n-th prompt, the configurations to ask it of, from the timings of the
+    block so far (the servers stay up)."""
     out = []
     size = lengths or {}
 
@@ -145,8 +150,9 @@ def rounds(lab: Lab, configs: Sequence[Config], prompts: Sequence[int], max_toke
     if not sequential:
         lab.keep(configs)
         for n, i in enumerate(prompts):
-            shift = (block + n) % len(configs)
-            for label, _plan in [*configs[shift:], *configs[:shift]]:
+            now = list(narrow(n, configs, out) if narrow is not None else configs)
+            shift = (block + n) % len(now)
+            for label, _plan in [*now[shift:], *now[:shift]]:
                 ask(label, i)
         return out
     order = list(configs) if block % 2 == 0 else list(reversed(configs))

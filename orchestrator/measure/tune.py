@@ -246,7 +246,7 @@ def _guard(plan: Plan, lab: Lab, race: Race, lead: Entry, slowed: dict[str, Inte
     fair = []
     for e in entries:
         if e.interval is None or e.drafted == 0 or e.blocks < MIN_BLOCKS \
-                or e.interval.point > e.bound:
+                or e.interval.point > e.bound or not race.missing(e) <= race.missing(lead):
             continue
         if e.interval.point > 1 + margin and all(iv.high >= GUARD for iv in
                                                   race.categories(e).values()):
@@ -262,7 +262,9 @@ def _row(race: Race, e: Entry, note: str = "") -> Measured:
     tps = sorted(t.tokens / t.seconds for t in mine if t.seconds > 0)
     cats = {c: round(v.point, 4) for c, v in race.categories(e).items()}
     flag = f"dropped: {e.dropped}" if e.dropped else ""
-    if not race.judged(e):  # a bootstrap over one request a category is its point
+    if race.missing(e):
+        flag = (flag + "; " if flag else "") + _unmeasured(race, e)
+    elif not race.judged(e):  # a bootstrap over one request a category is its point
         flag = (flag + "; " if flag else "") + ("one request of a category: its interval "
                                                 "understates the noise")
     if e.discarded:
@@ -278,6 +280,11 @@ def _row(race: Race, e: Entry, note: str = "") -> Measured:
         acceptance=spec.acceptance_rate if spec else None, categories=cats, bound=limit,
         flag=bound_flag(limit, {"speedup": round(iv.point, 4), "interval top":
                                 round(iv.high, 4), **cats}, flag))
+
+
+def _unmeasured(race: Race, e: Entry) -> str:
+    return (f"{', '.join(sorted(race.missing(e)))} not measured: the budget had no room for it "
+            "(a longer --budget measures it)")
 
 
 def _winners(race: Race, entries: Sequence[Entry]) -> list[Winner]:
@@ -339,7 +346,8 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
         tp = top.config[1]
         method, k, p_min = tp.method, tp.k, tp.p_min
         summary = (f"{top.label} measured {iv.text()} over the baseline ("
-                   + ", ".join(f"{c} {v.point:.2f}x" for c, v in cats.items()) + ")")
+                   + ", ".join(f"{c} {v.point:.2f}x" for c, v in cats.items())
+                   + (f"; {_unmeasured(race, top)}" if race.missing(top) else "") + ")")
         if iv.low <= 1.0 or iv.point <= 1 + margin:
             summary += ("; not surely faster than the baseline (it needs an interval above "
                         f"1.00x and a point over {1 + margin:.2f}x): `up` serves without a "
