@@ -24,7 +24,9 @@ after them), so the first, with every candidate that fits in it, leaves time for
 after it. A block takes the leader, then the challengers not measured yet, then the measured
 ones (best first), each while one round of the categories fits with it; one left out waits for
 the next block, and one the budget never had room for is reported as not measured, never as
-lost.
+lost. Where load makes a block longer than expected, the categories it has not reached are
+asked only of the baseline and the configurations best so far (narrow): a configuration
+measured without a category the leader has cannot lead or be picked.
 Only a budget with no room for one full-length round of the first block asks shorter requests
 (for the whole race, so that no decision mixes lengths), and says so.
 Every decision rests on a 95% interval over all the requests so far, never on one request.
