@@ -360,11 +360,11 @@ class Race:
         from n-gram, which the law has 8% faster. The leader rule (surely ahead by the margin)
         keeps the race's comparisons steady; once the budget is spent, the best measured is the
         best answer there is."""
-        best, top = lead, 1.0
+        best, top, gap = lead, 1.0, self.missing(lead)
         for e in entries:
             if e is lead or e.interval is None or not e.drafted or e.blocks < MIN_BLOCKS \
                     or e.interval.point > e.bound or e.dropped.startswith("cannot win") \
-                    or not self.missing(e) <= self.missing(lead):
+                    or not self.missing(e) <= gap:
                 continue
             rel = self.versus(e, lead)
             if rel is None:
@@ -421,13 +421,16 @@ class Race:
 
     def leader(self, entries: Sequence[Entry]) -> Entry:
         lead = entries[0]
+        gap = self.missing(lead)
         for e in entries[1:]:
             if e is lead or e.interval is None or e.drafted == 0 or e.blocks < MIN_BLOCKS \
-                    or e.interval.point > e.bound \
-                    or not self.missing(e) <= self.missing(lead):  # noise; not all measured
+                    or e.interval.point > e.bound:  # above the physical bound: noise
                 continue
-            if self.missing(e) < self.missing(lead):  # the lead's figure leaves out a category
-                lead = e
+            mine = self.missing(e)
+            if not mine <= gap:  # not measured on a category the lead has
+                continue
+            if mine < gap:  # the lead's figure leaves out a category
+                lead, gap = e, mine
                 continue
             # beats it by the margin, surely (measured against it directly; without common
             # prompts, its bottom above the lead's point), or the lead cannot pay at all
@@ -438,7 +441,7 @@ class Race:
                 and e.interval.low > _point(lead))
             if ahead or (_top(lead) < 1 + self.margin
                          and e.interval.point > _point(lead) * (1 + self.margin)):
-                lead = e
+                lead, gap = e, mine
         return lead
 
     def drift(self) -> float:
