@@ -274,13 +274,15 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
     One paired race against the baseline on the workload (--prompts, --mix) at the profile's
     concurrency, within --budget (everything included: server starts, the sampling check).
     After short draft-alone timings (c, at most 15% of the budget), every configuration the
-    engine has enters the first block: the draft at the cost model's k and at 2 and max-k,
-    n-gram, a p-min and, on llama.cpp, ngram-mod and the draft chained with ngram-mod. The first
-    block screens them with short requests; losers leave by paired intervals against the
-    leader (a challenger leads only when it is surely 5% faster); later blocks are full length.
-    The cost model, fitted to the race's own counters and step times, adds its favourite k when
-    it was not raced. The best measured is always saved with its 95% interval, "settled" when
-    the interval reached --precision (or "off" was decided) and "provisional" when the budget
+    engine has enters the first block as far as the budget has room (in this order: the draft
+    at the cost model's k, n-gram and, on llama.cpp, the draft chained with ngram-mod, the
+    draft at 2 and max-k, ngram-mod, a p-min; the rest wait for later blocks, and one never
+    measured is listed). Every request is full length (--max-tokens: a short reply's speedup
+    is not a long one's); losers leave by paired intervals against the leader (a challenger
+    leads only when it is surely 5% faster). The cost model, fitted to the race's own
+    counters and step times, adds its favourite k when it was not raced. The best measured is
+    always saved with its 95% interval, "settled" when the interval reached --precision on two
+    requests of each category or more (or "off" was decided) and "provisional" when the budget
     ran out first; `up` serves it only when its interval's bottom is above 1.00x. Each
     category's winner is saved too. On backends that switch k by batch size (vLLM) it also
     measures that schedule. Before saving, a short sampling check (--no-quality skips it)

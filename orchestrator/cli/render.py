@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -95,7 +96,14 @@ def show_status(console: Console, rows: list[Row]) -> None:
 
 @contextmanager
 def progress_bar(console: Console, what: str) -> Iterator[Callable[[str], None]]:
-    """A spinner line that shows the latest step of long work."""
+    """A spinner line that shows the latest step of long work; where stderr is not a terminal
+    (a log, a service, CI), a line per step with the seconds since the start instead."""
+    if not console.is_terminal:
+        began = time.monotonic()
+        yield lambda msg: console.print(
+            f"{what} [{time.monotonic() - began:4.0f} s]: {sanitise.line(msg)}",
+            highlight=False, markup=False, soft_wrap=True)
+        return
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task(what)
