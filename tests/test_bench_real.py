@@ -85,10 +85,12 @@ def test_tunes_short_sampling_check_passes_speculation_and_refuses_the_draft_alo
     got = app.resolve(str(profile))
     prompts = {c: bench_mod.load_suite(c)[:1] for c in ("chat", "code", "summarize")}
     how = lossless.short(0.8, 0.95)
+    raced = [("the same reply", "the same reply", 64)] * 5  # tune's race's greedy replies
     said = lossless.gate(got.plan, got.backend, got.installed, prompts, how, app.dirs.logs,
-                         lambda _m: None)
+                         lambda _m: None, replies=raced)
     assert said.startswith("sampling at temperature 0.8, top-p 0.95: no difference detected")
     assert re.search(r"chat p=[0-9.e-]+, code p=[0-9.e-]+, summarize p=", said), said
+    assert "greedy: 5/5 identical" in said  # the race's replies, not asked again
     with pytest.raises(SpecctlError) as refused:
         lossless.gate(got.plan, got.backend, got.installed, prompts, how, app.dirs.logs,
                       lambda _m: None, against="draft")

@@ -154,4 +154,4 @@ def _gate(app: App, resolved: Resolved, result: tuned_mod.Result, ask: Ask,
     sampling = resolved.profile.sampling
     how = lossless.short(sampling.temperature or 0.8, sampling.top_p)
     return lossless.gate(chosen, resolved.backend, resolved.installed, ask.work.by_category(),
-                         how, app.dirs.logs, step)
+                         how, app.dirs.logs, step, replies=result.replies)

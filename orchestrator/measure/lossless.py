@@ -17,7 +17,7 @@ so near-ties can flip).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,14 +107,19 @@ def short(temperature: float, top_p: float) -> Sampling:
 
 
 def gate(plan: Plan, backend: Adapter, installed: Installed, prompts: Mapping[str, list[str]],
-         how: Sampling, logs: Path, say: Say, against: str = "speculative") -> str:
+         how: Sampling, logs: Path, say: Say, against: str = "speculative",
+         replies: Sequence[tuple[str, str, int]] = ()) -> str:
     """tune's short check before it saves: the chosen setting sampled against the baseline on
-    one prompt per category, those prompts also answered greedily by both (measure/numerics.py),
-    and the candidate's draft counters read. Raises (one line) when a category's sampled output
-    differs, the greedy replies diverge more or earlier than numerics explain, or a speculative
-    engine that counts drafts drafted nothing; else a line that says what was checked. Short,
-    so it catches gross breakage (a leaking draft, the draft served alone), not subtle shifts:
-    `bench --quality` is the full check. `against` as in run (to check the gate itself)."""
+    one prompt per category, greedy replies of both compared (measure/numerics.py), and the
+    candidate's draft counters read. `replies`: the greedy pairs (reply, baseline reply,
+    baseline tokens) tune's race already has for the setting, full length on every prompt it
+    asked; without them those prompts are answered greedily by both here (GREEDY_TOKENS: on a
+    4.5 tok/s CPU that was 30 of the check's 85 s). Raises (one line) when a category's
+    sampled output differs, the greedy replies diverge more or earlier than numerics explain,
+    or a speculative engine that counts drafts drafted nothing; else a line that says what was
+    checked. Short, so it catches gross breakage (a leaking draft, the draft served alone), not
+    subtle shifts: `bench --quality` is the full check. `against` as in run (to check the gate
+    itself)."""
     few = {cat: texts[:1] for cat, texts in prompts.items() if texts}
     other = candidate(plan, against)
     with ExitStack() as stack:
@@ -124,8 +129,9 @@ def gate(plan: Plan, backend: Adapter, installed: Installed, prompts: Mapping[st
         b = stack.enter_context(engine.serve(other.but(parallel=max(other.parallel, how.batch)),
                                              backend, installed, logs, f"quality-{against}"))
         found = compare(a, b, few, how, say)
-        replies = [(b.ask(p, GREEDY_TOKENS).reply.text, *_text_and_tokens(a.ask(
-            p, GREEDY_TOKENS))) for texts in few.values() for p in texts]
+        if not replies:
+            replies = [(b.ask(p, GREEDY_TOKENS).reply.text, *_text_and_tokens(a.ask(
+                p, GREEDY_TOKENS))) for texts in few.values() for p in texts]
         drafted = b.counters().drafted
     checked = numerics.greedy(replies)
     bad = [f"{cat} ({r.message()})" for cat, r in found.items() if r.differs]

@@ -87,6 +87,7 @@ class Race:
     block: int = 0
     stopped: str = ""  # "precision", "decided" or "budget"
     pace: float = 1.0  # the last block's time over its expected time (restarts, starts, load)
+    unseen: float = UNSEEN  # this block's: 1 where the first block's rival fits only so
 
     @property
     def cats(self) -> dict[int, str]:
@@ -163,7 +164,7 @@ class Race:
         tokens = self.tokens or self.max_tokens
         have = {self.cats[t.prompt] for t in seen if t.label == self.baseline[0]}
         rest = {self.cats[i] for i in prompts[n:]} - have
-        took, left = self.lab.clock() - began, self.deadline - self.lab.clock()
+        took, left = self.lab.clock() - began, (self.deadline - self.lab.clock()) * SLACK
         pace = max(self.pace, took / spent[0] if spent[0] > 0 else 0.0)
 
         def need(cfgs: Sequence[Config]) -> float:
@@ -255,8 +256,9 @@ class Race:
                 self.stopped = "decided"  # no top reaches the baseline plus the margin
                 break
             rivals = [e for e in active if e is not lead and not self.within(e, lead)]
-            if not rivals and lead.interval is not None \
-                    and lead.interval.half_width <= self.precision:
+            if not rivals and lead.interval is not None and self.judged(lead) \
+                    and lead.interval.half_width <= self.precision:  # one request a category:
+                # no width, whatever its point (cpu-demo at 4.5 tok/s stopped at +-2%)
                 self.stopped = "precision"
                 break
             if self.lab.clock() >= self.deadline:
@@ -274,41 +276,46 @@ class Race:
             if want > 0:
                 self.pace = min(3.0, max(1.0, took / want))
 
-    def expected(self, label: str, tokens: int) -> float:
-        return self._expected(label, tokens, self.samples)
+    def expected(self, label: str, tokens: int, unseen: float | None = None) -> float:
+        return self._expected(label, tokens, self.samples, unseen or self.unseen)
 
-    def _expected(self, label: str, tokens: int, samples: Sequence[Timed]) -> float:
+    def _expected(self, label: str, tokens: int, samples: Sequence[Timed],
+                  unseen: float = UNSEEN) -> float:
         """Seconds a request of `tokens` takes on `label`, as the machine is now: the median
         decode time per token and overhead of its own timings so far, else the
-        baseline's (UNSEEN times slower)."""
+        baseline's (`unseen` times slower)."""
         mine = [t for t in samples if t.label == label and t.tokens]
         slower = 1.0
         if not mine:
             mine = [t for t in [*self.samples, *self.prior]
                     if t.label == self.baseline[0] and t.tokens]
-            slower = 1.0 if label == self.baseline[0] else UNSEEN
+            slower = 1.0 if label == self.baseline[0] else unseen
         if not mine:
             return 0.0
         per = slower * intervals.quantile([t.per_token for t in mine], 0.5)
         extra = intervals.quantile([max(0.0, t.wall_s - t.seconds) for t in mine], 0.5)
         return per * tokens + extra
 
-    def cost(self, entries: Sequence[Entry], prompts: int) -> float:
+    def cost(self, entries: Sequence[Entry], prompts: int, unseen: float | None = None) -> float:
         """Expected seconds of a block of `entries` (and the baseline) on `prompts` prompts,
-        the servers not up yet started."""
+        the servers not up yet started (one not measured yet `unseen` times slower than the
+        baseline)."""
         labels = [self.baseline[0], *(e.label for e in entries)]
         fresh = len(labels) if self.sequential else sum(1 for e in entries if e.blocks == 0)
-        return self.pace * (prompts * sum(self.expected(lbl, self.tokens or self.max_tokens)
-                                          for lbl in labels)
+        return self.pace * (prompts * sum(self.expected(lbl, self.tokens or self.max_tokens,
+                                                        unseen) for lbl in labels)
                             + fresh * self.start_s)
 
     def admit(self, active: list[Entry], lead: Entry) -> tuple[list[Entry], list[int]]:
         """What the next block measures within the time left, on as many prompts as fit in
         SHARE of it (one of each category at least): the leader, then each challenger not
         measured yet (in order), then the measured ones (best point first), each while one
-        round of the categories still fits with it. A challenger left out waits for the next
-        block; one that could not fit even beside the leader alone is said and not measured;
-        where not even the leader's round fits, nothing is measured."""
+        round of the categories still fits with it. The first block has a rival for the
+        leader wherever one fits as fast as the baseline (a race of one finds nothing: at 4.5
+        tok/s, cpu-demo on a slower CPU, UNSEEN left n-gram out of every first block). A
+        challenger left out waits for the next block; one that could not fit even beside the
+        leader alone is said and not measured; where not even the leader's round fits, nothing
+        is measured."""
         left = (self.deadline - self.lab.clock()) * SLACK
         cats = self.kinds
         out = [lead] if lead in active else active[:1]
@@ -328,8 +335,12 @@ class Race:
         new = [e for e in active if e not in out and not e.blocks]
         seen = sorted((e for e in active if e not in out and e.blocks), key=_point,
                       reverse=True)
+        self.unseen = UNSEEN
         for e in [*new, *seen]:
             if self.cost([*out, e], cats) <= left:
+                out.append(e)
+            elif self.block == 0 and len(out) == 1 and self.cost([*out, e], cats, 1.0) <= left:
+                self.unseen = 1.0  # the block's narrowing expects as much
                 out.append(e)
             elif not e.blocks and self.cost([*out[:1], e], cats) > left:
                 self._not_measured(e, left, self.cost([*out[:1], e], cats))

@@ -376,7 +376,22 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
                               "speedup": round(p.speedup, 4)} for p in curve],
                   measured=rows, skipped=skipped, seconds=round(seconds, 1),
                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settled=settled,
-                  stopped=race.stopped or "budget", noise=seen[:1000], sequential=seq)
+                  stopped=race.stopped or "budget", noise=seen[:1000], sequential=seq,
+                  replies=_replies(race, top) if on else [])
+
+
+def _replies(race: Race, e: Entry) -> list[tuple[str, str, int]]:
+    """e's greedy replies in the race, each beside the baseline's on the same prompt (the
+    first of each), for the sampling check's greedy comparison."""
+    base: dict[int, Timed] = {}
+    for t in race.samples:
+        if t.label == race.baseline[0] and t.text:
+            base.setdefault(t.prompt, t)
+    mine: dict[int, Timed] = {}
+    for t in race.samples:
+        if t.label == e.label and t.text and t.prompt in base:
+            mine.setdefault(t.prompt, t)
+    return [(t.text, base[i].text, base[i].tokens) for i, t in mine.items()][:256]
 
 
 def schedule(plan: Plan, bench: Bench, levels: Sequence[int], ks: Sequence[int],

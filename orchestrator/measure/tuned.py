@@ -161,6 +161,10 @@ class Result(_Model):
     stopped: str = Field("", max_length=40)  # "precision", "decided" or "budget"
     noise: str = Field("", max_length=1000)  # what else ran, the baseline's drift
     sequential: bool = False  # one server at a time (two did not fit, or --sequential)
+    # the choice's greedy replies in the race beside the baseline's on the same prompts (reply,
+    # baseline reply, baseline tokens): the sampling check reads them (lossless.gate); not saved
+    replies: list[tuple[str, str, int]] = Field(default_factory=list, exclude=True,
+                                                max_length=256)
 
     @model_validator(mode="after")
     def _k_for_method(self) -> Result:
