@@ -130,11 +130,10 @@ def gate(plan: Plan, backend: Adapter, installed: Installed, prompts: Mapping[st
         b = stack.enter_context(engine.serve(other.but(parallel=max(other.parallel, how.batch)),
                                              backend, installed, logs, f"quality-{against}"))
         found = compare(a, b, few, how, say)
-        if not replies:
-            replies = [(b.ask(p, GREEDY_TOKENS).reply.text, *_text_and_tokens(a.ask(
-                p, GREEDY_TOKENS))) for texts in few.values() for p in texts]
+        greedy = list(replies) or [(b.ask(p, GREEDY_TOKENS).reply.text, *_text_and_tokens(
+            a.ask(p, GREEDY_TOKENS))) for texts in few.values() for p in texts]
         drafted = b.counters().drafted
-    checked = numerics.greedy(replies)
+    checked = numerics.greedy(greedy)
     bad = [f"{cat} ({r.message()})" for cat, r in found.items() if r.differs]
     if not checked.explained:
         bad.append(f"greedy replies: {checked.message()}")
