@@ -7,9 +7,12 @@ the most kinds; a kind whose setting is left out goes to the setting that wins t
 kind whose winner is not 5% over the baseline goes to a server without a draft. A kind keeps
 its own winner only where it beats, on that kind, the setting the tune picked for all (what
 `up` serves without a route) by the margin, surely (its interval's bottom above the pick's
-point): else the kind stays with the pick. A winner of one category out of a dozen measured is
-partly luck: cpu-demo's route of a mix tune's winners measured 1.00x the tune's pick and 0.98x
-the best single setting of the same bench (the draft + ngram-mod chain). There is no route
+point): else the kind stays with the pick where the pick beats the baseline on it by the
+margin, and goes to the baseline where it does not (tune's rule for the whole traffic, kind by
+kind: n-gram's 1.00x on the chat of a cpu-demo tune was 0.84x [0.78-0.89] on six held-out chat
+prompts). A winner of one category out of a dozen measured is partly luck: cpu-demo's route of
+a mix tune's winners measured 1.00x the tune's pick and 0.98x the best single setting of the
+same bench (the draft + ngram-mod chain). There is no route
 when every kind has the same setting (one server serves them all), nor when the route's
 servers do not fit in memory together (weights that the adapter says its servers share by mmap
 count once): then the best single setting serves, and `why` says so with the figures.
@@ -110,13 +113,14 @@ def _surely_over(own: Winner, single: float) -> bool:
 
 def _setting(w: Winner, result: Result) -> Winner:
     """The kind's setting: its winner, or the baseline where the winner is not 5% over it (a
-    near-tie is noise); the pick (off where it is not served) where neither surely beats the
-    pick on the kind (_surely_over). A kind the pick has no figure for keeps its own."""
+    near-tie is noise), where it surely beats the pick on the kind (_surely_over); else the
+    pick where the pick beats the baseline on the kind by the margin, and the baseline where
+    it does not. A kind the pick has no figure for keeps its own."""
     own = w if w.method != "none" and w.speedup > 1 + MARGIN else _off(w)
     single = result.categories.get(w.category) if result.serves else 1.0
     if single is None or _surely_over(own, single):
         return own
-    if not result.serves:
+    if single <= 1 + MARGIN:
         return _off(w)
     return Winner(category=w.category, label="the pick", method=result.method, k=result.k,
                   p_min=result.p_min, chain=result.chain, speedup=single,
