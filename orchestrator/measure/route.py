@@ -3,19 +3,20 @@ the setting that `specctl tune` measured fastest for that kind.
 
 A route is built from a saved tune result's per-category winners and the profile's plan as
 written (its draft model): one server per winning setting, at most three (the settings that win
-the most kinds; a kind whose setting is left out goes to the setting that wins the most). A
-kind whose winner is not 5% over the baseline goes to a server without a draft. A kind keeps
-its own winner only where it beats, on that kind, the setting the tune picked for all (what
-`up` serves without a route) by the margin, surely (its interval's bottom above the pick's
-point): else the kind stays with the pick where the pick beats the baseline on it by the
-margin, and goes to the baseline where it does not (tune's rule for the whole traffic, kind by
-kind: n-gram's 1.00x on the chat of a cpu-demo tune was 0.84x [0.78-0.89] on six held-out chat
-prompts). A winner of one category out of a dozen measured is partly luck: cpu-demo's route of
-a mix tune's winners measured 1.00x the tune's pick and 0.98x the best single setting of the
-same bench (the draft + ngram-mod chain). There is no route
-when every kind has the same setting (one server serves them all), nor when the route's
-servers do not fit in memory together (weights that the adapter says its servers share by mmap
-count once): then the best single setting serves, and `why` says so with the figures.
+the most kinds; a kind whose setting is left out goes to the setting that wins the most). A kind
+whose winner is not 5% over the baseline goes to a server without a draft. A kind keeps its own
+winner only where it beats, on that kind, the setting the tune picked for all (what `up` serves
+without a route) by the margin, surely (its interval's bottom above the pick's point): else the
+kind stays with the pick where the pick beats the baseline on it by the margin, and goes to the
+baseline where it does not (tune's rule for the whole traffic, kind by kind: n-gram's 1.00x on
+the chat of a cpu-demo tune was 0.84x [0.78-0.89] on six held-out chat prompts, 0.99x
+[0.91-1.09] on twelve in the next bench: where the pick's gain is not shown, a draft is only a
+risk). A winner of one category out of a dozen measured is partly luck: cpu-demo's route of a
+mix tune's winners measured 1.00x the tune's pick and 0.98x the best single setting of the same
+bench (the draft + ngram-mod chain). There is no route when every kind has the same setting (one
+server serves them all), nor when the route's servers do not fit in memory together (weights
+that the adapter says its servers share by mmap count once): then the best single setting
+serves, and `why` says so with the figures.
 """
 
 from __future__ import annotations
