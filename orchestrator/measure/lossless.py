@@ -114,8 +114,8 @@ def gate(plan: Plan, backend: Adapter, installed: Installed, prompts: Mapping[st
     candidate's draft counters read. `replies`: the greedy pairs (reply, baseline reply,
     baseline tokens) tune's race already has for the setting, full length on every prompt it
     asked, where it drafted (the draft counters' check is then the race's); without them those
-    prompts are answered greedily by both here (GREEDY_TOKENS: on a
-    4.5 tok/s CPU that was 30 of the check's 85 s). Raises (one line) when a category's
+    prompts are answered greedily by both here (GREEDY_TOKENS: on a 4.5 tok/s CPU that was 30
+    of the check's 85 s). Raises (one line) when a category's
     sampled output differs, the greedy replies diverge more or earlier than numerics explain,
     or a speculative engine that counts drafts drafted nothing; else a line that says what was
     checked. Short, so it catches gross breakage (a leaking draft, the draft served alone), not
