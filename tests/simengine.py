@@ -10,7 +10,7 @@ It speaks the `Lab` protocol (orchestrator/measure/lab.py), which the real serve
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specctl.orchestrator.contract.stats import SpecStats
@@ -136,9 +136,12 @@ class SimLab:
     law's time stretched by the bursts running while they do."""
 
     def __init__(self, law: Law, plan: Plan, seed: int = 0, noise: float = 0.3,
-                 start_s: float = 3.0, fits: bool = True, server_timed: bool = False) -> None:
+                 start_s: float = 3.0, fits: bool = True, server_timed: bool = False,
+                 slow: Mapping[str, float] | None = None) -> None:
         """`server_timed`: replies timed as llama-server times them (its predicted_ms): the
-        first token comes from the prompt's pass, outside the decode time and every step."""
+        first token comes from the prompt's pass, outside the decode time and every step.
+        `slow`: a server's own pace by label (1.15: each of its requests takes 15% longer than
+        the law says, as one of two servers of the same argv did on cpu-demo)."""
         self.law, self.rng = law, random.Random(seed)
         self.server_timed = server_timed
         self.bursts = Bursts(self.rng, noise)
@@ -153,6 +156,7 @@ class SimLab:
         self.most_up = 0
         self.workload = law.workload()
         self.asked: list[tuple[float, str, int]] = []  # (when, label, prompt) of each request
+        self.slow = dict(slow or {})
 
     def say(self, line: str) -> None:
         self.lines.append(line)
@@ -185,6 +189,7 @@ class SimLab:
         elapsed, busy = self.bursts.run(self.now, steps * per_token * e * jitter)
         if label in self.aimed and max_tokens > 16:  # a full-length request
             elapsed *= self.aimed.pop(label)
+        elapsed *= self.slow.get(label, 1.0)
         self.now += elapsed + 0.02  # and the request's own overhead
         spec = SpecStats()
         if plan.speculative and plan.method == "draft":

@@ -20,14 +20,23 @@ def test_short_bench_reports_raw_samples_that_recompute_the_speedups(tmp_path: P
                        'k = 3\n[server]\ncontext = 2048\n')
     out = tmp_path / "report.json"
     done = specctl("bench", "--profile", str(profile), "--suite", "code,summarize",
-                   "--prompts", "2", "--repeats", "2", "--max-tokens", "24", "--output", str(out))
+                   "--prompts", "2", "--repeats", "2", "--max-tokens", "24", "--also", "baseline",
+                   "--output", str(out))
     assert done.returncode == 0, done.stderr
-    assert "verdict:" in done.stdout
+    assert "verdict:" in done.stdout and "A/A control (a second baseline server" in done.stdout
     report = json.loads(out.read_text())
     assert report["categories"] == ["code", "summarize"]
+    assert list(report["configs"]) == ["draft k=3"]  # the A/A twin is no configuration
     row = report["configs"]["draft k=3"]
     samples = report["samples"]
-    assert len(samples) == 2 * 2 * 2 * 2  # categories x prompts x repeats x (baseline + spec)
+    assert len(samples) == 2 * 2 * 2 * 3  # categories x prompts x repeats x (base, twin, spec)
+    # the twin: the baseline's own argv on a server of its own, the same greedy replies
+    twin = {(s["category"], s["prompt"], s["repeat"]): s["text_sha"] for s in samples
+            if s["config"] == bench.TWIN}
+    assert twin == {(s["category"], s["prompt"], s["repeat"]): s["text_sha"] for s in samples
+                    if s["config"] == bench.BASELINE}
+    control = report["control"]["rows"]["overall"]
+    assert control["n"] == 8 and control["speedup_low"] <= control["speedup_high"]
     spec = [s for s in samples if s["config"] == "draft k=3"]
     assert sum(s["drafted"] for s in spec) > 0 and sum(s["accepted"] for s in spec) > 0
     assert row["overall"]["acceptance"] > 0.5

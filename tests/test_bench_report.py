@@ -183,3 +183,42 @@ def test_bench_budget_bounds_the_repeats_too_when_a_precision_is_asked(tmp_path:
     assert (n, notes["stopped"]) == (2, "budget") and took <= budget
     assert passes(None, budget)[0] == 3
     assert passes(0.001, 1.0)[0] == 1  # the first pass always runs
+
+
+@pytest.mark.parametrize("twin_pace", [1.0, 1.15])
+def test_the_a_a_control_holds_between_equal_servers_and_flags_a_slower_twin(
+        tmp_path: Path, twin_pace: float) -> None:
+    """`--also baseline`: a second baseline server measured like every configuration, on the
+    simulated engine with a quiet machine's jitter. Equal servers: its interval holds 1.00x and
+    the run is not flagged. A twin 15% slower than its baseline by its own pace (cpu-demo once
+    measured 0.84x so): the control shows it, the run is flagged with the margin, and the
+    tables and the routed line say so. The twin is no configuration: never the verdict's, never
+    the best single setting."""
+    plan = plans.plan().but(k=3)
+    configs = bench.configs_for(plan, [3], also=[" baseline"])
+    assert [c.label for c in configs] == [BASE, bench.TWIN, "draft k=3"]
+    assert configs[1].plan == configs[0].plan
+    room = SimLab(Law(), plan, seed=7, noise=0.0, slow={bench.TWIN: twin_pace})
+    samples = bench.measure(configs, None, None, room.workload, 2, 64,  # type: ignore[arg-type]
+                            tmp_path, room=room)
+    report = bench.summarize(samples, configs, room.workload.weights())
+    assert bench.TWIN not in report["configs"] and "draft k=3" in report["verdict"]
+    control = report["control"]
+    top = control["rows"]["overall"]
+    assert top["speedup"] == pytest.approx(1 / twin_pace, rel=0.03)
+    assert control["biased"] is (twin_pace > 1)
+    assert control["margin"] >= abs(1 - 1 / twin_pace)
+    if twin_pace == 1.0:
+        assert top["speedup_low"] <= 1.0 <= top["speedup_high"] and control["margin"] < 0.05
+    report |= {"profile": "p", "backend": "llamacpp", "hardware": "cpu",
+               "routing": {"route": "code -> draft k=3; chat -> off", "memory": "fits",
+                           "over_best": {"best": "draft k=3", "speedup": 1.02,
+                                         "speedup_low": 0.99, "speedup_high": 1.05},
+                           "held_out": {}, "held_out_accuracy": 1.0, "workload": {},
+                           "workload_accuracy": 1.0}}
+    console = Console(record=True, width=200)
+    render.show_bench(console, report)
+    text = console.export_text()
+    assert "A/A control (a second baseline server, the same argv)" in text
+    assert ("not shown" in text) is (twin_pace > 1)
+    assert f"(A/A control {'FAILED' if twin_pace > 1 else 'held'}: ±" in text

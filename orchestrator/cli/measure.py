@@ -78,7 +78,9 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
               "run, e.g. ngram:8,ngram-mod,draft+ngram-mod (a draft at each --k chained with "
               "ngram-mod), draft:3@0.5 (a draft at k=3 with p-min 0.5); K: the method's draft "
               "length (default: its usual one). `routed`: each prompt to the setting tune "
-              "measured fastest for its kind, as the gateway routes requests.")
+              "measured fastest for its kind, as the gateway routes requests. `baseline`: a "
+              "second baseline server, the A/A control: it should measure 1.00x, and where "
+              "its interval leaves 1.00x the run cannot tell differences that small apart.")
 @click.option("--repeats", default=2, show_default=True, help="Passes over the prompts.")
 @click.option("--prompts", "prompts_arg", default="4", show_default=True,
               metavar="N|A-B|FILE",

@@ -180,6 +180,24 @@ def _show_conditions(console: Console, result: dict[str, Any]) -> None:
                       highlight=False, markup=False)
 
 
+def _show_control(console: Console, control: dict[str, Any] | None) -> None:
+    """`--also baseline`: the A/A control's figure, and what it says of this run's pairing."""
+    if not control:
+        return
+    top = control["rows"]["overall"]
+    if top.get("speedup") is None:
+        return
+    figure = (f"A/A control (a second baseline server, the same argv): {_x(top['speedup'])} "
+              f"[{_span(top.get('speedup_low'), top.get('speedup_high'))}] over the baseline")
+    cats = ", ".join(f"{c} {_x(r['speedup'])}" for c, r in control["rows"].items()
+                     if c != "overall" and r.get("speedup") is not None)
+    said = (f": the servers differ by up to {control['margin']:.0%} beyond what pairing "
+            "removes; a difference within that is not shown (repeat on a quieter machine, or "
+            "with more --repeats)" if control["biased"] else
+            ": the pairing holds (its interval holds 1.00x)")
+    console.print(f"{figure} ({cats}){said}", highlight=False, markup=False)
+
+
 def show_bench(console: Console, result: dict[str, Any]) -> None:
     for label, rows in result["configs"].items():
         cells = []
@@ -205,6 +223,7 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
                   "* = noisy (wide interval or few samples); same = greedy output identical to "
                   "the baseline's")
     _show_conditions(console, result)
+    _show_control(console, result.get("control"))
     _show_checks(console, result)
     for label, found in (result.get("concurrency") or {}).items():
         cells = [[str(r["level"]), f"{r['baseline_tps']:.1f}", f"{r['tps']:.1f}",
@@ -222,7 +241,7 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
         console.print(f"workload: {result['settings']['workload']} (overall = their weighted "
                       "throughput)", highlight=False, markup=False)
     if result.get("routing"):
-        show_routing(console, result["routing"])
+        show_routing(console, result["routing"], result.get("control"))
     quality = result.get("quality")
     if quality:
         console.print(f"sampling check at temperature {quality['temperature']}, top-p "
@@ -234,15 +253,20 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
     console.print(f"[bold]verdict:[/bold] {escape(result['verdict'])}")
 
 
-def show_routing(console: Console, routing: dict[str, Any]) -> None:
-    """`bench --also routed`: the route and the classifier's confusion matrices."""
+def show_routing(console: Console, routing: dict[str, Any],
+                 control: dict[str, Any] | None = None) -> None:
+    """`bench --also routed`: the route and the classifier's confusion matrices; `control`:
+    the A/A control (`--also baseline`), which says whether the route's edge is shown."""
     console.print(f"routed: {routing['route']}; {routing['memory']}", highlight=False,
                   markup=False)
     best = routing.get("over_best")
     if best:
+        aa = ("" if not control or control.get("margin") is None else
+              f" (A/A control {'FAILED' if control['biased'] else 'held'}: ±"
+              f"{control['margin']:.0%})")
         console.print(f"routed over the best single setting ({best['best']}), paired: "
                       f"{best['speedup']:.2f}x [{best['speedup_low']:.2f}-"
-                      f"{best['speedup_high']:.2f}]", highlight=False, markup=False)
+                      f"{best['speedup_high']:.2f}]{aa}", highlight=False, markup=False)
     for key, title in (("held_out", "the shipped suites' held-out prompts (7-12)"),
                        ("workload", "this workload's prompts")):
         matrix = routing[key]

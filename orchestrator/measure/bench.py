@@ -40,6 +40,7 @@ HELPS = 1 + engine.MARGIN  # a config "helps" when its speedup beats the baselin
 BASELINE = "baseline"
 FLOOR = "floor"  # drafts always rejected: the greedy identity numerics allow (lossless.py)
 ROUTED = "routed"  # each request to its kind's setting (measure/route.py)
+TWIN = "baseline twin"  # `--also baseline`: a second baseline server, the A/A control
 Progress = Callable[[str], None]
 
 
@@ -100,11 +101,15 @@ class Sample:
 def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
                 also: Sequence[str] = ()) -> list[Config]:
     """The baseline plus one speculative config per k (the plan's own k when none given), the
-    methods in `also` (`ngram-mod`, `draft+ngram-mod`: a draft at each k chained with it), and
-    the floor (the plan with every draft rejected) when given."""
+    methods in `also` (`ngram-mod`, `draft+ngram-mod`: a draft at each k chained with it;
+    `baseline`: the A/A control, TWIN), and the floor (the plan with every draft rejected)
+    when given."""
+    twin = any(a.strip() == "baseline" for a in also)
+    also = [a for a in also if a.strip() != "baseline"]
     if not plan.speculative and not ks and not also:
         raise ProfileError(f"{plan.profile} has speculation off; pass --k to compare drafts")
-    out = [Config(BASELINE, plan.baseline())]
+    out = [Config(BASELINE, plan.baseline())] + ([Config(TWIN, plan.baseline())] if twin
+                                                 else [])
     if plan.speculative or ks:
         for k in ks or [plan.k]:
             method = plan.method if plan.speculative else "draft"
@@ -270,7 +275,7 @@ def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workloa
     cats = {i: p.category for i, p in enumerate(workload.prompts)}
     widths = []
     for cfg in configs:
-        if cfg.label in (BASELINE, FLOOR):
+        if cfg.label in (BASELINE, FLOOR, TWIN):
             continue
         limit = cfg.bound(cost) or float("inf")
         pairs, _ = intervals.plausible(intervals.pair(timed, cfg.label, BASELINE), limit)
@@ -455,7 +460,7 @@ def summarize(samples: Sequence[Sample], configs: Sequence[Config],
     table = {cfg.label: {c or "overall": _group(samples, cfg.label, c, weights,
                                                 cfg.bound(cost), cfg.poolable())
                          for c in [None, *categories]}
-             for cfg in configs if cfg.label not in (BASELINE, FLOOR)}
+             for cfg in configs if cfg.label not in (BASELINE, FLOOR, TWIN)}
     has_floor = any(cfg.label == FLOOR for cfg in configs)
     for rows in table.values():
         for cat, row in rows.items():
@@ -465,11 +470,28 @@ def summarize(samples: Sequence[Sample], configs: Sequence[Config],
     levels = {label: concurrency(samples, label) for label in table}
     out: dict[str, Any] = {"configs": table, "categories": categories, "mix": weights,
                            "verdict": verdict(table, categories) if categories else ""}
+    if any(cfg.label == TWIN for cfg in configs):
+        out["control"] = control(samples, categories, weights)
     if any(levels.values()):
         out["concurrency"] = {label: {"levels": rows, "stops_paying_at": stops_paying(
             rows, table[label]["overall"].get("speedup") if categories else None)}
             for label, rows in levels.items()}
     return out
+
+
+def control(samples: Sequence[Sample], categories: Sequence[str],
+            weights: Mapping[str, float]) -> dict[str, Any]:
+    """The A/A control: the baseline's twin (same argv, its own server) against the baseline,
+    measured like every configuration. It should be 1.00x; where its interval leaves 1.00x, the
+    servers of this run differ by more than the pairing removes (`biased`), and a difference
+    between configurations within that margin is not shown (cpu-demo once measured 0.84x
+    [0.78-0.90] so). `margin`: how far its interval reaches from 1.00x."""
+    rows = {c or "overall": _group(samples, TWIN, c, weights) for c in [None, *categories]}
+    low, high = rows["overall"].get("speedup_low"), rows["overall"].get("speedup_high")
+    if low is None or high is None:
+        return {"rows": rows, "biased": False, "margin": None}
+    return {"rows": rows, "biased": low > 1.0 or high < 1.0,
+            "margin": round(max(abs(1 - low), abs(high - 1)), 4)}
 
 
 def verdict(table: dict[str, dict[str, dict[str, Any]]], categories: list[str]) -> str:
