@@ -11,12 +11,13 @@ kind stays with the pick where the pick beats the baseline on it by the margin, 
 baseline where it does not (tune's rule for the whole traffic, kind by kind: n-gram's 1.00x on
 the chat of a cpu-demo tune was 0.84x [0.78-0.89] on six held-out chat prompts, 0.99x
 [0.91-1.09] on twelve in the next bench: where the pick's gain is not shown, a draft is only a
-risk). A winner of one category out of a dozen measured is partly luck: cpu-demo's route of a
-mix tune's winners measured 1.00x the tune's pick and 0.98x the best single setting of the same
-bench (the draft + ngram-mod chain). There is no route when every kind has the same setting (one
-server serves them all), nor when the route's servers do not fit in memory together (weights
-that the adapter says its servers share by mmap count once): then the best single setting
-serves, and `why` says so with the figures.
+risk). On cpu-demo (2 cores, where verifying 8 drafts costs 3.5 target steps) the route
+(chat off, code draft k=8, summarize and edit ngram k=8) measured 1.03x [1.02-1.08] the tune's
+pick (ngram k=8) on 48 held-out requests, code alone 1.13x: the gain of each kind's own
+setting is only as large as the kinds' winners differ. There is no route when every kind has
+the same setting (one server serves them all), nor when the route's servers do not fit in
+memory together (weights that the adapter says its servers share by mmap count once): then the
+best single setting serves, and `why` says so with the figures.
 """
 
 from __future__ import annotations
