@@ -141,7 +141,7 @@ class SimLab:
         """`server_timed`: replies timed as llama-server times them (its predicted_ms): the
         first token comes from the prompt's pass, outside the decode time and every step.
         `slow`: a server's own pace by label (1.15: each of its requests takes 15% longer than
-        the law says, as one of two servers of the same argv did on cpu-demo)."""
+        the law says: a server placed worse than its twin of the same argv)."""
         self.law, self.rng = law, random.Random(seed)
         self.server_timed = server_timed
         self.bursts = Bursts(self.rng, noise)

@@ -190,8 +190,8 @@ def test_the_a_a_control_holds_between_equal_servers_and_flags_a_slower_twin(
         tmp_path: Path, twin_pace: float) -> None:
     """`--also baseline`: a second baseline server measured like every configuration, on the
     simulated engine with a quiet machine's jitter. Equal servers: its interval holds 1.00x and
-    the run is not flagged. A twin 15% slower than its baseline by its own pace (cpu-demo once
-    measured 0.84x so): the control shows it, the run is flagged with the margin, and the
+    the run is not flagged. A twin 15% slower than its baseline by its own pace (a server placed
+    worse than its twin): the control shows it, the run is flagged with the margin, and the
     tables and the routed line say so. The twin is no configuration: never the verdict's, never
     the best single setting."""
     plan = plans.plan().but(k=3)
