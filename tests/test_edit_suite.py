@@ -52,6 +52,11 @@ def test_bench_also_measures_other_methods_in_the_same_run() -> None:
     at = bench.configs_for(plan, [8], None, ["ngram:8", "draft+ngram-mod:12"])
     assert [c.label for c in at[2:]] == ["ngram k=8", "draft k=8 + ngram-mod k=12"]
     assert (at[2].plan.method, at[2].plan.k, at[2].plan.draft) == ("ngram", 8, None)
+    # the setting tune saved, asked again by --also: one server, not two under one label
+    # (whose samples would pool as one configuration's, each prompt asked twice)
+    ngram = at[2].plan
+    again = bench.configs_for(ngram, [8], None, ["ngram:8", "ngram:16"])
+    assert [c.label for c in again] == [bench.BASELINE, "ngram k=8", "ngram k=16"]
     # a draft at one k, with a p-min (tune's pick `draft k=3 p-min 0.5`), and chained
     one = bench.configs_for(plan, [2, 8], None, ["draft:3@0.5", "draft:3+ngram-mod"])
     assert [c.label for c in one[3:]] == ["draft k=3 p-min 0.5", "draft k=3 + ngram-mod k=16"]

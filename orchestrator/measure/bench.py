@@ -116,7 +116,8 @@ def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
             spec = plan.but(k=k, method=method)
             out.append(Config(spec.short() if spec.chain else f"{method} k={k}", spec))
     for spec in _also(plan, ks, also):
-        out.append(Config(spec.short(), spec))
+        if Config(spec.short(), spec) not in out:  # --also ngram:8 where the plan is it
+            out.append(Config(spec.short(), spec))
     if floor is not None:
         out.append(Config(FLOOR, floor))
     return out
