@@ -104,8 +104,8 @@ def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
     methods in `also` (`ngram-mod`, `draft+ngram-mod`: a draft at each k chained with it;
     `baseline`: the A/A control, TWIN), and the floor (the plan with every draft rejected)
     when given."""
-    twin = any(a.strip() == "baseline" for a in also)
-    also = [a for a in also if a.strip() != "baseline"]
+    asked = [a.strip() for a in also]
+    twin, also = "baseline" in asked, [a for a in asked if a != "baseline"]
     if not plan.speculative and not ks and not also:
         raise ProfileError(f"{plan.profile} has speculation off; pass --k to compare drafts")
     out = [Config(BASELINE, plan.baseline())] + ([Config(TWIN, plan.baseline())] if twin
@@ -116,8 +116,9 @@ def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
             spec = plan.but(k=k, method=method)
             out.append(Config(spec.short() if spec.chain else f"{method} k={k}", spec))
     for spec in _also(plan, ks, also):
-        if Config(spec.short(), spec) not in out:  # --also ngram:8 where the plan is it
-            out.append(Config(spec.short(), spec))
+        cfg = Config(spec.short(), spec)
+        if cfg not in out:  # --also ngram:8 where the plan is it
+            out.append(cfg)
     if floor is not None:
         out.append(Config(FLOOR, floor))
     return out

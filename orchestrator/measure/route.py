@@ -12,8 +12,9 @@ baseline where it does not (tune's rule for the whole traffic, kind by kind: n-g
 the chat of a cpu-demo tune was 0.84x [0.78-0.89] on six held-out chat prompts, 0.99x
 [0.91-1.09] on twelve in the next bench: where the pick's gain is not shown, a draft is only a
 risk). On cpu-demo (2 cores, where verifying 8 drafts costs 3.5 target steps) the route
-(chat off, code draft k=8, summarize and edit ngram k=8) measured 1.03x [1.02-1.08] the tune's
-pick (ngram k=8) on 48 held-out requests, code alone 1.13x: the gain of each kind's own
+(chat off, code draft k=8, summarize and edit ngram k=8) measured 1.03x [1.02-1.08] and 1.08x
+[1.05-1.11] the tune's pick (ngram k=8) in two benches of 48 held-out requests, code alone 1.13x
+and 1.18x: the gain of each kind's own
 setting is only as large as the kinds' winners differ. There is no route when every kind has
 the same setting (one server serves them all), nor when the route's servers do not fit in
 memory together (weights that the adapter says its servers share by mmap count once): then the
