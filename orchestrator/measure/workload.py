@@ -29,8 +29,21 @@ MAX_FILE = 16 << 20
 
 @dataclass(frozen=True)
 class Prompt:
+    """One request of the workload, or one conversation: `text` is the last user message (what
+    the router's classifier reads); `earlier` the user's turns before it, each sent in order
+    with the model's own earlier replies, as a client would. `max_tokens`: this prompt's answer
+    length where the source gave one (a recorded request), else the run's."""
+
     category: str
     text: str
+    earlier: tuple[str, ...] = ()
+    system: str | None = None
+    max_tokens: int | None = None
+
+    @property
+    def turns(self) -> tuple[str, ...]:
+        """The user's messages in order, the last one `text`."""
+        return (*self.earlier, self.text)
 
 
 @dataclass(frozen=True)
