@@ -7,23 +7,22 @@ a median of prompts. Per request i of category c (n_i tokens in t_i seconds):
     throughput = sum_c w_c * mean_i(n_i) / sum_c w_c * mean_i(t_i)
 
 and a configuration's speedup is its throughput over the baseline's on the same prompts.
-`--prompts FILE` brings the user's own prompts: JSON lines of OpenAI chat requests (the last user
-message is the prompt; an optional "category" key), or plain text, one prompt per line.
+`--prompts FILE` brings the user's own prompts: OpenAI chat lines, MT-Bench / Spec-Bench
+questions, ShareGPT conversations or text lines (measure/formats.py tells them apart).
 """
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.files import read_text
+from specctl.orchestrator.measure import formats
 
 USER = "user"  # the category of prompts from a file that names none
-MAX_PROMPTS = 10_000
 MAX_FILE = 16 << 20
 
 
@@ -102,49 +101,32 @@ def from_suites(suites: Mapping[str, Sequence[str]], mix: Mapping[str, float]) -
     return Workload(tuple(Prompt(c, t) for c in wanted for t in suites[c]), dict(mix))
 
 
-def from_file(path: Path, mix: Mapping[str, float], per_category: int) -> Workload:
-    """The user's prompts: JSON lines of chat requests, or plain text lines."""
-    text = read_text(path, MAX_FILE)
-    prompts = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        prompts.append(_parse_line(path, number, line))
-        if len(prompts) > MAX_PROMPTS:
-            raise ProfileError(f"{path}: more than {MAX_PROMPTS} prompts; sample them first")
-    if not prompts:
-        raise ProfileError(f"{path} holds no prompts (one per line: text, or a JSON chat "
-                           "request)")
+def from_file(path: Path, mix: Mapping[str, float], per_category: int,
+              say: Callable[[str], None] | None = None) -> Workload:
+    """The user's prompts (a format of measure/formats.py), at most `per_category` of each
+    category, sampled with a fixed seed; `say` gets a line where the format was a guess."""
+    parsed = formats.parse(path, read_text(path, MAX_FILE))
+    for note in parsed.notes:
+        if say is not None:
+            say(note)
+    prompts = [Prompt(c.category or USER, c.turns[-1], c.turns[:-1], c.system, c.max_tokens)
+               for c in parsed.conversations]
     by_cat: dict[str, list[Prompt]] = {}
     for p in prompts:
         by_cat.setdefault(p.category, []).append(p)
-    rng = random.Random(0)  # a fixed sample: the same prompts in tune and bench
-    chosen = [q for ps in by_cat.values()
-              for q in (rng.sample(ps, per_category) if len(ps) > per_category else ps)]
     unknown = set(mix) - set(by_cat)
     if unknown:
         raise ProfileError(f"--mix names {', '.join(sorted(unknown))}, not in {path} (its "
                            f"categories: {', '.join(by_cat)})")
-    return Workload(tuple(chosen), dict(mix))
+    return Workload(tuple(sample(by_cat, per_category)), dict(mix))
 
 
-def _parse_line(path: Path, number: int, line: str) -> Prompt:
-    if not line.lstrip().startswith("{"):
-        return Prompt(USER, line.strip())
-    try:
-        data = json.loads(line)
-    except ValueError as exc:
-        raise ProfileError(f"{path}:{number}: not JSON ({exc.args[0]})") from None
-    messages = data.get("messages") if isinstance(data, dict) else None
-    users = [str(m["content"]) for m in messages or [] if isinstance(m, dict)
-             and m.get("role") == "user" and isinstance(m.get("content"), str)]
-    if not users:
-        raise ProfileError(f"{path}:{number}: a JSON line needs \"messages\" with a user "
-                           "message whose content is text")
-    category = data.get("category", USER)
-    if not isinstance(category, str) or not category.strip() or len(category) > 40:
-        raise ProfileError(f"{path}:{number}: \"category\" must be a short name")
-    return Prompt(category.strip(), users[-1])
+def sample(by_cat: Mapping[str, Sequence[Prompt]], per_category: int) -> list[Prompt]:
+    """At most `per_category` prompts of each category, a fixed sample: the same prompts in
+    tune and bench."""
+    rng = random.Random(0)
+    return [q for ps in by_cat.values()
+            for q in (rng.sample(list(ps), per_category) if len(ps) > per_category else ps)]
 
 
 @dataclass(frozen=True)
