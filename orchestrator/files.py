@@ -293,12 +293,13 @@ def set_aside(path: Path) -> Path | None:
     return aside
 
 
-def read_back(path: Path, parse: Callable[[str], T], what: str, then: str) -> T | None:
+def read_back(path: Path, parse: Callable[[str], T], what: str, then: str,
+              limit: int = MAX_BYTES) -> T | None:
     """A file specctl wrote earlier, validated by `parse` (the model fresh values go through).
     None when there is none; one that fails is set aside and reported in one line (StateError),
     never trusted."""
     try:
-        return parse(read_text(path, owned=True))
+        return parse(read_text(path, limit, owned=True))
     except FileNotFoundError:
         return None
     except NotOursError as exc:  # not ours to trust, nor to move

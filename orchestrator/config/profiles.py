@@ -135,6 +135,10 @@ class Gateway(Strict):
     route: bool = Field(True, description="where the saved tune's per-category winners differ: "
                         "one server per winning setting (at most three), each request sent to "
                         "its kind's (chat, code, summarize, edit)")
+    keep_traffic: int = Field(0, ge=0, le=10_000, description="keep the last N requests to "
+                              "this model (their messages and sampling parameters, never a key "
+                              "or header) in a 0600 file under the state dir, for `specctl "
+                              "traffic` and `--prompts traffic`; 0: none (the default)")
 
 
 class Node(Strict):

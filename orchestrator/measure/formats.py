@@ -231,7 +231,7 @@ def from_messages(messages: Sequence[Any]) -> tuple[list[str], str | None]:
     turns, system = [], None
     for m in messages:
         role = m.get("role") if isinstance(m, dict) else None
-        text = _text(m.get("content")) if isinstance(m, dict) else None
+        text = text_of(m.get("content")) if isinstance(m, dict) else None
         if role == "user" and text and text.strip():
             turns.append(text)
         elif role in _SYSTEM and text and system is None:
@@ -239,7 +239,8 @@ def from_messages(messages: Sequence[Any]) -> tuple[list[str], str | None]:
     return turns, system
 
 
-def _text(content: Any) -> str | None:
+def text_of(content: Any) -> str | None:
+    """A message's text: a string, or the text parts of a list of parts."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
