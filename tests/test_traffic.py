@@ -115,8 +115,8 @@ def test_bounded_in_count_newest_kept(isolated_dirs: Dirs) -> None:
     assert kept is not None
     assert [r.messages[0].content for r in kept.requests] == [f"request {i}" for i in (4, 5, 6)]
     _record(isolated_dirs, _body("request 7"), keep=1)  # the profile now keeps fewer
-    assert [r.messages[0].content for r in traffic.load(isolated_dirs, "m").requests] == [
-        "request 7"]  # type: ignore[union-attr]
+    kept = traffic.load(isolated_dirs, "m")
+    assert kept is not None and [r.messages[0].content for r in kept.requests] == ["request 7"]
 
 
 def test_bounded_in_bytes_oldest_dropped(isolated_dirs: Dirs,
