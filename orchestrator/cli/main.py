@@ -1,7 +1,7 @@
 """The `specctl` command line. Thin: parse, call the orchestrator, render, map errors to exits.
 
 Commands live in setup (look and plan), inventory (models and backends here), serve (run
-servers) and measure (bench, tune);
+servers), measure (bench, tune) and traffic (what the gateway kept);
 importing them registers them on the group in base.
 """
 
@@ -21,6 +21,7 @@ from specctl.orchestrator.cli import (  # noqa: F401 (registers)
     measure,
     serve,
     setup,
+    traffic,
 )
 from specctl.orchestrator.cli.base import cli, err_console
 from specctl.orchestrator.errors import ReadOnlyError, SpecctlError

@@ -43,13 +43,17 @@ def _ints(text: str | None) -> list[int]:
     return found
 
 
-def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
-    """The shipped suites (N prompts each) or the user's prompts file, and the mix."""
+def _workload(suite: str, prompts_arg: str, mix: str | None, profile_ref: str = "",
+              max_tokens: int = 96) -> Workload:
+    """The shipped suites (N prompts each), the user's prompts file or the traffic the
+    gateway kept, and the mix."""
     from specctl.orchestrator.files import expand_user
     from specctl.orchestrator.measure import bench as bench_mod
     from specctl.orchestrator.measure import workload
 
     shares = workload.parse_mix(mix)
+    if prompts_arg == "traffic":
+        return _traffic(profile_ref, shares, max_tokens)
     span = re.fullmatch(r"([0-9]{1,2})(?:-([0-9]{1,2}))?", prompts_arg)
     if span:
         first, last = (1, int(span[1])) if span[2] is None else (int(span[1]), int(span[2]))
@@ -64,7 +68,20 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file (give a number of prompts per "
                                  "category, or a prompts file)")
-    return workload.from_file(path, shares, per_category=12)
+    return workload.from_file(path, shares, per_category=12, say=_say)
+
+
+def _traffic(profile_ref: str, shares: dict[str, float], max_tokens: int) -> Workload:
+    """--prompts traffic: the requests the gateway kept for the profile's model (replay.py)."""
+    from specctl.orchestrator.app import App
+    from specctl.orchestrator.measure import replay
+
+    app = App.from_env()
+    return replay.workload_of(app.dirs, app.load(profile_ref).name, shares, max_tokens, _say)
+
+
+def _say(line: str) -> None:
+    err_console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @cli.command()
@@ -83,11 +100,12 @@ def _workload(suite: str, prompts_arg: str, mix: str | None) -> Workload:
               "its interval leaves 1.00x the run cannot tell differences that small apart.")
 @click.option("--repeats", default=2, show_default=True, help="Passes over the prompts.")
 @click.option("--prompts", "prompts_arg", default="4", show_default=True,
-              metavar="N|A-B|FILE",
+              metavar="N|A-B|FILE|traffic",
               help="Prompts per category (each shipped suite has 12), the suites' prompts A to "
-                   "B (7-12: held out from tune and from the router's rules), or a file of "
-                   "your own: JSON lines of chat requests (optional \"category\" key) or text "
-                   "lines.")
+                   "B (7-12: held out from tune and from the router's rules), a file of your "
+                   "own (OpenAI chat lines, MT-Bench/Spec-Bench questions, ShareGPT, or text "
+                   "lines), or `traffic`: the requests the gateway kept for this model, in "
+                   "their mix.")
 @click.option("--mix", metavar="CAT=SHARE,...",
               help="The share of each category in your traffic, e.g. code=0.6,chat=0.4: the "
                    "overall speedup weighs them so (default: alike).")
@@ -163,7 +181,7 @@ def bench(profile_ref: str, suite: str, ks: str | None, also: str | None, repeat
     for out in (json_out, plot):  # a missing folder, a FIFO: said now, not after measuring
         if out is not None:
             output_path(out)
-    work = _workload(suite, prompts_arg, mix)
+    work = _workload(suite, prompts_arg, mix, profile_ref, max_tokens)
     app = App.from_env()
     if versus:
         _versus(app, profile_ref, versus, tuple(_ints(ks)), work, repeats, max_tokens,
@@ -243,9 +261,11 @@ def _versus(app: App, profile_ref: str, names: str, ks: tuple[int, ...], work: W
 @click.option("--exhaustive", is_flag=True,
               help="Measure every k in 1..max-k (slow; for checking the tuner itself).")
 @click.option("--show", is_flag=True, help="Print the saved result: predicted vs measured.")
-@click.option("--prompts", "prompts_arg", default="2", show_default=True, metavar="N|FILE",
-              help="Prompts per category of the shipped suites, or your prompts file (JSON "
-                   "lines of chat requests with an optional \"category\", or text lines).")
+@click.option("--prompts", "prompts_arg", default="2", show_default=True,
+              metavar="N|FILE|traffic",
+              help="Prompts per category of the shipped suites, your prompts file (OpenAI chat "
+                   "lines, MT-Bench/Spec-Bench questions, ShareGPT, or text lines), or "
+                   "`traffic`: the requests the gateway kept for this model, in their mix.")
 @click.option("--mix", metavar="CAT=SHARE,...",
               help="Your traffic's mix, e.g. chat=1 or code=0.6,chat=0.4, edit=0.5,code=0.5 "
                    "(default: alike).")
@@ -314,7 +334,8 @@ def tune(profile_ref: str | None, what_if: bool, alpha: float | None, cost: floa
         click.echo(json.dumps(found.to_json(), indent=2)) if as_json else \
             render.show_tuned(console, found)
         return
-    ask = command.Ask(profile_ref, _workload("code,chat,summarize", prompts_arg, mix), max_k,
+    ask = command.Ask(profile_ref, _workload("code,chat,summarize", prompts_arg, mix,
+                                             profile_ref, max_tokens), max_k,
                       concurrency, max_tokens, quality, precision, seconds, sequential)
     with render.progress_bar(err_console, "tune") as step:
         if exhaustive:

@@ -166,7 +166,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, str]]:
         for m in found:
             role = m.get("role") if isinstance(m, dict) else None
             text = formats.text_of(m.get("content")) if isinstance(m, dict) else None
-            if isinstance(role, str) and role in _ROLES and text:
+            if isinstance(role, str) and role in _ROLES and text and text.strip():
                 out.append({"role": _ROLES[role], "content": text})
         return out
     prompt = body.get("prompt")
@@ -272,11 +272,15 @@ def forget(dirs: Dirs, model: str | None) -> list[Path]:
     return gone
 
 
+def close(dirs: Dirs, model: str) -> list[str]:
+    """The models with kept traffic whose names are close to `model` (a misspelling)."""
+    return difflib.get_close_matches(model, models(dirs), n=3, cutoff=0.6)
+
+
 def unknown(dirs: Dirs, model: str) -> ProfileError:
     """The error for a model with nothing kept: which models have some, or the one meant."""
-    kept = models(dirs)
-    close = difflib.get_close_matches(model, kept, n=3, cutoff=0.6)
-    hint = (f"; did you mean {', '.join(close)}?" if close else
+    kept, near = models(dirs), close(dirs, model)
+    hint = (f"; did you mean {', '.join(near)}?" if near else
             f" (kept: {', '.join(kept)})" if kept else
             " (the gateway keeps a model's requests where its profile sets [gateway] "
             "keep_traffic = N)")
