@@ -232,3 +232,27 @@ def test_unknown_model_says_which_were_meant(isolated_dirs: Dirs) -> None:
     _record(isolated_dirs, model="cpu-demo")
     assert "did you mean cpu-demo?" in str(traffic.unknown(isolated_dirs, "cpu-dmeo"))
     assert "(kept: cpu-demo)" in str(traffic.unknown(isolated_dirs, "zzz"))
+
+
+def test_forget_while_recording(isolated_dirs: Dirs) -> None:
+    """A writer that waited for the folder `forget` removed makes it anew: no error, no half
+    file; a last forget leaves nothing."""
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for i in range(40):
+                _record(isolated_dirs, _body(f"r{i}"), keep=1000)
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    writer = threading.Thread(target=work)
+    writer.start()
+    while writer.is_alive():
+        traffic.forget(isolated_dirs, None)
+    writer.join()
+    assert errors == []
+    kept = traffic.load(isolated_dirs, "m")  # valid, or deleted whole
+    assert kept is None or kept.requests[-1].messages[0].content == "r39"
+    traffic.forget(isolated_dirs, None)
+    assert not traffic.folder(isolated_dirs).exists()

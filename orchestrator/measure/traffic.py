@@ -77,7 +77,7 @@ class _Model(BaseModel):
 
 class Message(_Model):
     role: Literal["system", "user", "assistant"]
-    content: str = Field(max_length=MAX_FILE)  # a request's bound is on all of it: record
+    content: str = Field(max_length=MAX_REQUEST)
 
 
 class Params(_Model):
@@ -141,7 +141,11 @@ def entry(body: Mapping[str, Any], kind: str, tokens_in: int, tokens_out: int,
           at: float | None = None) -> Entry | None:
     """What is kept of a request's body (the allow-list above); None when it has no user text
     or its kind and counts are not valid."""
-    messages = _messages(body)
+    return _entry(_messages(body), body, kind, tokens_in, tokens_out, at)
+
+
+def _entry(messages: list[dict[str, str]], body: Mapping[str, Any], kind: str, tokens_in: int,
+           tokens_out: int, at: float | None) -> Entry | None:
     if not any(m["role"] == "user" for m in messages):
         return None
     params = {}
@@ -182,17 +186,20 @@ def record(dirs: Dirs, model: str, body: Mapping[str, Any], kind: str, tokens_in
     keeps nothing. A file found corrupt is set aside and a new one begun (said in `note`)."""
     if keep <= 0:
         return Recorded(False)
-    found = entry(body, kind, tokens_in, tokens_out)
-    if found is None:
-        return Recorded(False, "no user message with text")
-    text = found.model_dump_json()
     path = path_of(dirs, model)
+    messages = _messages(body)
+    large = sum(len(m["content"].encode()) for m in messages) > MAX_REQUEST
+    found = None if large else _entry(messages, body, kind, tokens_in, tokens_out, None)
+    if found is None and not large:
+        return Recorded(False, "no user message with text")
+    text = found.model_dump_json() if found is not None else ""
     with locked(dirs):
         kept, note = _for_update(path, model)
-        if len(text.encode()) > MAX_REQUEST:
+        if large or len(text.encode()) > MAX_REQUEST:
             _write(path, kept.model_copy(update={"skipped": kept.skipped + 1}), [
                 e.model_dump_json() for e in kept.requests])
-            return Recorded(False, f"a request over {MAX_REQUEST >> 10} KiB was not kept")
+            said = f"a request over {MAX_REQUEST >> 10} KiB was not kept"
+            return Recorded(False, f"{note}; {said}" if note else said)
         older = kept.requests[max(0, len(kept.requests) - (keep - 1)):] if keep > 1 else []
         _write(path, kept, _fit([*(e.model_dump_json() for e in older), text],
                                 MAX_FILE - 256))
