@@ -243,7 +243,7 @@ def test_forget_while_recording(isolated_dirs: Dirs) -> None:
         try:
             for i in range(40):
                 _record(isolated_dirs, _body(f"r{i}"), keep=1000)
-        except BaseException as exc:  # noqa: BLE001 (reported below)
+        except BaseException as exc:
             errors.append(exc)
 
     writer = threading.Thread(target=work)
