@@ -64,8 +64,9 @@ def _show(s: dict[str, Any]) -> None:
         f"{s['model']}: {n} requests{skipped}, {s['oldest']} to {s['newest']}",
         "  kinds: " + ", ".join(f"{k} {v['share']:.0%} ({v['requests']})"
                                 for k, v in s["kinds"].items()),
-        f"  prompt tokens: median {ins['median']:g}, p90 {ins['p90']}, max {ins['max']}; "
-        + ", ".join(f"{label} {count}" for label, count in ins["buckets"].items()),
+        f"  prompt tokens: median {ins['median']:g}, p90 {ins['p90']}, max {ins['max']}",
+        "  prompts by tokens: " + ", ".join(f"{label} {count}"
+                                            for label, count in ins["buckets"].items()),
         f"  answer tokens: median {outs['median']:g}, p90 {outs['p90']}, max {outs['max']}",
         f"  {'enough' if s['enough_for_idle_tune'] else 'not yet enough'} for the gateway's "
         f"idle tune to use it (40 requests)"]
