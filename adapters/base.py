@@ -76,6 +76,9 @@ class Adapter:
     engine_env: ClassVar[tuple[EnvVar, ...]] = ()
     # its spec_stats counts drafted tokens: a speculative server that reports none did not draft
     draft_counters: ClassVar[bool] = False
+    # the OpenAI paths (below /v1/) its server answers as specctl starts it: the gateway forwards
+    # these and nothing else, so the engine's own API (tokenize, slots, props) stays behind it
+    openai_paths: ClassVar[frozenset[str]] = frozenset()
 
     @property
     def runs_on(self) -> frozenset[str]:
@@ -221,6 +224,12 @@ class Adapter:
         where the server reports them per request; None where it does not (the gateway then
         counts no drafts for that request)."""
         return None
+
+    def malformed(self, status: int, message: str) -> bool:
+        """Whether the server's error answer (a 5xx status and its message) means that it could
+        not read the request, whose fault is the client's (the gateway answers 400), rather than
+        that it failed serving it (502). A 4xx is always the request's."""
+        return False
 
     def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
         """(tokens, decode tokens/s) as the server measured them, when it reports them. The

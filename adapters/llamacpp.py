@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from specctl.orchestrator.planning.plan import Plan
 
 HOMEBREW = (Path("/opt/homebrew/bin/llama-server"), Path("/usr/local/bin/llama-server"))
+_MALFORMED = re.compile(r"^Failed to parse |\[json\.exception\.|\bis not supported\b")
 
 class LlamaCppOptions(llamacpp_spec.SpecKnobs):
     """The `[llamacpp]` section of a profile (the speculation knobs: llamacpp_spec)."""
@@ -130,6 +131,8 @@ class LlamaCpp(Adapter):
         "--alias", "--metrics", "-md", "-hfd", "-hfrd", "-ngld", "-devd", "-ctkd", "-ctvd",
         "--model-draft", "--hf-repo-draft", "--gpu-layers-draft", "--n-gpu-layers-draft",
         "--device-draft", "--cache-type-k-draft", "--cache-type-v-draft", "--rpc"})
+    # /v1/embeddings answers 501 unless started with --embeddings (an embedding-only server)
+    openai_paths: ClassVar[frozenset[str]] = frozenset({"chat/completions", "completions"})
 
     def __init__(self, configured: Path | None = None, built: Path | None = None,
                  search_path: Iterable[Path] = HOMEBREW,
@@ -335,6 +338,13 @@ class LlamaCpp(Adapter):
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "llamacpp:", "llamacpp /metrics")
+
+    def malformed(self, status: int, message: str) -> bool:
+        """llama-server answers a request it cannot read with 500: its JSON library's error
+        (`[json.exception.type_error.302] type must be string`), its chat parser's (`Failed to
+        parse messages: Missing 'role'`) or an input the model does not take (`image input is
+        not supported`)."""
+        return status == 500 and bool(_MALFORMED.search(message))
 
     def reply_stats(self, reply: Mapping[str, Any]) -> SpecStats | None:
         """llama-server's `timings` of one reply (its last stream chunk carries them too)."""

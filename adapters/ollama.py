@@ -65,6 +65,9 @@ class Ollama(Adapter):
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
     preference: ClassVar[Mapping[str, int]] = {"cuda": 2, "metal": 1, "cpu": 1}
     authenticates: ClassVar[bool] = False  # checks no API key: loopback only
+    # the daemon embeds with any model
+    openai_paths: ClassVar[frozenset[str]] = frozenset({"chat/completions", "completions",
+                                                        "embeddings"})
     install_hint: ClassVar[str] = "Ollama from https://ollama.com and `ollama serve`"
     settings: ClassVar[tuple[type[BaseModel], ...]] = (_Settings,)
     engine_env: ClassVar[tuple[EnvVar, ...]] = (
