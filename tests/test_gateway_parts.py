@@ -14,6 +14,7 @@ from starlette.requests import Request
 
 from specctl.adapters.llamacpp import LlamaCpp
 from specctl.orchestrator.cli.base import seconds
+from specctl.orchestrator.errors import SettingsError
 from specctl.orchestrator.gateway.asgi import authorized
 from specctl.orchestrator.gateway.engines import footprint, setting_of
 from specctl.orchestrator.gateway.pool import tuned_signature
@@ -94,6 +95,9 @@ def request(headers: dict[str, str]) -> Request:
 def test_keys() -> None:
     keys = keys_of({"K": " old , new,,"}, "K")
     assert keys == ("old", "new") and keys_of({}, "K") == ()
+    for empty in ("", " , ", ",,", "\t"):  # set, but no key: refused, never "no auth"
+        with pytest.raises(SettingsError, match="K is set but holds no key"):
+            keys_of({"K": empty}, "K")
     assert authorized(request({}), ())
     assert authorized(request({"Authorization": "Bearer new"}), keys)
     assert authorized(request({"Authorization": "bearer old"}), keys)

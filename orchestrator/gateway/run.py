@@ -14,7 +14,7 @@ from specctl.orchestrator.app import App
 from specctl.orchestrator.config import profiles as profiles_mod
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.contract.launch import is_loopback, url_host
-from specctl.orchestrator.errors import ProfileError, ServerError, SpecctlError
+from specctl.orchestrator.errors import ProfileError, ServerError, SettingsError, SpecctlError
 from specctl.orchestrator.gateway.asgi import Gateway
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.metrics import Metrics
@@ -37,8 +37,15 @@ class Request:
 
 
 def keys_of(environ: Mapping[str, str], var: str) -> tuple[str, ...]:
-    """The API keys in `var`, comma-separated (several clients, or a key being rotated)."""
-    return tuple(k.strip() for k in environ.get(var, "").split(",") if k.strip())
+    """The API keys in `var`, comma-separated (several clients, or a key being rotated). Set
+    but holding no key (`''`, `' , '`) is refused: it would turn the keys off unnoticed."""
+    if var not in environ:
+        return ()
+    keys = tuple(k.strip() for k in environ[var].split(",") if k.strip())
+    if not keys:
+        raise SettingsError(f"{var} is set but holds no key: put the key(s) in it, "
+                            f"comma-separated, or unset it to serve loopback without keys")
+    return keys
 
 
 def gather(app: App, refs: tuple[str, ...], say: Say) -> tuple[dict[str, Profile],
