@@ -73,6 +73,27 @@ def test_a_request_is_classified_by_its_last_user_message() -> None:
     assert "```" not in ask and "return x" in pasted_part  # a blank line inside a fence
 
 
+def test_a_huge_prompt_is_read_at_its_ends() -> None:
+    """The rules read a prompt's first and last READ/2 characters: a 24 MiB prompt (which the
+    gateway classifies on its event loop) costs what a 256 KiB one does, and its asks, at
+    either end, still decide."""
+    middle = "The council met on Tuesday to discuss the lanes. " * (500_000)
+    assert len(middle) > 20 << 20
+    read: list[str] = []
+    real = classify.split
+
+    def split(prompt: str) -> tuple[str, str]:
+        read.append(prompt)
+        return real(prompt)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(classify, "split", split)
+        assert classify.kind(f"Summarize this:\n\n{middle}") == "summarize"
+        assert classify.kind(f"{middle}\n\nWhat are the key points above?") == "summarize"
+        assert classify.kind(f"Write a Python function.\n\n```\n{middle}\n```") == "edit"
+    assert all(len(p) <= classify.READ + 2 for p in read)
+
+
 def winner(cat: str, method: str, k: int, speedup: float, base: float = 8.0) -> Winner:
     label = "baseline" if method == "none" else f"{method} k={k}"
     return Winner(category=cat, label=label, method=method, k=k, p_min=None,

@@ -31,6 +31,7 @@ KINDS = ("chat", "code", "summarize", "edit")
 DESIGN = 6  # the first prompts of each suite, which the rules were written from
 MIN_PASTED = 120  # characters of pasted material below which a prompt is a question
 MIN_SHARE = 0.3
+READ = 1 << 18  # characters of a prompt the rules read: its first and last half of them
 
 _CODE_ASK = re.compile(
     r"\b(python|javascript|typescript|rust|java|kotlin|swift|golang|c\+\+|c#|sql|bash|shell|"
@@ -47,7 +48,11 @@ _FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)  # an unclosed fence runs to 
 
 
 def kind(prompt: str) -> str:
-    """The kind of `prompt` (one of KINDS), by the rules above."""
+    """The kind of `prompt` (one of KINDS), by the rules above. A prompt longer than READ
+    characters is read as its two ends (the rules look for the ask there; the middle is pasted
+    material either way), so a 24 MiB prompt costs what a 256 KiB one does."""
+    if len(prompt) > READ:
+        prompt = f"{prompt[:READ // 2]}\n\n{prompt[-(READ // 2):]}"
     ask, pasted = split(prompt)
     if len(pasted) < MIN_PASTED or len(pasted) < MIN_SHARE * len(prompt):
         return "code" if _CODE_ASK.search(ask) else "chat"
