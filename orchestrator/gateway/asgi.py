@@ -22,19 +22,23 @@ from typing import Any
 import anyio
 import httpx
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from specctl.orchestrator.gateway import live
+from specctl.adapters.base import Adapter
+from specctl.orchestrator.gateway import errors, intake, live, paths
 from specctl.orchestrator.gateway.engines import Engine
+from specctl.orchestrator.gateway.errors import error
 from specctl.orchestrator.gateway.idle import IdleTuner
+from specctl.orchestrator.gateway.intake import MAX_BODY as MAX_BODY
 from specctl.orchestrator.gateway.pool import NotReady, Pool, StartFailed, Unknown
 from specctl.orchestrator.gateway.watch import Watch
 from specctl.orchestrator.measure import classify
 
-MAX_BODY = 32 << 20  # a request body past this is refused (413)
 RETRY_AFTER = 10
 
 
@@ -67,13 +71,6 @@ async def _never() -> Message:
     raise AssertionError("unreachable")
 
 
-def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None
-          ) -> JSONResponse:
-    """An OpenAI-style error body: the client libraries show `message`."""
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}},
-                        status_code=status, headers=headers)
-
-
 def authorized(request: Request, keys: Sequence[str]) -> bool:
     if not keys:
         return True
@@ -95,16 +92,20 @@ class Gateway:
         self.pool, self.tuner, self.keys = pool, tuner, tuple(keys)
         self.url, self.publish_to = url, publish_to  # the routes, for `specctl status`
         self.client: httpx.AsyncClient | None = None
+        self._backends = paths.Backends(pool)
         self._published: dict[str, Any] | None = None
 
     def app(self) -> Starlette:
-        return Starlette(routes=[
+        app = Starlette(routes=[
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/gateway/status", self.status, methods=["GET"]),
             Route("/v1/{rest:path}", self.forward, methods=["POST"]),
-        ], lifespan=self.lifespan)
+        ], lifespan=self.lifespan, middleware=[Middleware(errors.Catch, say=self.pool.say)],
+            exception_handlers={HTTPException: errors.http_error})
+        app.router.redirect_slashes = False  # `/v1` is a 404 JSON, not a redirect to `/v1/`
+        return app
 
     @asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -191,20 +192,39 @@ class Gateway:
         return out
 
     async def forward(self, request: Request) -> Response:
+        """A POST below /v1/: keys, then the path (404 unless an adapter declares it, before
+        the body is read), the body (intake), the model, its adapter's paths; then the relay
+        to the engine, of the canonical path and body, whose error answers are rewritten."""
+        pending = intake.has_body(request.headers)
         if not authorized(request, self.keys):
-            return self._denied()
-        body = await _bounded(request)
-        if body is None:
-            return error(413, f"request body over {MAX_BODY >> 20} MiB", "invalid_request_error")
+            return self._denied(close=pending)
+        path = paths.canonical(request.scope["path"])
+        if path not in paths.declared():
+            return self._no_path(request, close=pending)
         try:
-            data = json.loads(body)
-        except ValueError:
-            return error(400, "the body is not JSON", "invalid_request_error")
-        model = data.get("model") if isinstance(data, dict) else None
-        if not isinstance(model, str) or not model:
-            return error(400, "name the model in the body's \"model\" field (GET /v1/models "
-                         "lists them)", "invalid_request_error")
-        return Guarded(lambda scope, send: self._serve(request, model, data, body, scope, send))
+            checked = await intake.accept(request, path, self.pool.profiles)
+        except errors.Refused as exc:
+            return exc.response()
+        data, model = checked.data, checked.model
+        adapter = await self._backends.of(model)
+        if adapter is not None and path not in adapter.openai_paths:
+            return self._no_path(request, adapter=adapter, model=model)
+        canonical = Request({**request.scope, "path_params": {"rest": path},
+                             "query_string": b""}, request.receive)
+        return Guarded(lambda scope, send: self._serve(
+            canonical, model, data, checked.raw, scope,
+            errors.EngineErrors(scope, send, adapter, model)))
+
+    def _no_path(self, request: Request, adapter: Adapter | None = None, model: str = "",
+                 close: bool = False) -> Response:
+        said = errors.quote(request.scope["path"])
+        if adapter is None:
+            message = f"no such path: {said}; {errors.served()}"
+        else:
+            has = ", ".join(f"/v1/{p}" for p in sorted(adapter.openai_paths))
+            message = f"{model}'s server has no {said}; it serves {has}"
+        return error(404, message, headers={"Connection": "close"} if close else None,
+                     code="unknown_path")
 
     # -- the relay -----------------------------------------------------------------------
     async def _serve(self, request: Request, model: str, data: dict[str, Any], body: bytes,
@@ -303,21 +323,11 @@ class Gateway:
         if model in self.pool.profiles:  # an unknown name never becomes a label
             self.pool.metrics.requests.labels(model, setting, str(status)).inc()
 
-    def _denied(self) -> Response:
+    def _denied(self, close: bool = False) -> Response:
+        headers = {"WWW-Authenticate": "Bearer", **({"Connection": "close"} if close else {})}
         return error(401, "missing or wrong API key: send `Authorization: Bearer KEY` (the "
                      "gateway's key is in $SPECCTL_GATEWAY_API_KEY where it was started)",
-                     "authentication_error", {"WWW-Authenticate": "Bearer"})
-
-
-async def _bounded(request: Request) -> bytes | None:
-    """The request's body, read no further than MAX_BODY (None past it)."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+                     "authentication_error", headers, code="invalid_api_key")
 
 
 def _state(engine: Engine) -> str:
