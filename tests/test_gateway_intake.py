@@ -268,6 +268,39 @@ def test_a_chunked_body_is_cut_at_the_limit(client: TestClient) -> None:
     assert reply.headers["connection"] == "close"
 
 
+def test_a_body_that_stops_coming_is_refused(gateway: Gateway,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow client (slowloris) holds no connection for ever: once the body stops coming for
+    BODY_IDLE seconds, the request is a 408 and the connection closes."""
+    import anyio
+
+    monkeypatch.setattr(intake, "BODY_IDLE", 0.2)
+    sent: list[Message] = []
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+             "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+             "headers": [(b"content-length", b"100")]}
+    reads = 0
+
+    async def receive() -> Message:
+        nonlocal reads
+        reads += 1
+        if reads == 1:
+            return {"type": "http.request", "body": b'{"model": "m", ', "more_body": True}
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def run() -> None:
+        with anyio.fail_after(10):  # the old code waited for ever
+            await gateway.app()(scope, receive, send)
+
+    anyio.run(run)
+    assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
+    assert json.loads(sent[1]["body"])["error"]["code"] == "body_timeout"
+
+
 # -- fields --------------------------------------------------------------------------------------
 def msg(**fields: Any) -> dict[str, Any]:
     return {**CHAT, "messages": [{"role": "user", "content": "hi", **fields}]}

@@ -3,8 +3,9 @@ gateway.
 
 - Size: a `Content-Length` past MAX_BODY is a 413 before a byte is read (so a client that sent
   `Expect: 100-continue` is never invited: uvicorn sends `100 Continue` only when the body is
-  first read); a chunked body is cut at MAX_BODY while it is read. Either way the connection
-  closes after the 413 (the rest of the body is never read).
+  first read); a chunked body is cut at MAX_BODY while it is read; a body that stops coming
+  for BODY_IDLE seconds is a 408 (a slow client holds no connection for ever). Each time the
+  connection closes after the answer (the rest of the body is never read).
 - Text: UTF-8 only; a byte-order mark or another encoding is a 400.
 - Nesting: at most MAX_DEPTH levels, counted on the bytes before parsing (without recursion), so
   no parser ever recurses deeper.
@@ -40,6 +41,7 @@ from specctl.orchestrator.gateway.errors import ECHO, Refused, quote
 MAX_BODY = 32 << 20  # a request body past this is refused (413)
 MAX_DEPTH = 64  # arrays and objects inside each other
 IN_THREAD = 64 << 10  # a body past this is parsed off the event loop
+BODY_IDLE = 30.0  # seconds a body may stop coming before the request is refused (408)
 _BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 _STEP = np.zeros(256, np.int8)
 _STEP[list(b"[{")] = 1
@@ -77,13 +79,21 @@ async def read(request: Request) -> bytes:
         raise Refused(400, "Content-Length is not a number", code="invalid_length", close=True)
     if declared is not None and int(declared) > MAX_BODY:
         raise _too_big()
-    chunks, size = [], 0
-    async for chunk in request.stream():
+    chunks: list[bytes] = []
+    size = 0
+    stream = request.stream()
+    while True:
+        with anyio.move_on_after(BODY_IDLE) as waiting:
+            chunk = await anext(stream, None)
+        if waiting.cancelled_caught:
+            raise Refused(408, f"the body stopped coming for {BODY_IDLE:.0f} s",
+                          code="body_timeout", close=True)
+        if chunk is None:
+            return b"".join(chunks)
         size += len(chunk)
         if size > MAX_BODY:
             raise _too_big()
         chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _too_big() -> Refused:
