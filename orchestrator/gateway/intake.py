@@ -22,6 +22,7 @@ nesting and the parser calls back into Python: neither holds the interpreter lon
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import math
 import re
@@ -41,6 +42,7 @@ from specctl.orchestrator.gateway.errors import ECHO, Refused, quote
 MAX_BODY = 32 << 20  # a request body past this is refused (413)
 MAX_DEPTH = 64  # arrays and objects inside each other
 IN_THREAD = 64 << 10  # a body past this is parsed off the event loop
+PARSERS = 2  # bodies parsed off the event loop at once (the others wait their turn)
 BODY_IDLE = 30.0  # seconds a body may stop coming before the request is refused (408)
 _BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 _STEP = np.zeros(256, np.int8)
@@ -68,8 +70,14 @@ async def accept(request: Request, path: str, served: Collection[str]) -> Body:
     (else a 404); Refused says why not."""
     body = await read(request)
     if len(body) > IN_THREAD:
-        return await anyio.to_thread.run_sync(parse, body, path, served)
+        return await anyio.to_thread.run_sync(parse, body, path, served, limiter=_parsers())
     return parse(body, path, served)
+
+
+@functools.cache
+def _parsers() -> anyio.CapacityLimiter:
+    """Threads parsing big bodies at once: what a 32 MiB body parses into can take 850 MiB."""
+    return anyio.CapacityLimiter(PARSERS)
 
 
 async def read(request: Request) -> bytes:
