@@ -7,13 +7,14 @@ Nothing here names a backend.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import pkgutil
 from typing import TYPE_CHECKING
 
 from specctl.adapters.base import Adapter
-from specctl.orchestrator.errors import BackendError
+from specctl.orchestrator.errors import UnknownBackendError
 
 if TYPE_CHECKING:
     from specctl.orchestrator.config.paths import Dirs
@@ -43,10 +44,14 @@ def names() -> list[str]:
 
 def canonical(name: str) -> str:
     """The adapter's name for `name` or one of its aliases; a clear error otherwise."""
+    spellings: dict[str, str] = {}
     for cls in adapter_classes().values():
-        if name == cls.name or name in cls.aliases:
-            return cls.name
-    raise BackendError(f"no backend named '{name}'; known: {', '.join(names())}")
+        spellings.update({alias: cls.name for alias in (cls.name, *cls.aliases)})
+    if name in spellings:
+        return spellings[name]
+    close = difflib.get_close_matches(name.lower(), list(spellings), n=1, cutoff=0.6)
+    hint = f"did you mean {spellings[close[0]]}? " if close else ""
+    raise UnknownBackendError(f"no backend named '{name}'; {hint}known: {', '.join(names())}")
 
 
 def registry(dirs: Dirs) -> dict[str, Adapter]:

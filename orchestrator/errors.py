@@ -23,8 +23,23 @@ class HardwareError(SpecctlError):
     """Hardware could not be detected or a recorded machine could not be read."""
 
 
+class BadInputError(SpecctlError):
+    """What the user typed cannot be used: a value, a combination of flags, a name. Like a
+    command-line usage error, it exits 2 (README's exit-code table)."""
+
+    exit_code = 2
+
+
 class ModelError(SpecctlError):
     """A model reference cannot be resolved, or a model file is missing or not a GGUF."""
+
+
+class BadRefError(ModelError):
+    """Text that is not a model reference (an unknown source, a malformed hf: reference, an
+    unknown quantisation), or a model file named on the command line that is not there: bad
+    input, exit 2."""
+
+    exit_code = 2
 
 
 class IncompatibleDraftError(SpecctlError):
@@ -37,6 +52,12 @@ class DoesNotFitError(SpecctlError):
 
 class BackendError(SpecctlError):
     """A backend is missing, too old for a flag, failed to build, or crashed."""
+
+
+class UnknownBackendError(BackendError):
+    """A backend name that names no backend: bad input, exit 2."""
+
+    exit_code = 2
 
 
 class ServerError(SpecctlError):
@@ -52,6 +73,13 @@ class NotUsableError(SpecctlError):
 
 class StateError(SpecctlError):
     """State or tuning files could not be read or written."""
+
+
+class BadPathError(StateError):
+    """A file the user named for specctl to write or read cannot be used (its folder is
+    missing, it is a folder, it is not there): bad input, exit 2."""
+
+    exit_code = 2
 
 
 class ReadOnlyError(StateError):

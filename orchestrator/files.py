@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from specctl.orchestrator.errors import (
+    BadPathError,
     NameRefusedError,
     ReadOnlyError,
     StateError,
@@ -134,30 +135,30 @@ def output_path(text: str | os.PathLike[str]) -> Path:
     already is a regular file (a FIFO or device would hang or swallow it). One line if not."""
     raw = os.fspath(text)
     if not raw.strip():
-        raise StateError("cannot write to an empty path; name a file")
+        raise BadPathError("cannot write to an empty path; name a file")
     if raw.endswith(("/", os.sep)) or Path(raw).name in ("", ".", ".."):
-        raise StateError(f"cannot write {raw!r}: it names a folder; name a file in it")
+        raise BadPathError(f"cannot write {raw!r}: it names a folder; name a file in it")
     path = Path(raw)
     try:
         folder = os.stat(path.parent)
     except FileNotFoundError:
-        raise StateError(f"cannot write {path}: the folder {path.parent} does not exist; "
+        raise BadPathError(f"cannot write {path}: the folder {path.parent} does not exist; "
                          "create it first or name another") from None
     except (OSError, ValueError) as exc:
-        raise StateError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
+        raise BadPathError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
                          ) from None
     if not stat.S_ISDIR(folder.st_mode):
-        raise StateError(f"cannot write {path}: {path.parent} is {_kind(folder.st_mode)}, "
+        raise BadPathError(f"cannot write {path}: {path.parent} is {_kind(folder.st_mode)}, "
                          "not a folder")
     try:
         st: os.stat_result | None = os.stat(path)
     except FileNotFoundError:
         st = None  # a new file (or a dangling link, replaced by the file)
     except (OSError, ValueError) as exc:
-        raise StateError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
+        raise BadPathError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
                          ) from None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise StateError(f"cannot write {path}: it is {_kind(st.st_mode)}; name a file")
+        raise BadPathError(f"cannot write {path}: it is {_kind(st.st_mode)}; name a file")
     return path
 
 

@@ -116,7 +116,8 @@ OVERRIDES = [
                  help="The draft: a model reference, auto, ngram or none."),
 ]
 
-HARDWARE = click.option("--hardware", type=click.Path(path_type=Path), metavar="FILE.json",
+HARDWARE = click.option("--hardware", type=click.Path(exists=True, dir_okay=False,
+                                                      path_type=Path), metavar="FILE.json",
                         help="Plan for a recorded machine instead of this one "
                              "(written by `specctl doctor --record`).")
 
@@ -133,6 +134,12 @@ def cli() -> None:
     specctl up -p cpu-demo          launch a profile, wait until healthy, print the URL
     specctl status | logs | down
     """
+    import os
+
+    if any(v.upper().startswith("SPECCTL_") for v in os.environ):  # else nothing to check
+        from specctl.orchestrator.config import profiles, variables
+
+        variables.check(os.environ, profiles.profile_model())
 
 
 def seconds(text: str, option: str, low: float, high: float) -> float:

@@ -22,6 +22,7 @@ from specctl.orchestrator.cli import (  # noqa: F401 (registers)
     serve,
     setup,
     traffic,
+    usage,
 )
 from specctl.orchestrator.cli.base import cli, err_console
 from specctl.orchestrator.errors import ReadOnlyError, SpecctlError
@@ -73,6 +74,10 @@ def main() -> None:
     except click.exceptions.Abort:
         err_console.print("specctl: aborted")
         sys.exit(130)
+    except click.UsageError as exc:  # bad input on the command line: one line, exit 2
+        err_console.print(sanitise.line(usage.one_line(exc)), highlight=False, markup=False,
+                          soft_wrap=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -118,7 +118,7 @@ def profiles_show(name: str) -> None:
 @HARDWARE
 @click.option("--ray", "ray_address", metavar="ADDRESS",
               help="Also report the Ray cluster at ADDRESS (host:port or auto): nodes and GPUs.")
-@click.option("--record", metavar="FILE.json",
+@click.option("--record", type=click.Path(dir_okay=False), metavar="FILE.json",
               help="Write this machine's hardware to FILE (in a folder that exists) for "
                    "planning elsewhere.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stdout).")
@@ -355,26 +355,14 @@ def models_testbed() -> None:
 
 
 
-def _folders(dirs: tuple[Path, ...]) -> tuple[Path, ...]:
-    """Folders named on the command line: each one that is not a folder is refused (a typo
-    would otherwise search nothing and say nothing)."""
-    from specctl.orchestrator import sanitise
-
-    for folder in dirs:
-        if not folder.is_dir():
-            raise click.BadParameter(f"{sanitise.line(folder)} is not a folder",
-                                     param_hint="'--models-dir'")
-    return dirs
-
-
 @cli.command()
 @click.option("--target", required=True, metavar="REF",
               help="Target model: .gguf path, hf:org/repo[:quant], STORE:name (another "
                    "tool's models), testbed:KEY.")
 @click.option("--backend", "backend_name", metavar="NAME",
               help="Whose vocabulary rule applies (default: the first this machine would use).")
-@click.option("--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path),
-              callback=lambda _ctx, _param, dirs: _folders(dirs),
+@click.option("--models-dir", "models_dirs", multiple=True,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Another folder of GGUF files to search (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def drafts(target: str, backend_name: str | None, models_dirs: tuple[Path, ...],

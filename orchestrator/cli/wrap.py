@@ -13,9 +13,11 @@ import re
 import shlex
 import textwrap
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from specctl.orchestrator.cli import usage
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -136,7 +138,13 @@ class Context(click.Context):
 
 
 class Command(click.Command):
+    """A command whose help is wrapped and whose choices say "did you mean" (cli/usage.py)."""
+
     context_class = Context
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        usage.hinted(self.params)
 
 
 class Group(click.Group):
@@ -145,3 +153,7 @@ class Group(click.Group):
     context_class = Context
     command_class = Command
     group_class = type  # subgroups are Groups too
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        usage.hinted(self.params)

@@ -64,6 +64,11 @@ def _is_list(annotation: Any) -> bool:
     return any(typing.get_origin(m) in (list, tuple) for m in _members(annotation))
 
 
+def section_model(annotation: Any) -> type[BaseModel] | None:
+    """The model of a section-typed field (`server: Server`), else None."""
+    return _model(annotation)
+
+
 def _model(annotation: Any) -> type[BaseModel] | None:
     found = [m for m in _members(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
     return found[0] if found else None

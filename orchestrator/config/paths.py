@@ -20,7 +20,7 @@ from specctl.orchestrator.files import expand_user
 APP = "specctl"
 
 
-class _Variables(BaseSettings):
+class Variables(BaseSettings):
     """SPECCTL_CONFIG_DIR, SPECCTL_STATE_DIR, SPECCTL_CACHE_DIR; unset or empty: the default."""
 
     model_config = SettingsConfigDict(env_prefix="SPECCTL_", env_ignore_empty=True,
@@ -38,7 +38,7 @@ class _Variables(BaseSettings):
         return expand_user(path).absolute()
 
 
-class _Given(_Variables):
+class _Given(Variables):
     """The same variables from an explicit mapping alone: init values only, never os.environ."""
 
     @classmethod
@@ -94,5 +94,5 @@ class Dirs:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Dirs:
-        found = load_settings(_Variables) if env is None else load_settings(lambda: _Given.of(env))
+        found = load_settings(Variables) if env is None else load_settings(lambda: _Given.of(env))
         return cls(config=found.config_dir, state=found.state_dir, cache=found.cache_dir)

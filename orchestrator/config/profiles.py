@@ -34,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from specctl.orchestrator.config import overrides
+from specctl.orchestrator.config import overrides, problems
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.errors import NameRefusedError, ProfileError
@@ -213,6 +213,14 @@ class Profile(Strict):
         except NameRefusedError as exc:
             raise ValueError(f"{exc}; rename the file or set `name`") from None
 
+    @field_validator("k", mode="before")
+    @classmethod
+    def _k_number_or_auto(cls, v: Any) -> Any:
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool)):
+            return v
+        raise ValueError(f"must be a whole number from 1 to {MAX_K}, or \"auto\" (the tuned "
+                         f"result, else the cost model), not {v!r}")
+
     @field_validator("k")
     @classmethod
     def _k_positive(cls, v: int | str) -> int | str:
@@ -233,16 +241,6 @@ def profile_model() -> type[Profile]:
     sections: dict[str, Any] = {name: (cls.options, cls.options())
                                 for name, cls in backends.adapter_classes().items()}
     return create_model("Profile", __base__=Profile, **sections)
-
-
-def _moved(key: str) -> str | None:
-    """Where a key of an earlier profile format lives now, e.g. `[llamacpp] rpc_workers`."""
-    from specctl.adapters import registry as backends
-
-    for name, cls in backends.adapter_classes().items():
-        if key in cls.moved_keys:
-            return f"[{name}] {cls.moved_keys[key]}"
-    return None
 
 
 def env_overrides(environ: Mapping[str, str] | None = None) -> overrides.Overrides:
@@ -273,35 +271,6 @@ def available(dirs: Dirs) -> dict[str, Path]:
     return found
 
 
-def _format_validation(exc: ValidationError, source: str,
-                       over: overrides.Overrides | None = None,
-                       cli: Mapping[str, Any] | None = None) -> str:
-    err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"]]
-    if loc and loc[-1] in ("int", "str", "float", "literal['auto']"):
-        loc = loc[:-1]  # pydantic names the union member it tried; the user wrote the field
-    where = ".".join(loc) or "(top level)"
-    if cli and _sets(cli, loc):
-        return f"'{where}' from the command line: {err['msg']}"
-    var = over.blame(tuple(loc)) if over is not None else None
-    if var is not None:
-        return f"${var}: '{where}': {err['msg']}; fix or unset the variable"
-    if err["type"] == "extra_forbidden":
-        moved = _moved(where)
-        if moved:
-            return f"{source}: '{where}' is now {moved}; move it there"
-        return f"{source}: unknown key '{where}'; check the spelling (see `specctl profiles show`)"
-    return f"{source}: '{where}': {err['msg']}"
-
-
-def _sets(data: Mapping[str, Any], loc: list[str]) -> bool:
-    """Does nested `data` set the field at `loc` (or the section holding it)?"""
-    if not loc or loc[0] not in data:
-        return False
-    inner = data[loc[0]]
-    return not isinstance(inner, Mapping) or len(loc) == 1 or _sets(inner, loc[1:])
-
-
 def parse(text: str, name: str, source: str, cli: Mapping[str, Any] | None = None) -> Profile:
     """A profile from TOML text; the SPECCTL_* overrides, then the command line's (`cli`, nested
     like the TOML) merged over it."""
@@ -318,7 +287,7 @@ def parse(text: str, name: str, source: str, cli: Mapping[str, Any] | None = Non
     try:
         return profile_model().model_validate(data)
     except ValidationError as exc:
-        raise ProfileError(_format_validation(exc, source, over, cli)) from None
+        raise ProfileError(problems.one_line(exc, profile_model(), source, over, cli)) from None
     except RecursionError:
         raise ProfileError(f"{source}: nested too deep to be a profile") from None
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.errors import BadInputError, SpecctlError
 from specctl.orchestrator.files import inside, write_atomic, write_output
 
 
@@ -25,7 +25,8 @@ def plot_format(out: Path) -> str:
     """The image format `out`'s name asks for (none: PNG); another is refused in one line."""
     fmt = out.suffix[1:].lower() or "png"
     if fmt not in PLOT_FORMATS:
-        raise SpecctlError(f"--plot {out}: name a .{', .'.join(PLOT_FORMATS)} file")
+        raise BadInputError(f"--plot {out}: not an image file's name; name a "
+                            f".{', .'.join(PLOT_FORMATS)} file")
     return fmt
 
 
