@@ -63,18 +63,41 @@ def _verify(unit_text: str, name: str, tmp: Path) -> subprocess.CompletedProcess
                           text=True, check=False)
 
 
+def _shipped_units(manager: str) -> dict[str, str]:
+    """Every shipped profile's unit as `service install --dry-run` renders it: through the
+    command for those that plan on this machine, else (`install` refuses what `plan` refuses:
+    a CUDA profile on a CPU box) from the same spec and renderer in this process."""
+    dirs = Dirs.from_env()
+    out = {}
+    for name in profiles.available(dirs):
+        done = specctl("service", "install", "--profile", name, "--manager", manager,
+                       "--dry-run")
+        planned = specctl("plan", "--profile", name)
+        assert (done.returncode == 0) == (planned.returncode == 0), (name, done.stderr)
+        if done.returncode == 0:
+            out[name] = done.stdout
+        else:
+            assert done.stderr == planned.stderr and done.stdout == ""
+            profile = profiles.load(name, dirs)
+            spec = manage.spec_for(name, name, dirs, False, os.environ, None,
+                                   profile.server.api_key_env, profile.backend)
+            out[name] = manage.render(spec, manager)
+    return out
+
+
 def test_every_shipped_profile_gives_a_unit_systemd_accepts(tmp_path: Path) -> None:
-    names = list(profiles.available(Dirs.from_env()))
-    assert len(names) >= 5
-    for name in names:
-        for scope in (["--user"], ["--system", "--user-name", "daemon"]):  # never as root
-            done = specctl("service", "install", "--profile", name, "--manager", "systemd",
-                           *scope, "--dry-run")
-            assert done.returncode == 0, done.stderr
-            assert "KillMode=control-group" in done.stdout
-            checked = _verify(done.stdout, f"specctl-{name}.service", tmp_path)
-            assert checked.returncode == 0, (name, checked.stderr)
-            assert checked.stderr.strip() == "", (name, checked.stderr)  # not even a warning
+    found = _shipped_units("systemd")
+    assert len(found) >= 5
+    for name, text in found.items():
+        assert "KillMode=control-group" in text
+        checked = _verify(text, f"specctl-{name}.service", tmp_path)
+        assert checked.returncode == 0, (name, checked.stderr)
+        assert checked.stderr.strip() == "", (name, checked.stderr)  # not even a warning
+    done = specctl("service", "install", "--profile", "cpu-demo", "--manager", "systemd",
+                   "--system", "--user-name", "daemon", "--dry-run")  # never as root
+    assert done.returncode == 0 and "User=daemon" in done.stdout, done.stderr
+    checked = _verify(done.stdout, "specctl-cpu-demo.service", tmp_path)
+    assert checked.returncode == 0 and checked.stderr.strip() == "", checked.stderr
 
 
 def test_systemd_analyze_rejects_a_broken_unit(tmp_path: Path) -> None:
@@ -85,11 +108,8 @@ def test_systemd_analyze_rejects_a_broken_unit(tmp_path: Path) -> None:
 
 
 def test_every_plist_round_trips(tmp_path: Path) -> None:
-    for name in profiles.available(Dirs.from_env()):
-        done = specctl("service", "install", "--profile", name, "--manager", "launchd",
-                       "--dry-run")
-        assert done.returncode == 0, done.stderr
-        data = plistlib.loads(done.stdout.encode())
+    for name, text in _shipped_units("launchd").items():
+        data = plistlib.loads(text.encode())
         assert data["Label"] == f"dev.specctl.{name}"
         assert {"ProgramArguments", "RunAtLoad", "KeepAlive", "StandardOutPath",
                 "StandardErrorPath", "EnvironmentVariables"} <= set(data)

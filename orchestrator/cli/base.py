@@ -104,6 +104,16 @@ def model_or_profile(func: Callable[..., Any]) -> Callable[..., Any]:
                           metavar="[MODEL] [-- ENGINE-ARGS...]")(command)
 
 
+def address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A --host value: an IP address or a host name (a bad one is a usage error, exit 2)."""
+    from specctl.orchestrator.contract.launch import host_problem
+
+    problem = host_problem(value) if value is not None else None
+    if problem:
+        raise click.BadParameter(problem)
+    return value
+
+
 OVERRIDES = [
     click.option("--port", type=click.IntRange(1, 65535), help="Serve on this port."),
     click.option("--host", metavar="ADDRESS", help="Bind this address (beyond 127.0.0.1 needs "

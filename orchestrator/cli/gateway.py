@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
-from specctl.orchestrator.cli.base import cli, err_console, seconds
+from specctl.orchestrator.cli.base import address, cli, err_console, seconds
 
 
 @cli.command()
 @click.argument("refs", nargs=-1, metavar="[PROFILE|MODEL]...")
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", default="127.0.0.1", show_default=True, callback=address,
               help="Address to listen on; any other than loopback needs an API key.")
-@click.option("--port", default=8070, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--port", default=8070, show_default=True, type=click.IntRange(1, 65535),
+              help="Port to listen on: the one endpoint every client uses.")
 @click.option("--memory", "memory_gib", type=click.FloatRange(min=0.01, max=1 << 26),
               metavar="GIB", help="Memory the resident servers may hold together (default: the "
               "planner's budget for this machine).")

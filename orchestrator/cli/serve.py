@@ -14,6 +14,7 @@ import click
 from specctl.orchestrator import sanitise
 from specctl.orchestrator.cli import wrap
 from specctl.orchestrator.cli.base import (
+    address,
     cli,
     console,
     err_console,
@@ -206,7 +207,7 @@ def worker() -> None:
 
 @worker.command("up")
 @click.option("--port", type=click.IntRange(1, 65535), default=50052, show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", default="127.0.0.1", show_default=True, callback=address,
               help="Address to listen on. Workers have no authentication: bind beyond "
                    "loopback only on a trusted network.")
 @click.option("--threads", type=int, help="CPU threads (default: the worker's own).")
@@ -265,11 +266,13 @@ SCOPE = click.option("--system/--user", "system", default=False,
 @click.option("--gateway", "as_gateway", is_flag=True,
               help="Install `specctl gateway` (one endpoint for every profile) as the one "
                    "service instead of one profile's server.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8070, show_default=True,
-              help="With --gateway: its port.")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="With --gateway: its address (any other than loopback needs "
-                   "SPECCTL_GATEWAY_API_KEY set).")
+@click.option("--port", type=click.IntRange(1, 65535),
+              help="The server's port (default: the profile's); with --gateway, the "
+                   "gateway's (default: 8070).")
+@click.option("--host", metavar="ADDRESS", callback=address,
+              help="The address to bind (default: the profile's; with --gateway 127.0.0.1); "
+                   "beyond loopback needs an API key (the profile's server.api_key_env, or "
+                   "SPECCTL_GATEWAY_API_KEY for the gateway).")
 @SCOPE
 @MANAGER
 @click.option("--dry-run", is_flag=True, help="Print the unit/plist; write nothing.")
@@ -278,19 +281,21 @@ SCOPE = click.option("--system/--user", "system", default=False,
 @click.option("--user-name", metavar="USER",
               help="With --system: the account the service runs as (default: the user who ran "
                    "sudo, else you). Never root.")
-def service_install(profile_refs: tuple[str, ...], as_gateway: bool, port: int, host: str,
-                    system: bool, manager: str | None, dry_run: bool, enable: bool,
-                    user_name: str | None) -> None:
+def service_install(profile_refs: tuple[str, ...], as_gateway: bool, port: int | None,
+                    host: str | None, system: bool, manager: str | None, dry_run: bool,
+                    enable: bool, user_name: str | None) -> None:
     """Write a unit running `specctl up --profile NAME --foreground` (restart on failure,
-    whole-group stop, hardened), or with --gateway one running `specctl gateway`. API keys go
-    in <config>/services/NAME.env, never in the unit. A --system service runs as a named user
-    (User=), never as root.
+    whole-group stop, hardened), or with --gateway one running `specctl gateway`. The profile
+    is planned first: what `specctl plan` refuses is refused here, before anything is written.
+    API keys go in <config>/services/NAME.env, never in the unit. A --system service runs as a
+    named user (User=), never as root.
 
     \b
     specctl service install -p cpu-demo --dry-run
+    specctl service install -p cpu-demo --port 9000     (runs `up -p cpu-demo --port 9000`)
     specctl service install --gateway -p cpu-demo -p cpu-demo-q4 --enable"""
     from specctl.orchestrator.app import App
-    from specctl.orchestrator.config import profiles as profiles_mod
+    from specctl.orchestrator.config.adhoc import Flags
     from specctl.orchestrator.contract.launch import is_loopback
     from specctl.orchestrator.service import manage as service_mod
 
@@ -298,23 +303,24 @@ def service_install(profile_refs: tuple[str, ...], as_gateway: bool, port: int, 
     mgr = manager or service_mod.default_manager()
     user = service_mod.service_user(user_name, os.environ) if system else None
     if as_gateway:
-        for ref in profile_refs:  # a typo is said now, not when the service starts
-            profiles_mod.load(ref, app.dirs)
-        spec = service_mod.gateway_spec(profile_refs, host, port, app.dirs, system, os.environ,
-                                        user)
+        for ref in profile_refs:  # what would not run is said now, not when a request comes
+            app.resolve(app.load(ref))
+        gateway_host = host or "127.0.0.1"
+        spec = service_mod.gateway_spec(profile_refs, gateway_host, port or 8070, app.dirs,
+                                        system, os.environ, user)
         gateway_key = "SPECCTL_GATEWAY_API_KEY"
-        if not is_loopback(host) and gateway_key not in spec.secrets:
-            raise click.UsageError(f"a gateway on {host} needs an API key: export "
+        if not is_loopback(gateway_host) and gateway_key not in spec.secrets:
+            raise click.UsageError(f"a gateway on {gateway_host} needs an API key: export "
                                    f"{gateway_key}=<key> and install again")
         _install(spec, mgr, dry_run, enable, None)
         return
     if len(profile_refs) != 1:
         raise click.UsageError("name one profile with -p (or --gateway for several)")
-    profile_ref = profile_refs[0]
-    profile = profiles_mod.load(profile_ref, app.dirs)
+    profile_ref, flags = profile_refs[0], Flags(port=port, host=host)
+    profile = app.resolve(app.load(profile_refs[0], flags)).profile  # refused as `plan` does
     key_env = profile.server.api_key_env
     spec = service_mod.spec_for(profile.name, profile_ref, app.dirs, system, os.environ, user,
-                                key_env, profile.backend)
+                                key_env, profile.backend, flags.argv())
     _install(spec, mgr, dry_run, enable, key_env)
 
 

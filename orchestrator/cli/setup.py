@@ -66,29 +66,29 @@ def profiles(ctx: click.Context, as_json: bool) -> None:
 @click.argument("name")
 @click.argument("ref", metavar="FROM-REF")
 @override_flags
-@click.option("--force", is_flag=True, help="Replace a profile of that name.")
+@click.option("--force", is_flag=True,
+              help="Replace a profile of yours of that name, or shadow a shipped one.")
 def profiles_new(name: str, ref: str, flags: Flags, force: bool) -> None:
     """Write the profile that `specctl up FROM-REF [flags]` runs, commented, to keep and edit.
+
+    A model file's path is kept absolute (the profile works from any folder); a file that is
+    not there, a --draft that names nothing, and a name a shipped profile has (unless --force)
+    are refused.
 
     \b
     specctl profiles new coder hf:Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:Q4_K_M --port 9000
     specctl plan -p coder          (plans what `specctl plan hf:... --port 9000` plans)"""
-    from specctl.orchestrator.app import App
     from specctl.orchestrator.config import adhoc
     from specctl.orchestrator.config import profiles as profiles_mod
-    from specctl.orchestrator.files import inside, write_atomic
+    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.files import write_atomic
 
-    app = App.from_env()
-    if not adhoc.is_model_ref(ref):
-        hint = f"; did you mean hf:{ref}?" if adhoc.bare_repo(ref) else ""
-        raise SpecctlError(f"'{ref}' is not a model reference (hf:ORG/REPO[:QUANT], a .gguf "
-                           f"file, a store's STORE:NAME){hint}")
-    path = inside(app.dirs.profiles, name, ".toml", "profile name")
-    if path.exists() and not force:
-        raise SpecctlError(f"{path} exists; pick another name or pass --force")
+    dirs = Dirs.from_env()
+    ref, flags = adhoc.pinned(ref, flags)
+    path = profiles_mod.new_path(name, dirs, force)
     text = adhoc.toml_for(ref, flags, name)
     profiles_mod.parse(text, name=name, source=str(path))  # what is written is valid
-    app.dirs.profiles.mkdir(parents=True, exist_ok=True)
+    dirs.profiles.mkdir(parents=True, exist_ok=True)
     write_atomic(path, text)
     click.echo(path)
     err_console.print(f"plan it: specctl plan -p {name}    run it: specctl up -p {name}",

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from specctl.orchestrator.errors import BadInputError, BadRefError
 from specctl.orchestrator.files import expand_user
 
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
@@ -75,6 +76,48 @@ def is_model_ref(text: str) -> bool:
     if path.is_dir() and (path / "config.json").is_file():
         return True
     return bool(_STORE.fullmatch(text)) and not path.exists()
+
+
+def not_a_model(ref: str) -> BadInputError:
+    """The refusal of text that names no model (with "did you mean hf:" for a bare org/repo)."""
+    hint = f"; did you mean hf:{ref}?" if bare_repo(ref) else ""
+    return BadInputError(f"'{ref}' is not a model reference (hf:ORG/REPO[:QUANT], a .gguf "
+                         f"file, a store's STORE:NAME){hint}")
+
+
+def _local(ref: str) -> bool:
+    """A model on this machine named by its path (a .gguf file or a model folder)."""
+    if ref.startswith(("hf:", "testbed:")):
+        return False
+    return ref.endswith(".gguf") or expand_user(ref).is_dir() or not _STORE.fullmatch(ref)
+
+
+def _pinned_path(ref: str, what: str) -> str:
+    """A local model's path made absolute (the profile works from any folder); one that is not
+    there is refused."""
+    path = expand_user(ref).absolute()
+    if not path.exists():
+        raise BadRefError(f"{what} {ref}: no such file ({path}); check the path")
+    return str(path)
+
+
+def pinned(ref: str, flags: Flags) -> tuple[str, Flags]:
+    """The model and flags as a profile file keeps them (`profiles new`): a local model's path
+    absolute, and refused when it is not there or the draft names nothing specctl can use."""
+    from specctl.orchestrator.config.profiles import DRAFTLESS
+
+    if not is_model_ref(ref):
+        raise not_a_model(ref)
+    if _local(ref):
+        ref = _pinned_path(ref, "model")
+    draft = flags.draft
+    if draft is not None and draft != "auto" and draft not in DRAFTLESS:
+        if not is_model_ref(draft):
+            raise BadInputError(f"--draft {draft}: not a draft; name a model (hf:ORG/REPO"
+                                f"[:QUANT], a .gguf file, STORE:NAME), auto, ngram or none")
+        if _local(draft):
+            flags = replace(flags, draft=_pinned_path(draft, "--draft"))
+    return ref, flags
 
 
 def name_for(ref: str) -> str:

@@ -36,9 +36,16 @@ from pydantic import (
 
 from specctl.orchestrator.config import overrides, problems
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.launch import host_problem
 from specctl.orchestrator.contract.options import Options
-from specctl.orchestrator.errors import NameRefusedError, ProfileError
-from specctl.orchestrator.files import UnreadableError, check_name, expand_user, read_text
+from specctl.orchestrator.errors import BadInputError, NameRefusedError, ProfileError
+from specctl.orchestrator.files import (
+    UnreadableError,
+    check_name,
+    expand_user,
+    inside,
+    read_text,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -79,7 +86,7 @@ def no_nul(value: Any) -> Any:
 
 
 class Server(Strict):
-    host: str = "127.0.0.1"
+    host: str = Field("127.0.0.1", max_length=255)
     port: int = Field(8080, ge=1, le=65535)
     context: int = Field(8192, ge=256, le=1 << 24)
     threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; default: "
@@ -87,6 +94,14 @@ class Server(Strict):
     parallel: int = Field(1, ge=1, le=4096, description="concurrent sequences (slots)")
     api_key_env: EnvName | None = Field(None, description="environment variable holding the "
                                         "API key")
+
+    @field_validator("host")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        problem = host_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class Memory(Strict):
@@ -260,6 +275,20 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def shipped_dir() -> Path:
     return Path(str(resources.files("specctl.profiles")))
+
+
+def new_path(name: str, dirs: Dirs, force: bool) -> Path:
+    """Where `profiles new NAME` writes: refused (exit 2) when a profile of yours has the name,
+    or a shipped one does (yours would shadow it for every command), unless `force`."""
+    path = inside(dirs.profiles, name, ".toml", "profile name")
+    if force:
+        return path
+    if path.exists():
+        raise BadInputError(f"{path} exists; pick another name, or pass --force to replace it")
+    if (shipped_dir() / f"{name}.toml").is_file():
+        raise BadInputError(f"'{name}' is a shipped profile, and yours would shadow it for every "
+                            "command; pick another name, or pass --force to shadow it")
+    return path
 
 
 def available(dirs: Dirs) -> dict[str, Path]:

@@ -8,6 +8,7 @@ no unknown keys, a program to run, at most 16 failing health answers."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -72,6 +73,23 @@ def is_loopback(host: str) -> bool:
         return False
     mapped = getattr(address, "ipv4_mapped", None)
     return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+_LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
+_HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` cannot be bound (an IP address or a host name is wanted), or None."""
+    try:
+        ipaddress.ip_address(host.strip("[]") if host.startswith("[") else host)
+        return None
+    except ValueError:
+        pass
+    if len(host) <= 253 and _HOST_NAME.fullmatch(host):
+        return None
+    return (f"{host!r} is not an address; give an IP address or a host name (127.0.0.1, "
+            "0.0.0.0 for every interface, ::1, localhost)")
 
 
 def url_host(host: str) -> str:

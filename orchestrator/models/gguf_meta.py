@@ -237,8 +237,7 @@ def read_metadata(path: Path, keep: frozenset[str] = frozenset()) -> dict[str, A
                 _PARSED[key] = parse(mm, keep)[0]
         return _PARSED[key]
     except FileNotFoundError:
-        raise ModelError(f"model file {path} not found; fix the path in the profile or run "
-                         "`specctl models testbed`") from None
+        raise ModelError(f"model file {path} not found; check the path") from None
     except OSError as exc:
         raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}") from None
     except (EOFError, _Corrupt, struct.error) as exc:

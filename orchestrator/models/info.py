@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.errors import BadRefError
 from specctl.orchestrator.files import expand_user
 from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import catalog, hf_meta, testbed
@@ -46,17 +46,17 @@ class ModelRef:
 def parse_ref(text: str) -> ModelRef:
     text = text.strip()
     if not text:
-        raise ModelError("empty model reference; use a .gguf path, hf:org/repo[:quant], "
+        raise BadRefError("empty model reference; use a .gguf path, hf:org/repo[:quant], "
                          "STORE:name (`specctl drafts` shows the stores) or testbed:KEY")
     scheme, sep, rest = text.partition(":")
     if sep and scheme == "hf":
         repo, _, quant = rest.partition(":")
         if repo.count("/") != 1 or not all(repo.split("/")):
-            raise ModelError(f"'{text}': a Hugging Face reference is hf:org/repo[:quant]")
+            raise BadRefError(f"'{text}': a Hugging Face reference is hf:org/repo[:quant]")
         return ModelRef("hf", repo, quant.upper() or None)
     if sep and scheme == "testbed":
         if rest not in testbed.BY_KEY:
-            raise ModelError(f"unknown testbed model '{rest}'; known: {', '.join(testbed.BY_KEY)}")
+            raise BadRefError(f"unknown testbed model '{rest}'; known: {', '.join(testbed.BY_KEY)}")
         return ModelRef("testbed", rest)
     if sep and rest and _STORE_SCHEME.fullmatch(scheme) and not rest.startswith(("/", "\\")):
         return ModelRef(scheme, rest)  # the store named by the scheme checks the rest

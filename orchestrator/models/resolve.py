@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specctl.orchestrator.config.adhoc import bare_repo
 from specctl.orchestrator.contract.stores import ModelStore
-from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.errors import BadRefError, ModelError
 from specctl.orchestrator.files import is_file, walk
 from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import hf_meta, testbed
@@ -89,8 +89,8 @@ class Resolver:
         store = self.stores.get(ref.scheme)
         if store is None:
             known = ", ".join(f"{s}:" for s in ["hf", "testbed", *self.stores])
-            raise ModelError(f"'{text}': unknown model source '{ref.scheme}:'; use a .gguf path "
-                             f"or one of {known}")
+            raise BadRefError(f"'{text}': unknown model source '{ref.scheme}:'; use a .gguf path "
+                              f"or one of {known}")
         return ModelRef(ref.scheme, store.normalize(ref.name), ref.quant)
 
     def locate(self, ref: ModelRef, quant: str) -> Path | None:
@@ -109,8 +109,11 @@ class Resolver:
         ref = self.ref(text)
         path = self.locate(ref, default_quant or self.default_quant)
         if ref.scheme == "gguf" and path is not None and bare_repo(ref.name):
-            raise ModelError(f"no file '{text}' here; did you mean hf:{text} (a model on the "
-                             "Hugging Face Hub)?")
+            raise BadRefError(f"no file '{text}' here; did you mean hf:{text} (a model on the "
+                              "Hugging Face Hub)?")
+        if ref.scheme == "gguf" and path is not None and not path.exists():
+            raise BadRefError(f"model file {path} not found; check the path (or name a Hub model, "
+                              "hf:ORG/REPO[:QUANT])")
         if path is not None and hf_meta.is_hf_dir(path):
             return from_hf_dir(path, str(ref))
         if path is not None and (path.exists() or ref.scheme == "gguf"):

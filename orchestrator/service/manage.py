@@ -109,15 +109,18 @@ def readable_paths(dirs: Dirs, env: Mapping[str, str], profile_ref: str) -> tupl
 
 def spec_for(profile: str, profile_ref: str, dirs: Dirs, system: bool,
              env: Mapping[str, str], user: pwd.struct_passwd | None = None,
-             api_key_env: str | None = None, backends: Sequence[str] = ()) -> units.ServiceSpec:
+             api_key_env: str | None = None, backends: Sequence[str] = (),
+             flags: Sequence[str] = ()) -> units.ServiceSpec:
     """The service of `profile`, carrying the variables in force in `env` (empty: the dirs
-    alone, enough to find, show or remove an installed one)."""
+    alone, enough to find, show or remove an installed one); `flags`: `up`'s command-line
+    flags over the profile (`--port 9000`)."""
     if system and user is not None:
         dirs = dirs_of(user, dirs)
     ref = str(Path(profile_ref).resolve()) if profile_ref.endswith(".toml") else profile_ref
     items = carried(dirs, env, api_key_env)
     return units.ServiceSpec(
-        profile=profile, argv=units.service_argv((sys.executable, "-m", "specctl"), ref),
+        profile=profile,
+        argv=units.service_argv((sys.executable, "-m", "specctl"), ref, flags),
         env={c.name: c.value for c in items if not c.secret},
         secrets={c.name: c.value for c in items if c.secret},
         reasons={c.name: c.why for c in items},

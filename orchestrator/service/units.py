@@ -216,8 +216,10 @@ def status_command(spec: ServiceSpec, manager: str, uid: int) -> list[str]:
     return ["launchctl", "print", f"{domain}/{spec.label}"]
 
 
-def service_argv(program: Sequence[str], profile_ref: str) -> tuple[str, ...]:
-    return (*program, "up", "--profile", profile_ref, "--foreground")
+def service_argv(program: Sequence[str], profile_ref: str,
+                 flags: Sequence[str] = ()) -> tuple[str, ...]:
+    """`specctl up --profile REF --foreground`, with `up`'s flags over the profile."""
+    return (*program, "up", "--profile", profile_ref, "--foreground", *flags)
 
 
 GATEWAY = "gateway"  # the gateway's service name: specctl-gateway.service, dev.specctl.gateway
