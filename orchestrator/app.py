@@ -7,10 +7,10 @@ backend, so a command probes each backend at most once.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specctl.adapters import registry
 from specctl.adapters.base import Adapter
@@ -23,14 +23,16 @@ from specctl.orchestrator.contract.launch import Installed, Launch
 from specctl.orchestrator.errors import ModelError, ProfileError, SpecctlError
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.measure import certificates, tuned, winners
-from specctl.orchestrator.measure import route as route_mod
 from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.resolve import Resolver, hf_cache_dir
 from specctl.orchestrator.planning import backends, drafts, planner
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime.provision import Needs
+
+if TYPE_CHECKING:  # measure/ pulls numpy and HTTP clients in: imported where used (a fast plan)
+    from specctl.orchestrator.measure import certificates, tuned
+    from specctl.orchestrator.measure import route as route_mod
 
 
 @dataclass(frozen=True)
@@ -63,13 +65,15 @@ class Resolved:
 class App:
     dirs: Dirs
     settings: Settings
+    # where a slow step of a lookup says what it does (reading a model once for its SHA-256)
+    say: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     # what probing found, per backend, for this command's life (doctor plans every profile)
     _probed: dict[str, Installed | None] = field(default_factory=dict, compare=False, repr=False)
     _cache: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_env(cls) -> App:
-        return cls(Dirs.from_env(), Settings.from_env())
+    def from_env(cls, say: Callable[[str], None] | None = None) -> App:
+        return cls(Dirs.from_env(), Settings.from_env(), say)
 
     def resolver(self) -> Resolver:
         found = self._cache.get("resolver")
@@ -122,7 +126,9 @@ class App:
         return profiles.load(ref, self.dirs, flags.data())
 
     def tuned_key(self, plan: Plan, installed: Installed) -> str:
-        return tuned.key(plan, installed.version, self.dirs.state / "model-sha256.json")
+        from specctl.orchestrator.measure import tuned
+
+        return tuned.key(plan, installed.version, self.dirs.state / "model-sha256.json", self.say)
 
     def tuned_result(self, plan: Plan, installed: Installed) -> planner.Tuned | None:
         """The saved `specctl tune` result for this machine, build and model files. One that fails
@@ -130,6 +136,8 @@ class App:
         found = self.saved_tune(plan, installed)
         if found is None:
             return None
+        from specctl.orchestrator.measure import tuned
+
         return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary,
                              tuple((a, b, k) for a, b, k in found.k_by_batch),
                              tuned.steps_of(found.chain), found.serves, found.state)
@@ -138,6 +146,8 @@ class App:
         """The saved `specctl tune` result for this plan's machine, build and model files."""
         if not any(self.dirs.tuned.glob("*.json")):
             return None  # nothing tuned yet: do not hash the model files
+        from specctl.orchestrator.measure import tuned
+
         return tuned.load(self.dirs.tuned, self.tuned_key(plan, installed))
 
     def route(self, written: Resolved) -> tuple[route_mod.Route | None, str]:
@@ -149,10 +159,14 @@ class App:
         found = self.saved_tune(written.plan, written.installed)
         if found is None:
             return None, "not tuned yet on this machine and build (run `specctl tune`)"
+        from specctl.orchestrator.measure import route as route_mod
+
         return route_mod.route_for(written.plan, found, written.backend)
 
     def certificate_of_run(self, plan: Mapping[str, Any]) -> certificates.Found | None:
         """The losslessness certificate state of a run's recorded plan (`status`)."""
+        from specctl.orchestrator.measure import certificates
+
         return certificates.for_run(self.dirs.state, plan)
 
     def model_folders(self, extra: tuple[Path, ...] = ()) -> list[tuple[Path, str]]:
@@ -263,6 +277,8 @@ class App:
         """The backend `bench --backends` measured fastest for this profile on this machine."""
         if probed is None or len(profile.backend) == 1:
             return None
+        from specctl.orchestrator.measure import winners
+
         try:
             found = winners.load(self.dirs.state / "backends", profile.name, hw.fingerprint())
         except SpecctlError:

@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.models import testbed
+from specctl.orchestrator.models import digest, testbed
 from specctl.orchestrator.runtime.servers import free_port
 from specctl.orchestrator.sizes import GIB
 from tests.cli import specctl
@@ -182,7 +182,7 @@ def test_pull_resumes_after_the_server_is_killed_halfway_and_checks_the_file(
                    for r in ranged), "the download did not resume"
     local = Path(done.stdout.strip().splitlines()[-1].split(": ", 1)[1])
     assert local.stat().st_size == size
-    assert testbed.sha256_file(local) == testbed.BY_KEY["smollm2-135m"].sha256
+    assert digest.sha256_file(local) == testbed.BY_KEY["smollm2-135m"].sha256
     again = specctl("models", "pull", ref, env=env)
     assert again.returncode == 0 and "already on disk" in again.stderr
 

@@ -60,7 +60,7 @@ def up(ref: str, flags: Flags, foreground: bool, no_provision: bool, no_download
     from specctl.orchestrator.service import envfile
 
     envfile.apply(os.environ)  # a launchd service's secrets (systemd reads its file itself)
-    app = App.from_env()
+    app = App.from_env(say=_say)
     if handoff is not None:  # the detached supervisor: run what the parent resolved
         sys.exit(command.supervise(app, handoff, console.print).code)
 

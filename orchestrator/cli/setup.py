@@ -223,7 +223,7 @@ def plan(ref: str, flags: Flags, hardware: Path | None, as_json: bool) -> None:
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.planning.plan import plan_json
 
-    app = App.from_env()
+    app = App.from_env(say=lambda line: err_console.print(line, highlight=False, markup=False))
     resolved = app.resolve(app.load(ref, flags), hardware)
     launch = resolved.launch()
     found = _certificate(app, resolved) if hardware is None else None
@@ -244,7 +244,7 @@ def _certificate(app: App, resolved: Resolved) -> certificates.Found | None:
 
     if not resolved.plan.speculative or resolved.installed.assumed:
         return None
-    return certificates.for_plan(app.dirs.state, resolved.plan, resolved.installed)
+    return certificates.for_plan(app.dirs.state, resolved.plan, resolved.installed, app.say)
 
 
 @cli.group()

@@ -146,19 +146,23 @@ def engine_of(backend: str, version: str, program: str | None, cache_file: Path)
     return Engine(backend=backend, version=version, program=program or "-", sha256=sha)
 
 
-def setting_of(plan: Plan, cache_file: Path) -> Setting:
-    return Setting(target=plan.target.ref, target_sha256=tuned.model_id(plan.target, cache_file),
+def setting_of(plan: Plan, cache_file: Path, say: tuned.Say | None = None) -> Setting:
+    return Setting(target=plan.target.ref,
+                   target_sha256=tuned.model_id(plan.target, cache_file, say),
                    draft=plan.draft.ref if plan.draft else None,
-                   draft_sha256=tuned.model_id(plan.draft, cache_file), method=plan.method,
+                   draft_sha256=tuned.model_id(plan.draft, cache_file, say), method=plan.method,
                    k=plan.k if plan.speculative else 0)
 
 
-def for_plan(state: Path, plan: Plan, installed: Installed) -> Found:
-    """The certificate state of a resolved plan on the installed engine (`plan`, `bench`)."""
+def for_plan(state: Path, plan: Plan, installed: Installed,
+             say: tuned.Say | None = None) -> Found:
+    """The certificate state of a resolved plan on the installed engine (`plan`, `bench`);
+    with no certificate saved at all, nothing is hashed to find none."""
     cache_file = sha_cache(state)
-    return find(folder(state), setting_of(plan, cache_file),
-                engine_of(plan.backend, installed.version, installed.path, cache_file),
-                plan.profile)
+    engine = engine_of(plan.backend, installed.version, installed.path, cache_file)
+    if not any(folder(state).glob("*.json")):
+        return Found("none", engine, None, plan.profile)
+    return find(folder(state), setting_of(plan, cache_file, say), engine, plan.profile)
 
 
 def for_run(state: Path, plan: Mapping[str, Any]) -> Found | None:

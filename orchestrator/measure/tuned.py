@@ -1,7 +1,8 @@
 """Saved tuning results, keyed by hardware fingerprint, backend build and both models' SHA-256.
 
-A model's SHA is computed once and remembered by (path, size, mtime) in the state dir, so `plan`
-and `up` find the result without re-reading gigabytes. A result is validated with the same
+A model's SHA is the one taken when the file arrived (models/digest.py), else computed once and
+remembered by (path, size, mtime) in the state dir, so `plan` and `up` find the result without
+re-reading gigabytes. A result is validated with the same
 model, and held to the same limits as a profile (k 1-32, p-min 0-1), whether fresh or read back:
 a file that fails is moved aside and reported in one line, never trusted (its k would go to
 argv).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,9 +26,9 @@ from specctl.orchestrator.files import (
     read_text,
     write_atomic,
 )
-from specctl.orchestrator.measure.engine import MARGIN
+from specctl.orchestrator.humanize import size as human_size
+from specctl.orchestrator.models import digest
 from specctl.orchestrator.models.info import ModelInfo
-from specctl.orchestrator.models.testbed import sha256_file
 from specctl.orchestrator.planning.plan import NGRAMS, Method, Plan, Step
 
 Ratio = Annotated[float, Field(ge=0, le=1e6)]  # a speedup, tokens/s or seconds: finite
@@ -34,7 +36,16 @@ Rate = Annotated[float, Field(ge=0, le=1)]
 _SHAS = TypeAdapter(dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]])
 
 
-def file_sha(path: Path, cache_file: Path) -> str:
+Say = Callable[[str], None]
+LOUD_BYTES = 256 << 20  # a file this large takes a noticeable while to hash: it is said first
+
+
+def file_sha(path: Path, cache_file: Path, say: Say | None = None) -> str:
+    """The file's SHA-256: taken on arrival (models/digest.py), remembered by path, size and
+    mtime, or read now (once; said first when the file is large)."""
+    arrived = digest.known(path)
+    if arrived is not None:
+        return arrived
     st = path.stat()
     stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     try:
@@ -42,22 +53,25 @@ def file_sha(path: Path, cache_file: Path) -> str:
     except (OSError, ValueError, UnreadableError):  # missing or not a cache: hash anew
         known = {}
     if stamp not in known:
-        known[stamp] = sha256_file(path)
+        if say is not None and st.st_size >= LOUD_BYTES:
+            say(f"reading {path.name} ({human_size(st.st_size)}) once for its SHA-256, which "
+                "keys its saved tune and certificates (remembered by its size and time)")
+        known[stamp] = digest.sha256_file(path)
         write_atomic(cache_file, json.dumps(known, indent=1))
     return known[stamp]
 
 
-def model_id(info: ModelInfo | None, cache_file: Path) -> str:
+def model_id(info: ModelInfo | None, cache_file: Path, say: Say | None = None) -> str:
     if info is None:
         return "-"
     if info.path is not None and info.path.is_file():
-        return file_sha(info.path, cache_file)
+        return file_sha(info.path, cache_file, say)
     return f"ref:{info.ref}"  # not on disk (planning elsewhere): the reference stands in
 
 
-def key(plan: Plan, backend_version: str, cache_file: Path) -> str:
+def key(plan: Plan, backend_version: str, cache_file: Path, say: Say | None = None) -> str:
     parts = [plan.hardware.fingerprint(), plan.backend, backend_version,
-             model_id(plan.target, cache_file), model_id(plan.draft, cache_file)]
+             model_id(plan.target, cache_file, say), model_id(plan.draft, cache_file, say)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
 
 
@@ -185,6 +199,8 @@ class Result(_Model):
     def serves(self) -> bool:
         """Whether `up` serves it: speculation on, its interval's bottom above 1.00x and its
         point over the baseline by the margin every comparison uses (a near-tie is noise)."""
+        from specctl.orchestrator.measure.engine import MARGIN  # (it pulls the HTTP client in)
+
         return self.method != "none" and self.speedup > 1 + MARGIN and (
             self.low is None or self.low > 1.0)
 

@@ -17,7 +17,7 @@ import enum
 import mmap
 import stat
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +75,13 @@ class _Corrupt(ValueError):
 
 @dataclass(frozen=True)
 class ArrayInfo:
-    """An array value that was skipped: its item type and length."""
+    """An array value that was skipped: its item type and length, and where its items lie in
+    the file (so a vocabulary's bytes are read again without walking the header)."""
 
     item_type: ValueType
     length: int
+    start: int = field(default=0, compare=False)
+    end: int = field(default=0, compare=False)
 
 
 _U32 = struct.Struct("<I")
@@ -187,13 +190,14 @@ class _Cursor:
             values = list(struct.unpack_from(f"<{n}{fmt}", self.buf, self.pos))
             self.pos = end
             return values
+        start = self.pos
         if item == ValueType.STRING:
             self.skip_strings(n)
         else:
             self.pos += n * _SCALARS[item].size
             if self.pos > self.size:
                 raise self.end()
-        return ArrayInfo(item, n)
+        return ArrayInfo(item, n, start, self.pos)
 
 
 def parse(buf: bytes | mmap.mmap, keep: frozenset[str] = frozenset()
@@ -247,7 +251,15 @@ def read_metadata(path: Path, keep: frozenset[str] = frozenset()) -> dict[str, A
 
 def token_bytes(path: Path, first: int, last: int) -> bytes | None:
     """The raw bytes of tokens first..last-1 of the vocabulary (each length-prefixed, as stored):
-    equal bytes, equal token texts, without decoding 10^5 strings. None without a vocabulary."""
+    equal bytes, equal token texts, without decoding 10^5 strings. None without a vocabulary.
+    Up to the vocabulary's end, its span from the parsed header is used (no second walk)."""
+    try:
+        tokens = read_metadata(path).get(TOKENS_KEY)
+    except ModelError:
+        tokens = None
+    if isinstance(tokens, ArrayInfo) and tokens.item_type == ValueType.STRING and \
+            last >= tokens.length and tokens.end > tokens.start:
+        return _tail_tokens(path, tokens, first)
     try:
         with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             cur = _Cursor(mm)
@@ -271,6 +283,22 @@ def token_bytes(path: Path, first: int, last: int) -> bytes | None:
     except (OSError, ValueError, EOFError):
         return None  # unreadable here: the caller reads the tokens and says why
     return None
+
+
+def _tail_tokens(path: Path, tokens: ArrayInfo, first: int) -> bytes | None:
+    """The vocabulary's bytes from token `first` to its end, by its span in the file."""
+    try:
+        with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if tokens.end > len(mm):
+                return None  # the file changed since it was parsed
+            cur = _Cursor(mm)
+            cur.pos = tokens.start
+            cur.skip_strings(min(first, tokens.length))
+            if tokens.end - cur.pos > MAX_KEPT:
+                return None
+            return bytes(mm[cur.pos:tokens.end])
+    except (OSError, ValueError, EOFError, _Corrupt, struct.error):
+        return None
 
 
 def count(meta: dict[str, Any], key: str, path: Path, default: int = 0) -> int:

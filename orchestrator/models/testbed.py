@@ -7,7 +7,6 @@ pinned hash, and derives the F16 target with a GGUF quantize tool from an instal
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.models.digest import marker_stamp, sha256_file
 
 Progress = Callable[[str], None]
 
@@ -63,20 +63,12 @@ def path_of(key: str, models_dir: Path) -> Path:
     return testbed_dir(models_dir) / BY_KEY[key].filename
 
 
-def sha256_file(path: Path, chunk: int = 8 << 20) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _verified(path: Path, model: TestbedModel) -> bool:
     """A file is trusted once its hash matched; a marker keeps the 5 GB from being re-hashed."""
     marker = path.with_name(path.name + ".sha256")
     if not path.is_file():
         return False
-    stamp = f"{model.sha256} {path.stat().st_size} {path.stat().st_mtime_ns}"
+    stamp = marker_stamp(model.sha256, path.stat())
     if marker.is_file() and marker.read_text() == stamp:
         return True
     if sha256_file(path) != model.sha256:
