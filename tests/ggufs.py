@@ -28,6 +28,7 @@ def write_gguf(
     add_bos: bool | None = False,
     add_eos: bool | None = None,
     file_type: int | None = int(gguf.LlamaFileType.MOSTLY_Q4_K_M),
+    context: int | None = None,
 ) -> Path:
     """Write a GGUF with the given metadata and return its path."""
     writer = gguf.GGUFWriter(path, arch)
@@ -39,6 +40,8 @@ def write_gguf(
     writer.add_embedding_length(embedding)
     if key_length is not None:
         writer.add_key_length(key_length)
+    if context is not None:
+        writer.add_context_length(context)
     if file_type is not None:
         writer.add_file_type(file_type)
     writer.add_tokenizer_model(tokenizer_model)

@@ -92,7 +92,7 @@ def test_flags_override_a_profile_and_its_environment(monkeypatch: pytest.Monkey
     assert got["method"] == "ngram" and got["draft"] is None
     code, out, err = run_main(monkeypatch, capsys, "plan", "-p", "cpu-demo", "--backend", "nope")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "command line" in err and "nope" in err
+    assert err.startswith("specctl: error: --backend: ") and "nope" in err
 
 
 def test_a_bare_org_repo_suggests_hf_in_one_line(monkeypatch: pytest.MonkeyPatch,

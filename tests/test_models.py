@@ -95,7 +95,7 @@ def test_catalog_model_not_on_disk(resolver: Resolver) -> None:
     assert info.size_bytes == int(70.55e9 * catalog.BYTES_PER_WEIGHT["Q4_K_M"])
     assert info.size_bytes == pytest.approx(42.72e9, abs=0.01e9)
     assert (info.layers, info.kv_heads, info.head_dim, info.vocab_size) == (80, 8, 128, 128256)
-    assert info.describe().endswith("(not on disk)")
+    assert info.describe().endswith("not on disk)") and "about 39.8 GiB" in info.describe()
 
 
 def test_catalog_quant_from_the_default(resolver: Resolver) -> None:

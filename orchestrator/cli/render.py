@@ -51,7 +51,7 @@ def show_plan(console: Console, plan: Plan, installed: Installed, launch: Launch
         ("speculation", plan.describe_spec() if plan.speculative else "off"),
         ("memory", "{} of {}: {}".format(*gib_pair(m.device_bytes, m.budget.limit),
                                          m.breakdown())),
-        ("url", launch.base_url))])
+        ("url", launch.base_url), *(("note", n) for n in plan.notices))])
     console.print("\n[bold]argv[/bold]")
     for line in wrap.shell(launch.argv, console.width):  # pastes back as the same command
         console.print(sanitise.line(line), soft_wrap=True, highlight=False, markup=False)

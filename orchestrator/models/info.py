@@ -99,6 +99,7 @@ class ModelInfo:
     kind: str = "model"  # model | eagle | eagle3 | mtp (built-in MTP layers) | medusa
     spec_heads: int = 0  # built-in speculative heads: Medusa heads or MTP layers
     expert_share: float = 0.0  # an MoE: the share of its weights in experts (0: dense)
+    context: int = 0  # the context it was trained for, in tokens (0: not known)
     bos_id: int | None = None
     eos_id: int | None = None
     add_bos: bool | None = None
@@ -113,9 +114,17 @@ class ModelInfo:
         """K and V, all layers, at 2 bytes per element."""
         return self.layers * self.kv_heads * self.head_dim * 2 * 2
 
+    @property
+    def estimated(self) -> bool:
+        """Its size is the catalog's estimate (parameters x bytes per weight), not a file's."""
+        return self.source == "catalog" and self.path is None
+
     def describe(self) -> str:
         where = f" (on the Hub: {self.remote.short})" if self.remote else " (not on disk)"
-        size = human_size(self.size_bytes) + ("" if self.path else where)
+        if self.estimated:
+            where = " (the catalog's estimate: the Hub could not be asked; not on disk)"
+        size = ("about " if self.estimated else "") + human_size(self.size_bytes) + (
+            "" if self.path else where)
         return f"{self.name} [{self.quant or '?'}] {size}"
 
 
@@ -144,7 +153,7 @@ def from_gguf(path: Path, ref: str) -> ModelInfo:
         params_b=known.params_b if known else None,
         quant=file_type_name(meta), size_bytes=path.stat().st_size,
         family=known.family if known else arch, kind=kind, spec_heads=nextn,
-        expert_share=known.expert_share if known else 0.0,
+        expert_share=known.expert_share if known else 0.0, context=num("context_length"),
         bos_id=token_id(meta, "tokenizer.ggml.bos_token_id"),
         eos_id=token_id(meta, "tokenizer.ggml.eos_token_id"),
         add_bos=_opt_bool(meta.get("tokenizer.ggml.add_bos_token")),
@@ -173,6 +182,7 @@ def from_hf_dir(folder: Path, ref: str) -> ModelInfo:
         size_bytes=hf_meta.weights_bytes(folder), family=known.family if known else
         str(cfg.get("model_type", "")), kind=_kind(cfg, known.kind if known else "model"),
         spec_heads=_spec_heads(cfg),
+        context=max(_opt_int(cfg.get("max_position_embeddings")) or 0, 0),
         bos_id=_opt_int(cfg.get("bos_token_id")), eos_id=_opt_int(cfg.get("eos_token_id")),
         source="file")
 
@@ -226,6 +236,7 @@ def from_catalog(ref: ModelRef, default_quant: str) -> ModelInfo | None:
         vocab_size=known.vocab, vocab_type=known.vocab_type, tokenizer=known.tokenizer,
         params_b=known.params_b, quant=quant, size_bytes=size, family=known.family,
         kind=known.kind, spec_heads=known.spec_heads, expert_share=known.expert_share,
+        context=known.context,
     )
 
 

@@ -9,6 +9,7 @@ else, when the Hub cannot be reached, from the built-in catalog.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shlex
@@ -22,6 +23,7 @@ from specctl.orchestrator.errors import BadRefError, ModelError
 from specctl.orchestrator.files import is_file, walk
 from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import hf_meta, testbed
+from specctl.orchestrator.models.catalog import BYTES_PER_WEIGHT
 from specctl.orchestrator.models.gguf_meta import read_metadata
 from specctl.orchestrator.models.hub import SIDECARS, Hub, Repo, RepoFile, pick_quant
 from specctl.orchestrator.models.info import (
@@ -133,6 +135,12 @@ class Resolver:
         if info is None:
             raise ModelError(unreachable or f"model '{text}' is not on disk and not in the "
                              f"catalog; {self.how_to_get(ref)}")
+        if ref.quant and ref.quant not in BYTES_PER_WEIGHT:  # no size to plan with: no guess
+            close = difflib.get_close_matches(ref.quant, list(GGUF_QUANTS), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise BadRefError(f"'{text}': {ref.quant} is no quantisation specctl can size "
+                              f"without the Hub (it knows {', '.join(sorted(GGUF_QUANTS))}); "
+                              f"{hint}ask the Hub once with network to plan it")
         if unreachable:
             why = "as above" if self._said else unreachable  # one offline note per command
             self._said.add("offline")

@@ -66,6 +66,9 @@ class Plan:
     options: Options = field(default_factory=Options)
     extra_args: tuple[str, ...] = ()  # passed to the engine as given (its adapter checks them)
     reasons: tuple[str, ...] = ()
+    # what the plan changed of what was asked (a context held to the model's, a KV cache
+    # quantised to fit): said on the plan's main lines, not only among the reasons
+    notices: tuple[str, ...] = ()
 
     @property
     def context(self) -> int:
@@ -137,4 +140,5 @@ def plan_json(plan: Plan, installed: Installed, launch: Launch) -> dict[str, Any
         "extra_args": list(plan.extra_args), "argv": list(launch.argv), "env": dict(launch.env),
         "env_from": dict(launch.env_from), "url": launch.base_url, "model": launch.model,
         "memory": plan.memory.to_json(), "reasons": list(plan.reasons),
+        "notices": list(plan.notices),
     }

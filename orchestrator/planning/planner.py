@@ -228,7 +228,7 @@ def _room(budget: Budget, backend: Adapter, target: ModelInfo) -> int:
 
 def _fit(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
          installed: Installed, target: ModelInfo, draft: ModelInfo | None, budget: Budget,
-         reasons: list[str]) -> tuple[MemoryPlan, Options]:
+         context: int, reasons: list[str]) -> tuple[MemoryPlan, Options]:
     """The memory plan, on the devices the options name (`budget`, computed once for them);
     when it does not fit, on the wider layouts the backend infers (e.g. vLLM's tensor
     parallelism, each its own budget), before a refusal."""
@@ -243,7 +243,7 @@ def _fit(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
         except SpecctlError as exc:
             raise type(exc)(f"{profile.name}: {exc}") from None
         try:
-            mem, notes = memory.plan(target, draft, profile.server.context, profile.memory,
+            mem, notes = memory.plan(target, draft, context, profile.memory,
                                      devices, backend.cache_types, backend.spills)
         except DoesNotFitError as exc:
             refusal = refusal or exc  # the first refusal: the profile's own layout
@@ -254,6 +254,37 @@ def _fit(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
     tried = "" if len(tries) == 1 else (
         f" (nor on {', '.join(str(backend.devices(o)) for o, _ in tries[1:])} GPUs)")
     raise DoesNotFitError(f"{profile.name} on {hw.name}: {refusal}{tried}") from None
+
+
+def _context(profile: Profile, target: ModelInfo, reasons: list[str],
+             notices: list[str]) -> int:
+    """The context to plan: the profile's (or --ctx), refused beyond what the target was
+    trained for when it was asked for, and held to it, said, when it is the default."""
+    asked, trained = profile.server.context, target.context
+    if not trained or asked <= trained:
+        return asked
+    if "context" in profile.server.model_fields_set:
+        raise ProfileError(f"{profile.name}: context {asked} tokens is beyond what "
+                           f"{target.name} was trained for ({trained}); set --ctx "
+                           f"(server.context) to {trained} or less")
+    line = (f"Context {trained} tokens, not the default {asked}: {target.name} was trained for "
+            f"{trained}.")
+    reasons.append(line)
+    notices.append(line)
+    return trained
+
+
+def _changed(asked: int, first_type: str, mem: MemoryPlan) -> str | None:
+    """What fitting memory changed of what was asked (the KV cache's type, the context), as a
+    line for the plan's main lines; None when nothing was changed."""
+    changes = []
+    if mem.cache_type != first_type:
+        changes.append(f"KV cache {mem.cache_type}, not {first_type}")
+    if mem.context != asked:
+        changes.append(f"context {mem.context} tokens, not {asked}")
+    if not changes:
+        return None
+    return f"{' and '.join(changes)}, to fit the memory budget ({mem.budget.why})."
 
 
 def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
@@ -272,12 +303,13 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         raise ProfileError(f"{profile.name}: {choice.name} checks no API key, so server.host = "
                            f"{srv.host} would serve anyone who can reach it; bind to 127.0.0.1 "
                            "and put an authenticating proxy in front to share it")
-    reasons = list(choice.reasons)
+    reasons, notices = list(choice.reasons), list[str]()
     options = profile.section(choice.name)
     target = resolver.resolve(options.target or profile.target, backend.default_quant)
     if target.note:
         reasons.append(target.note + ".")
     target = _servable(target, backend, resolver, reasons)
+    context = _context(profile, target, reasons, notices)
     method = _method(profile, options)
     if method not in choice.installed.methods:
         reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
@@ -287,7 +319,11 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
     method, draft = _draft(profile, method, target, backend, choice.installed, options, resolver,
                            pick_draft, _room(budget, backend, target), reasons)
     mem, options = _fit(profile, hw, backend, options, choice.installed, target, draft, budget,
-                        reasons)
+                        context, reasons)
+    first_type = profile.memory.cache_type if profile.memory.cache_type != "auto" else \
+        backend.cache_types[0]
+    changed = _changed(context, first_type, mem)
+    notices += [changed] if changed else []
     if profile.k == "auto":
         k, why = _auto_k(method, target, draft, mem.speed)
         k_source = "cost model"
@@ -302,7 +338,7 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
         p_min=profile.speculative.p_min, ngram_min=profile.speculative.ngram_min,
         ngram_max=profile.speculative.ngram_max, api_key_env=srv.api_key_env, options=options,
         chain=_chain(profile, method, choice.installed, reasons),
-        extra_args=tuple(profile.extra_args),
+        extra_args=tuple(profile.extra_args), notices=tuple(notices),
     )
     try:
         found = tuned(plan, choice.installed) if profile.k == "auto" and method != "none" \
