@@ -6,6 +6,7 @@ backend, so a command probes each backend at most once.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,7 +21,8 @@ from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.contract.launch import Installed, Launch
-from specctl.orchestrator.errors import ModelError, ProfileError, SpecctlError
+from specctl.orchestrator.errors import BadInputError, ModelError, ProfileError, SpecctlError
+from specctl.orchestrator.files import check_name, inside
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.hub import Hub
@@ -124,6 +126,23 @@ class App:
             raise ProfileError(f"'{ref}' is neither a profile nor a file; did you mean "
                                f"hf:{ref} (a model on the Hugging Face Hub)?")
         return profiles.load(ref, self.dirs, flags.data())
+
+    def check_run_name(self, name: str) -> None:
+        """`down NAME` of a name specctl never ran nor has a profile of (a typo) is bad input:
+        one line with the closest names (exit 2), rather than "was not running"."""
+        from specctl.orchestrator.runtime import state
+
+        runs = self.dirs.runs
+        check_name(name, "profile name")
+        left = (state.state_path(runs, name), state.lock_path(runs, name),
+                inside(self.dirs.logs, name, ".log", "profile name"))
+        known = {*state.all_profiles(runs), *profiles.available(self.dirs)}
+        if name in known or any(path.exists() for path in left):
+            return
+        close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise BadInputError(f"nothing named '{name}' was run here and no profile has that "
+                            f"name; {hint}`specctl status` lists what runs")
 
     def tuned_key(self, plan: Plan, installed: Installed) -> str:
         from specctl.orchestrator.measure import tuned

@@ -69,3 +69,11 @@ def test_a_variable_of_your_own_is_left_alone(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("SPECCTL_MY_KEY", "secret")  # e.g. a profile's api_key_env
     code, _, err = run_main(monkeypatch, capsys, "status")
     assert code == 0, err
+
+
+def test_down_of_a_typo_says_did_you_mean(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    line = refused(monkeypatch, capsys, "down", "cpu-dmeo")
+    assert "did you mean cpu-demo" in line
+    code, out, err = run_main(monkeypatch, capsys, "down", "cpu-demo")  # a profile: idempotent
+    assert code == 0 and "was not running" in out, err

@@ -100,7 +100,8 @@ def _say(line: str) -> None:
 @click.argument("name", required=False)
 @click.option("--all", "all_", is_flag=True, help="Stop every running profile.")
 def down(name: str | None, all_: bool) -> None:
-    """Stop a profile's server (the whole process group) and its supervisor.
+    """Stop a profile's server (the whole process group) and its supervisor. A name that
+    never ran here and names no profile is refused (exit 2) with the closest names.
 
     \b
     specctl down cpu-demo
@@ -112,6 +113,8 @@ def down(name: str | None, all_: bool) -> None:
     app = App.from_env()
     if not all_ and not name:
         raise click.UsageError("name a profile, or pass --all")
+    if name and not all_:
+        app.check_run_name(name)  # a typo is said, not "was not running"
     names = state.all_profiles(app.dirs.runs) if all_ else [name or ""]
     if not names:
         err_console.print("nothing running")
