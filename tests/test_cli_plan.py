@@ -186,7 +186,7 @@ def test_missing_hardware_file(monkeypatch: pytest.MonkeyPatch,
     missing = tmp_path / "nowhere.json"
     code, _, err = run_main(monkeypatch, capsys, "plan", "-p", "m3-ultra-70b", "--hardware",
                             str(missing))
-    assert code == 1
+    assert code == 2  # a file named on the command line that is not there: bad input
     assert len(err.strip().splitlines()) == 1
     assert str(missing) in err
 

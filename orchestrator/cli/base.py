@@ -36,7 +36,7 @@ class _LazyConsole:
             # prose wraps at words to the terminal's width (80 when piped, or $COLUMNS);
             # what rich would not wrap as wanted goes through cli/wrap.py first (a hanging
             # indent, argv as shell lines); error lines stay one line (soft_wrap)
-            self._console = Console(stderr=self._stderr)
+            self._console = Console(stderr=self._stderr, emoji=False)  # ":x:" stays text
             self._console.push_render_hook(strip_control())  # no ESC from outside, ever
         return self._console
 

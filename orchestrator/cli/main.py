@@ -48,7 +48,7 @@ def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):  # the supervisor sets its own while it serves
         signal.signal(sig, _exit_on)
     try:
-        cli.main(standalone_mode=False)
+        cli.main(standalone_mode=False, prog_name="specctl")
     except SpecctlError as exc:  # its text holds names, paths and answers from outside
         err_console.print(f"specctl: error: {sanitise.line(exc)}", highlight=False,
                           markup=False, soft_wrap=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
@@ -19,12 +19,13 @@ from specctl.orchestrator.cli.base import (
     override_flags,
 )
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.sizes import gib, in_gib
+from specctl.orchestrator.sizes import gib
 
 if TYPE_CHECKING:
     from specctl.orchestrator.app import App, Resolved
+    from specctl.orchestrator.commands import doctor as command
     from specctl.orchestrator.config.adhoc import Flags
-    from specctl.orchestrator.machine.hardware import Hardware
+    from specctl.orchestrator.machine import cluster
     from specctl.orchestrator.measure import certificates
 
 
@@ -124,7 +125,9 @@ def profiles_show(name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stdout).")
 def doctor(hardware: Path | None, ray_address: str | None, record: str | None,
            as_json: bool) -> None:
-    """Show this machine, the backends found, and what would run.
+    """Show this machine, the backends found, and what would run here: the profiles whose plan
+    fits and whose backend is here (or which `up` installs). With --hardware, the recorded
+    machine and what would run there (its backends assumed: they are not known).
 
     \b
     specctl doctor
@@ -132,77 +135,49 @@ def doctor(hardware: Path | None, ray_address: str | None, record: str | None,
     from specctl.orchestrator import sanitise
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
-    from specctl.orchestrator.config import profiles as profiles_mod
+    from specctl.orchestrator.commands import doctor as command
     from specctl.orchestrator.files import output_path, write_output
+    from specctl.orchestrator.machine import cluster
 
     if record is not None:
         output_path(record)  # a typo'd folder is refused before anything is detected
+    nodes = cluster.ray_nodes(ray_address, sys.executable) if ray_address else None  # first
     app = App.from_env()
     hw = app.hardware(hardware)
     if record is not None:
         written = write_output(record, json.dumps(hw.to_json(), indent=2) + "\n")
         err_console.print(f"recorded to {sanitise.line(written)}", highlight=False,
                           markup=False)
+    found = command.backends(app, hardware)
+    verdicts = command.verdicts(app, hardware)
     if as_json:
-        click.echo(json.dumps(_doctor_json(app, hw, hardware is None), indent=2))
+        click.echo(json.dumps({"machine": hw.to_json(), "backends": [b.to_json() for b in found],
+                               "tips": _tips(app, found), "profiles": [v.to_json()
+                                                                       for v in verdicts]},
+                              indent=2))
         return
     render.show_hardware(console, hw)
     console.print()
-    registry = app.backends()
-    probed = app.probe(registry)
-    render.hanging(console, [(f"{name:9}", found.describe() if found else
-                              f"not found ({registry[name].install_hint})")
-                             for name, found in probed.items()])
-    for backend in registry.values():
-        for tip in backend.tips(probed):
-            console.print(f"tip: {tip}", highlight=False, markup=False)
-    if ray_address:
-        _show_ray(ray_address)
-    if hardware:
-        return
-    console.print("\n[bold]what would run here[/bold]")
-    verdicts = []
-    for name in profiles_mod.available(app.dirs):
-        try:
-            plan = app.resolve(name).plan
-            verdict = (f"{plan.backend}: {plan.describe_spec()}, "
-                       f"{gib(plan.memory.device_bytes)}")
-        except SpecctlError as exc:
-            verdict = f"no: {exc}"
-        verdicts.append((f"  {name}", sanitise.line(verdict)))
-    render.hanging(console, verdicts, bold=False)
+    render.hanging(console, [(f"{b.name:9}", sanitise.line(b.line)) for b in found])
+    for tip in _tips(app, found):
+        console.print(f"tip: {tip}", highlight=False, markup=False)
+    if nodes is not None:
+        _show_ray(ray_address or "", nodes)
+    where = "there (the recorded machine)" if hardware else "here"
+    console.print(f"\n[bold]what would run {where}[/bold]")
+    render.hanging(console, [(f"  {v.profile}", sanitise.line(v.line)) for v in verdicts],
+                   bold=False)
 
 
-def _doctor_json(app: App, hw: Hardware, here: bool) -> dict[str, Any]:
-    from specctl.orchestrator.config import profiles as profiles_mod
-
-    registry = app.backends()
-    probed = app.probe(registry)
-    backends = [{"name": n, "installed": found is not None,
-                 "version": found.version if found else None,
-                 "dialect": found.dialect if found else None,
-                 "path": found.path if found else None, "install": registry[n].install_hint}
-                for n, found in probed.items()]
-    tips = [tip for b in registry.values() for tip in b.tips(probed)]
-    plans: list[dict[str, Any]] = []
-    for name in profiles_mod.available(app.dirs) if here else []:
-        try:
-            plan = app.resolve(name).plan
-            plans.append({"profile": name, "backend": plan.backend,
-                          "speculation": plan.describe_spec(),
-                          "memory_gib": in_gib(plan.memory.device_bytes)})
-        except SpecctlError as exc:
-            plans.append({"profile": name, "error": str(exc)})
-    return {"machine": hw.to_json(), "backends": backends, "tips": tips, "profiles": plans}
+def _tips(app: App, found: list[command.Backend]) -> list[str]:
+    probed = {b.name: b.found for b in found}
+    return [tip for b in app.backends().values() for tip in b.tips(probed)]
 
 
-def _show_ray(address: str) -> None:
-    from specctl.orchestrator.machine import cluster
-
-    nodes = cluster.ray_nodes(address, sys.executable)
+def _show_ray(address: str, nodes: list[cluster.RayNode]) -> None:
     gpus = sum(n.gpus for n in nodes)
-    console.print(f"\n[bold]ray[/bold]      {address}: {len(nodes)} node(s), {gpus} GPU(s)",
-                  highlight=False)
+    console.print(f"\n[bold]ray[/bold]      {escape(address)}: {len(nodes)} node(s), {gpus} "
+                  "GPU(s)", highlight=False)
     for n in nodes:
         console.print(f"  {n.address:15} {n.gpus} GPU(s), {n.cpus} CPU(s), "
                       f"{gib(n.memory_bytes)}", highlight=False)
@@ -355,14 +330,26 @@ def models_testbed() -> None:
 
 
 
+def _folders(dirs: tuple[Path, ...]) -> tuple[Path, ...]:
+    """Folders named on the command line: each one that is not a folder is refused (a typo
+    would otherwise search nothing and say nothing)."""
+    from specctl.orchestrator import sanitise
+
+    for folder in dirs:
+        if not folder.is_dir():
+            raise click.BadParameter(f"{sanitise.line(folder)} is not a folder",
+                                     param_hint="'--models-dir'")
+    return dirs
+
+
 @cli.command()
 @click.option("--target", required=True, metavar="REF",
               help="Target model: .gguf path, hf:org/repo[:quant], STORE:name (another "
                    "tool's models), testbed:KEY.")
 @click.option("--backend", "backend_name", metavar="NAME",
               help="Whose vocabulary rule applies (default: the first this machine would use).")
-@click.option("--models-dir", "models_dirs", multiple=True,
-              type=click.Path(exists=True, file_okay=False, path_type=Path),
+@click.option("--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path),
+              callback=lambda _ctx, _param, dirs: _folders(dirs),
               help="Another folder of GGUF files to search (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def drafts(target: str, backend_name: str | None, models_dirs: tuple[Path, ...],

@@ -5,6 +5,7 @@ invent one."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,8 +74,24 @@ class RayNode:
     memory_bytes: int
 
 
+def _answers(address: str, wait: float = 3.0) -> None:
+    """A HOST:PORT address must answer a connection before Ray is asked (Ray itself retries
+    for a minute and more): nothing there is said at once."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return  # "auto", or a form Ray reads itself
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=wait):
+            return
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise ClusterError(f"nothing answers at {address} ({why}); start Ray there (`ray start "
+                           "--head`) or check the address (README: Beyond one machine)") from None
+
+
 def ray_nodes(address: str, python: str, timeout: float = 90) -> list[RayNode]:
     """The live nodes of a Ray cluster and their GPUs, as Ray itself reports them."""
+    _answers(address)
     try:
         done = subprocess.run([python, "-c", RAY_PROBE, address], capture_output=True, text=True,
                               timeout=timeout, check=False)

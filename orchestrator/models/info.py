@@ -122,7 +122,7 @@ class ModelInfo:
     def describe(self) -> str:
         where = f" (on the Hub: {self.remote.short})" if self.remote else " (not on disk)"
         if self.estimated:
-            where = " (the catalog's estimate: the Hub could not be asked; not on disk)"
+            where = " (the catalog's estimate: its file is not on disk)"
         size = ("about " if self.estimated else "") + human_size(self.size_bytes) + (
             "" if self.path else where)
         return f"{self.name} [{self.quant or '?'}] {size}"
