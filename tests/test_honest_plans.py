@@ -24,7 +24,7 @@ def plan(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 def test_an_unknown_quant_offline_is_refused(monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = plan(monkeypatch, capsys, f"{HUB_MODEL}:Q9_K")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (code, err)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, (code, err)
     assert "Q9_K" in err and "GiB" not in err
 
 

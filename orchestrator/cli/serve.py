@@ -195,6 +195,9 @@ def logs(name: str, follow: bool, lines: int) -> None:
         if journal is not None:
             sys.exit(subprocess.run(journal, check=False).returncode)
     if not path.is_file():
+        from specctl.orchestrator.app import App
+
+        App.from_env().check_run_name(name)  # a typo: "did you mean", exit 2
         raise SpecctlError(f"no log for {name} in {path.parent}; has it been started?")
     if lines:  # server output: its control characters escaped
         click.echo(sanitise.block(procs.tail(str(path), lines)))

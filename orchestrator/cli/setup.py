@@ -18,7 +18,7 @@ from specctl.orchestrator.cli.base import (
     model_or_profile,
     override_flags,
 )
-from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.errors import BadInputError, SpecctlError
 from specctl.orchestrator.sizes import gib
 
 if TYPE_CHECKING:
@@ -290,8 +290,8 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
         click.echo(f"{ref}: {path}")
         return
     if parsed.scheme != "hf":
-        raise SpecctlError(f"'{ref}': `models pull` fetches hf:org/repo[:QUANT] references "
-                           "and the models of other tools' stores")
+        raise BadInputError(f"'{ref}': `models pull` fetches hf:org/repo[:QUANT] references "
+                            "and the models of other tools' stores; did you mean hf:ORG/REPO?")
     name = (backends.canonical(backend_name) if backend_name
             else backends.default_order(app.hardware().kind)[0])
     if refresh:

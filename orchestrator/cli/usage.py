@@ -8,6 +8,7 @@ as an unknown option does from click, and a number out of its range says the ran
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 import click
@@ -35,10 +36,14 @@ def hinted(params: list[click.Parameter]) -> None:
 def one_line(exc: click.ClickException) -> str:
     """The error as one line with what to do: the message, and where the command's help is."""
     text = " ".join(exc.format_message().split()).rstrip(".")
+    text = re.sub(r"^Invalid value(?: for (['\"]?)(.+?)\1)?: ", lambda m: f"{m[2]}: " if m[2]
+                  else "", text)  # "--port: 'x' is not ..." (click: "Invalid value for '--port'")
     param = getattr(exc, "param", None)
-    if isinstance(param, click.Parameter) and isinstance(param.type, RANGES) and \
-            "is not a valid" in text:
-        text += f" (a number {_span(param.type)})"
+    span = f" {_span(param.type)}" if isinstance(param, click.Parameter) and isinstance(
+        param.type, RANGES) else ""
+    for kind, plain in (("integer range", "whole number"), ("integer", "whole number"),
+                        ("float range", "number"), ("float", "number")):
+        text = text.replace(f"is not a valid {kind}", f"is not a {plain}{span}")
     ctx = getattr(exc, "ctx", None)
     where = ctx.command_path if isinstance(ctx, click.Context) else "specctl"
     return f"specctl: error: {text}{'' if text.endswith('?') else ';'} see `{where} --help`"

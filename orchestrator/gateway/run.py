@@ -14,7 +14,7 @@ from specctl.orchestrator.app import App
 from specctl.orchestrator.config import profiles as profiles_mod
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.contract.launch import is_loopback, url_host
-from specctl.orchestrator.errors import ProfileError, ServerError, SettingsError, SpecctlError
+from specctl.orchestrator.errors import BadInputError, ProfileError, SettingsError, SpecctlError
 from specctl.orchestrator.gateway.asgi import Gateway
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.metrics import Metrics
@@ -82,9 +82,9 @@ def serve(app: App, request: Request, say: Say) -> int:
     _Server = _server_class()
     keys = keys_of(os.environ, request.key_var)
     if not keys and not is_loopback(request.host):
-        raise ServerError(f"the gateway on {request.host} would take requests from other "
-                          f"machines without a key: export {request.key_var}=<key> first, or "
-                          "keep the default --host 127.0.0.1")
+        raise BadInputError(f"the gateway on {request.host} would take requests from other "
+                            f"machines without a key: export {request.key_var}=<key> first, or "
+                            "keep the default --host 127.0.0.1")
     procs.ensure_port_free(request.host, request.port)
     profiles, refs = gather(app, request.refs, say)
     options = replace(request.options, health_timeout=app.settings.health_timeout,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.orchestrator.contract.stores import ModelStore
-from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.errors import BadRefError, ModelError
 from specctl.orchestrator.models.info import parse_ref
 
 
@@ -82,9 +82,9 @@ def remove_hf(ref: str, hub: Path) -> tuple[str, int]:
     deletion: blobs no other revision uses go too); (repo, bytes freed)."""
     parsed = parse_ref(ref)
     if parsed.scheme != "hf":
-        raise ModelError(f"'{ref}': `models rm` removes hf:ORG/REPO entries of the Hugging Face "
-                         "cache; remove other files yourself (`specctl models list` shows "
-                         "where they are)")
+        raise BadRefError(f"'{ref}': `models rm` removes hf:ORG/REPO entries of the Hugging Face "
+                          "cache; remove other files yourself (`specctl models list` shows "
+                          "where they are)")
     from huggingface_hub import scan_cache_dir
 
     repos = [r for r in scan_cache_dir(hub).repos if r.repo_type == "model"

@@ -138,9 +138,9 @@ class Resolver:
         if ref.quant and ref.quant not in BYTES_PER_WEIGHT:  # no size to plan with: no guess
             close = difflib.get_close_matches(ref.quant, list(GGUF_QUANTS), n=1)
             hint = f"did you mean {close[0]}? " if close else ""
-            raise BadRefError(f"'{text}': {ref.quant} is no quantisation specctl can size "
-                              f"without the Hub (it knows {', '.join(sorted(GGUF_QUANTS))}); "
-                              f"{hint}ask the Hub once with network to plan it")
+            raise ModelError(f"'{text}': {ref.quant} is no quantisation specctl can size "
+                             f"without the Hub (it knows {', '.join(sorted(GGUF_QUANTS))}); "
+                             f"{hint}ask the Hub once with network to plan it")
         if unreachable:
             why = "as above" if self._said else unreachable  # one offline note per command
             self._said.add("offline")
