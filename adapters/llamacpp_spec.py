@@ -88,7 +88,7 @@ def speculative(a: Argv, plan: Plan, opts: SpecKnobs, dialect: str,
         if method in MODEL_TYPES:
             if method in FILE_TYPES and plan.draft is None:
                 raise BackendError(f"'{method}' speculation needs a draft file (-md); name one "
-                                   "in the profile (`specctl drafts --target ...`)")
+                                   "in the profile (`specctl drafts MODEL`)")
             # mtp drafts with the target's own layers, or a sidecar file when the plan has one
             _draft_model(a, plan, opts, names, model, draft_extras, plan.draft, k)
         elif method in SIZE_TYPES:

@@ -74,7 +74,7 @@ class Ollama(Adapter):
         EnvVar("OLLAMA_MODELS", "where Ollama keeps its models (its store is read there)"),)
     no_spec_hint: ClassVar[str] = ("serve the same model with llama.cpp and a draft instead "
                                    "(target = \"ollama:NAME\", backend = [\"llamacpp\"]; "
-                                   "`specctl drafts --target ollama:NAME` finds one)")
+                                   "`specctl drafts ollama:NAME` finds one)")
 
     def __init__(self, url: str = DEFAULT_URL, timeout: float = 0.5) -> None:
         self.url, self.timeout = url.rstrip("/"), timeout
@@ -90,7 +90,7 @@ class Ollama(Adapter):
         if not probed.get(NAME) or not probed.get("llamacpp"):
             return []
         return ["llama.cpp can serve your Ollama models with a draft, the fastest path here: "
-                "target = \"ollama:NAME\", backend = [\"llamacpp\"] (`specctl drafts --target "
+                "target = \"ollama:NAME\", backend = [\"llamacpp\"] (`specctl drafts "
                 "ollama:NAME` finds the draft)"]
 
     def probe(self) -> Installed | None:

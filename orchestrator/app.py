@@ -239,7 +239,7 @@ class App:
         best = drafts.best(ranked)
         if best is None:
             raise ModelError(f"no compatible draft for {target.name} on {backend.name}; name one "
-                             "in the profile (`specctl drafts --target ...` lists candidates and "
+                             "in the profile (`specctl drafts MODEL` lists candidates and "
                              "why each was rejected)")
         rejected = sum(1 for c in ranked if not c.compatible)
         unread = [c for c in ranked if c.reason.startswith(drafts.UNREAD)]

@@ -9,7 +9,7 @@ import pytest
 
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.models import testbed
+from specctl.orchestrator.models import catalog, testbed
 from specctl.orchestrator.planning import drafts
 from tests.cli import specctl
 
@@ -54,15 +54,23 @@ def test_catalog_pairs_are_offered_for_a_model_not_on_disk() -> None:
     assert not qwen.compatible and "vocab" in qwen.reason
 
 
+def known_as(candidate: drafts.Candidate, name: str) -> bool:
+    """The candidate is the catalog's `name` (a file on disk says its own name, e.g. the
+    testbed's "Qwen2.5 Coder 0.5B Instruct AWQ")."""
+    known = catalog.lookup(candidate.name)
+    return known is not None and known.name == name
+
+
 def test_vllm_rule_refuses_the_padded_qwen_vocab_but_llamacpp_accepts_it() -> None:
     app = App.from_env()
     target = app.resolver().resolve("hf:Qwen/Qwen2.5-Coder-32B-Instruct", "BF16")
     for name, expect in (("vllm", False), ("llamacpp", True)):
         ranked = app.draft_candidates(target, app.backends()[name])
-        small = next(c for c in ranked if c.name == "Qwen2.5-Coder-0.5B-Instruct")
+        small = next(c for c in ranked if known_as(c, "Qwen2.5-Coder-0.5B-Instruct") and (
+            name == "llamacpp" or c.path is None))  # vLLM: the Hub's, not a GGUF on disk
         assert small.compatible is expect, small.reason
     vllm_small = next(c for c in app.draft_candidates(target, app.backends()["vllm"])
-                      if c.name == "Qwen2.5-Coder-0.5B-Instruct")
+                      if known_as(c, "Qwen2.5-Coder-0.5B-Instruct") and c.path is None)
     assert "152064" in vllm_small.reason and "151936" in vllm_small.reason
 
 

@@ -24,7 +24,7 @@ from specctl.orchestrator.errors import (
     ProfileError,
 )
 from specctl.orchestrator.models.resolve import Resolver
-from specctl.orchestrator.planning import costmodel, planner
+from specctl.orchestrator.planning import costmodel, drafts, planner
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.sizes import GIB
 from tests.conftest import HARDWARE, recorded
@@ -55,7 +55,7 @@ def test_70b_on_the_m3_ultra(tmp_path: Path) -> None:
     assert installed.assumed
     assert plan.method == "draft"
     assert plan.draft is not None and plan.draft.name == "Llama-3.2-1B-Instruct"
-    assert 1 <= plan.k <= planner.MAX_AUTO_K
+    assert 1 <= plan.k <= drafts.MAX_PREDICTED_K
     assert plan.k_source == "cost model"
     assert 40 * GIB <= plan.memory.total_bytes <= 55 * GIB
     argv = LlamaCpp().launch(plan, installed).argv
@@ -77,7 +77,8 @@ def test_auto_k_follows_the_cost_model(tmp_path: Path) -> None:
     plan, _ = plan_for(mac_profile(), MAC, tmp_path)
     assert plan.draft is not None
     c = plan.draft.size_bytes / plan.target.size_bytes
-    expected = costmodel.best(costmodel.curve(planner.ASSUMED_ALPHA, c, planner.MAX_AUTO_K))
+    alpha = drafts.ALPHA_SAME_FAMILY  # a Llama draft for a Llama target
+    expected = costmodel.best(costmodel.curve(alpha, c, drafts.MAX_PREDICTED_K))
     assert plan.k == expected.k
     assert f"predicted {expected.speedup:.2f}x" in plan.reasons[-1]
 

@@ -343,18 +343,19 @@ def _folders(dirs: tuple[Path, ...]) -> tuple[Path, ...]:
 
 
 @cli.command()
-@click.option("--target", required=True, metavar="REF",
-              help="Target model: .gguf path, hf:org/repo[:quant], STORE:name (another "
-                   "tool's models), testbed:KEY.")
+@click.argument("model", required=False, metavar="MODEL")
+@click.option("--target", "target_flag", metavar="MODEL", hidden=True,
+              help="The model as a flag (as before; the argument is the spelling of plan/up).")
 @click.option("--backend", "backend_name", metavar="NAME",
               help="Whose vocabulary rule applies (default: the first this machine would use).")
 @click.option("--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path),
               callback=lambda _ctx, _param, dirs: _folders(dirs),
               help="Another folder of GGUF files to search (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
-def drafts(target: str, backend_name: str | None, models_dirs: tuple[Path, ...],
-           as_json: bool) -> None:
-    """Compatible draft models for a target, ranked by expected speedup, with reasons.
+def drafts(model: str | None, target_flag: str | None, backend_name: str | None,
+           models_dirs: tuple[Path, ...], as_json: bool) -> None:
+    """Compatible draft models for a target MODEL (a .gguf file, hf:ORG/REPO[:QUANT],
+    STORE:NAME, testbed:KEY), ranked by expected speedup (the figure `plan` says), with reasons.
 
     Looks in specctl's cache, the Hugging Face cache, LM Studio's folder, Ollama's store,
     SPECCTL_MODELS_DIRS and --models-dir; on the Hugging Face Hub (smaller models of the target's
@@ -364,13 +365,16 @@ def drafts(target: str, backend_name: str | None, models_dirs: tuple[Path, ...],
     from id 5; vLLM: identical vocabularies).
 
     \b
-    specctl drafts --target testbed:qwen-1.5b-f16
-    specctl drafts --target hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M --json"""
+    specctl drafts testbed:qwen-1.5b-f16
+    specctl drafts hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M --json"""
     from specctl.adapters import registry as backends
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.planning.plan import model_json
 
+    if bool(model) == bool(target_flag):
+        raise click.UsageError("name the target model once: `specctl drafts MODEL`")
+    target = model or target_flag or ""
     app = App.from_env()
     name = (backends.canonical(backend_name) if backend_name
             else backends.default_order(app.hardware().kind)[0])

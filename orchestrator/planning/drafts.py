@@ -38,8 +38,9 @@ HUB_CHECKED = 6  # Hub candidates whose metadata is read (each is a few ranged r
 UNREAD = "cannot be read from the Hub: "  # a candidate the Hub does not give (its reason)
 NGRAM_SCORE = 1.05  # n-gram has no draft cost but pays only where outputs copy the prompt
 _SIZE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)([BbMm])(?![A-Za-z0-9])")
-ALPHA_SAME_FAMILY = 0.75
-ALPHA_OTHER = 0.6
+ALPHA_SAME_FAMILY = 0.75  # acceptance assumed until `tune` measures it: a draft of the family
+ALPHA_OTHER = 0.6  # another family with the same vocabulary
+MAX_PREDICTED_K = 8
 # Where a catalog draft can be downloaded: GGUF repo (llama.cpp) and original repo (vLLM).
 DOWNLOAD = {
     "Llama-3.2-1B-Instruct": ("bartowski/Llama-3.2-1B-Instruct-GGUF:Q8_0",
@@ -270,10 +271,28 @@ def _head_score(target: ModelInfo, head: ModelInfo) -> float:
     return costmodel.best(costmodel.curve(ALPHA_MTP, ratio, 8)).speedup
 
 
-def _score(target: ModelInfo, draft: ModelInfo) -> float:
-    ratio = draft.size_bytes / max(target.size_bytes, 1)
+@dataclass(frozen=True)
+class Prediction:
+    """The cost model's estimate for a draft model on a target, before `tune` measures: the one
+    figure `plan` (its k) and `drafts` (its ranking) both say."""
+
+    k: int
+    speedup: float
+    alpha: float  # acceptance assumed: by family until measured
+    cost: float  # draft/target cost per token: the weights ratio (x the target's speed)
+
+
+def predict(target: ModelInfo, draft: ModelInfo, speed: float = 1.0) -> Prediction:
+    """Decode is memory-bound: a step costs about the bytes it reads, so the draft's cost is
+    the weights ratio, and more where the target is slower (part of it in system RAM)."""
     alpha = ALPHA_SAME_FAMILY if draft.family == target.family else ALPHA_OTHER
-    return costmodel.best(costmodel.curve(alpha, ratio, 8)).speedup
+    cost = draft.size_bytes * speed / max(target.size_bytes, 1)
+    best = costmodel.best(costmodel.curve(alpha, cost, MAX_PREDICTED_K))
+    return Prediction(best.k, best.speedup, alpha, cost)
+
+
+def _score(target: ModelInfo, draft: ModelInfo) -> float:
+    return predict(target, draft).speedup
 
 
 Rule = Callable[[ModelInfo, ModelInfo], str | None]  # (target, draft) -> why not, or None
@@ -289,7 +308,7 @@ def judge(target: ModelInfo, draft: ModelInfo, found: Found, rule: Rule,
     """`rule` is the backend's compatibility rule; `heads`: the head methods the backend has
     (True: eagle3, as Hugging Face heads)."""
     def cand(ok: bool, reason: str, score: float = 0.0, method: Method = "draft") -> Candidate:
-        return Candidate(found.ref, canonical(draft), found.path, found.source, ok, reason,
+        return Candidate(found.ref, draft.name, found.path, found.source, ok, reason,
                          score, method)
 
     has = frozenset({"eagle3"}) if heads is True else heads or frozenset()

@@ -22,14 +22,12 @@ from specctl.orchestrator.models.catalog import original_repo
 from specctl.orchestrator.models.info import GGUF_QUANTS, ModelInfo
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import backends as choosing
-from specctl.orchestrator.planning import costmodel, memory
+from specctl.orchestrator.planning import drafts, memory
 from specctl.orchestrator.planning.plan import NGRAMS, WITH_DRAFT, Method, Plan, Step
 
-ASSUMED_ALPHA = 0.7  # until `specctl tune` measures it
 DEFAULT_K = {"ngram": 4, "eagle": 3, "eagle3": 4, "mtp": 1, "medusa": 4, "dflash": 8,
              "dspark": 8, "ngram-mod": 16, "ngram-map-k": 8, "ngram-map-k4v": 8,
              "ngram-cache": 8}
-MAX_AUTO_K = 8
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,7 @@ def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: M
     if reason is not None:
         raise IncompatibleDraftError(
             f"draft {draft.name} cannot speculate for {target.name} on {backend.name}: {reason}; "
-            "pick a draft of the same model family (`specctl drafts --target ...`)")
+            "pick a draft of the same model family (`specctl drafts MODEL`)")
     def read(m: ModelInfo) -> bool:
         where = m.path or m.meta_file
         return where is not None and where.exists()
@@ -103,7 +101,7 @@ def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: M
     if _same_model(target, draft):  # valid (tests use it), never faster: said, not hidden
         return (f"Draft {draft.name} is the target itself: each drafted token costs a full "
                 "target step, so this is slower than without a draft (a smoke test at best); "
-                "pick a smaller model of the same family (`specctl drafts --target ...`).")
+                "pick a smaller model of the same family (`specctl drafts MODEL`).")
     return f"Draft {draft.name} is compatible with {target.name} ({backend.vocab_rule} vocab " \
            f"rule, {how})."
 
@@ -117,15 +115,13 @@ def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None,
         if method in ("medusa", "mtp") and target.spec_heads:
             k = min(k, target.spec_heads)  # no more tokens than the target has heads
         return k, f"k={k}: the usual best for {method}; `specctl tune` measures it here"
-    # decode is memory-bound: cost ~ bytes read, and a target partly in RAM reads slower
-    c = draft.size_bytes * speed / max(target.size_bytes, 1)
-    pick = costmodel.best(costmodel.curve(ASSUMED_ALPHA, c, MAX_AUTO_K))
+    pick = drafts.predict(target, draft, speed)  # the estimate `specctl drafts` ranks by too
     slower = "" if pick.speedup > 1 else (", slower than without a draft: a smaller draft or "
                                           "draft = \"none\" would do better")
     how = ("weights ratio" if speed >= 1 else
            f"weights ratio x {speed:.2f}, the target's speed with part of it in system RAM")
-    return pick.k, (f"k={pick.k} from the cost model with assumed acceptance {ASSUMED_ALPHA} and "
-                    f"draft/target cost {c:.2f} ({how}): predicted {pick.speedup:.2f}x"
+    return pick.k, (f"k={pick.k} from the cost model with assumed acceptance {pick.alpha} and "
+                    f"draft/target cost {pick.cost:.2f} ({how}): predicted {pick.speedup:.2f}x"
                     f"{slower}; `specctl tune` measures both here")
 
 
