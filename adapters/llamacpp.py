@@ -95,7 +95,7 @@ class _Argv:
         if flag not in self.installed.flags:
             raise BackendError(
                 f"llama-server {self.installed.version} has no {flag}; update llama.cpp "
-                "(`specctl backend install llama.cpp --rebuild`) or change the profile")
+                "(`specctl backend install llamacpp --rebuild`) or change the profile")
         self.argv += [flag, *(str(v) for v in values)]
 
     def optional(self, flag: str, *values: Any) -> None:
@@ -112,8 +112,8 @@ class LlamaCpp(Adapter):
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
     preference: ClassVar[Mapping[str, int]] = {"cuda": 1, "metal": 0, "cpu": 0}
     draft_counters: ClassVar[bool] = True
-    install_hint: ClassVar[str] = "`specctl backend install llama.cpp`"
-    no_spec_hint: ClassVar[str] = "update llama.cpp (`specctl backend install llama.cpp " \
+    install_hint: ClassVar[str] = "`specctl backend install llamacpp`"
+    no_spec_hint: ClassVar[str] = "update llama.cpp (`specctl backend install llamacpp " \
                                   "--rebuild`)"
     options: ClassVar[type[Options]] = LlamaCppOptions
     settings: ClassVar[tuple[type[BaseModel], ...]] = (_Settings,)
@@ -169,7 +169,7 @@ class LlamaCpp(Adapter):
                                      timeout=30, check=False)
         except (OSError, subprocess.SubprocessError) as exc:
             raise BackendError(f"{path} does not run ({exc}); reinstall it with "
-                               "`specctl backend install llama.cpp --rebuild`") from None
+                               "`specctl backend install llamacpp --rebuild`") from None
         return installed_from(help_.stdout + help_.stderr, version.stdout + version.stderr,
                               str(path))
 
@@ -324,11 +324,11 @@ class LlamaCpp(Adapter):
         """`rpc-server` next to this llama-server: lends this machine's memory and compute."""
         if installed.path is None:
             raise BackendError("rpc-server needs an installed llama.cpp build; "
-                               "`specctl backend install llama.cpp` first")
+                               "`specctl backend install llamacpp` first")
         program = rpc_server_of(installed)
         if not program.is_file():
             raise BackendError(f"no rpc-server next to {installed.path}; rebuild with "
-                               "`specctl backend install llama.cpp --rebuild` (it builds with "
+                               "`specctl backend install llamacpp --rebuild` (it builds with "
                                "RPC)")
         argv = [str(program), "-H", host, "-p", str(port)]
         if threads:

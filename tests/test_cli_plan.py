@@ -140,7 +140,8 @@ def test_profiles_show_cpu_demo(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert str(shipped_dir() / "cpu-demo.toml") in done.stdout
     assert 'target = "testbed:qwen-1.5b-f16"' in done.stdout
-    resolved = json.loads(done.stdout[done.stdout.index("{"):])
+    shown = specctl("profiles", "show", "cpu-demo", "--json", hub=tmp_path)
+    resolved = json.loads(shown.stdout)["resolved"]
     assert resolved["name"] == "cpu-demo"
     assert resolved["server"]["port"] == 8090
     assert resolved["server"]["host"] == "127.0.0.1"
@@ -210,9 +211,9 @@ def test_profiles_show_applies_env_overrides(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("SPECCTL_SERVER__PORT", "9123")
     code, out, err = run_main(monkeypatch, capsys, "profiles", "show", "cpu-demo")
     assert code == 0, err
-    resolved = json.loads(out[out.index("{"):])
-    assert resolved["server"]["port"] == 9123
-    assert "port = 8090" in out  # the file as written
+    assert "port = 8090" in out and "# port = 9123" in out  # the file as written, resolved
+    code, out, err = run_main(monkeypatch, capsys, "profiles", "show", "cpu-demo", "--json")
+    assert json.loads(out)["resolved"]["server"]["port"] == 9123
 
 
 def test_doctor_records_a_recorded_machine(monkeypatch: pytest.MonkeyPatch,

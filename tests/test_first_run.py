@@ -414,7 +414,7 @@ def test_up_asks_in_a_terminal_and_no_stops_before_any_work(tmp_path: Path) -> N
     assert not (tmp_path / "cache" / "models").exists()
 
 
-@pytest.mark.server  # needs the llama.cpp build (`specctl backend install llama.cpp`)
+@pytest.mark.server  # needs the llama.cpp build (`specctl backend install llamacpp`)
 def test_a_llama_server_on_path_is_used_instead_of_a_build(tmp_path: Path) -> None:
     """A distro's or Homebrew's llama-server on PATH (here: a link to the real build) is the
     engine: `backend list` finds it, `plan` reads its dialect and names it, and `up` lists no
@@ -425,7 +425,7 @@ def test_a_llama_server_on_path_is_used_instead_of_a_build(tmp_path: Path) -> No
 
     real = LlamaCpp.create(Dirs.from_env()).locate()
     if real is None:
-        pytest.fail("needs the llama.cpp build (specctl backend install llama.cpp)")
+        pytest.fail("needs the llama.cpp build (specctl backend install llamacpp)")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "llama-server").symlink_to(real)

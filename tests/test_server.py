@@ -1,7 +1,7 @@
 """The real thing: `specctl up` serves the cpu-demo pair (Qwen2.5-Coder-1.5B F16 target, 0.5B
 Q4_K_M draft) with a real llama-server on 127.0.0.1, and the official openai client talks to it.
 
-Needs the provisioned build and models (.ci/run does `specctl backend install llama.cpp` and
+Needs the provisioned build and models (.ci/run does `specctl backend install llamacpp` and
 `specctl models testbed` first).
 """
 

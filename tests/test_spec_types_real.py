@@ -3,7 +3,7 @@ target, 0.5B Q4_K_M draft) on a real llama-server, asked to copy a function with
 the server's own draft counters (/metrics) must show drafts made and accepted. And the argv of
 every spec type passes the installed llama-server's own argument parser.
 
-Needs the provisioned build and models (`specctl backend install llama.cpp`,
+Needs the provisioned build and models (`specctl backend install llamacpp`,
 `specctl models testbed`)."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ COPY = ("Repeat this Python function exactly, but rename `lst` to `items`. Reply
 def demo() -> Resolved:
     resolved = App.from_env().resolve("cpu-demo", use_tuned=False)
     if resolved.installed.assumed:
-        pytest.fail("llama.cpp is not installed here: `specctl backend install llama.cpp`")
+        pytest.fail("llama.cpp is not installed here: `specctl backend install llamacpp`")
     return resolved
 
 

@@ -398,12 +398,16 @@ def service_uninstall(name: str, system: bool, manager: str | None) -> None:
 @click.argument("name")
 @SCOPE
 @MANAGER
-def service_status(name: str, system: bool, manager: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (stdout).")
+def service_status(name: str, system: bool, manager: str | None, as_json: bool) -> None:
     """The service's state, its restarts and last exit (the manager's, the one restart layer),
     and the server's health and acceptance as `status` shows them.
 
     \b
-    specctl service status cpu-demo"""
+    specctl service status cpu-demo
+    specctl service status cpu-demo --json | jq .service.restarts"""
+    from dataclasses import asdict
+
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
@@ -415,11 +419,17 @@ def service_status(name: str, system: bool, manager: str | None) -> None:
         raise SpecctlError(f"no {mgr} service installed for {name} ({path}); "
                            f"`specctl service install --profile {name}`")
     seen = observe.observe(spec, mgr)
+    app = App.from_env()
+    rows = [r for r in observe.annotate(runs.status(app), app.dirs) if r.profile == name]
+    if as_json:
+        click.echo(json.dumps({"profile": name, "manager": mgr, "unit": str(path),
+                               "service": asdict(seen) if seen else None,
+                               "server": render.status_json(rows[0]) if rows else None},
+                              indent=2))
+        return
     console.print(f"{path}\n" + (seen.summary() if seen else
                                  f"{mgr} does not know {spec.unit_name} (not loaded, or no {mgr}"
                                  " running here)"), highlight=False, markup=False)
-    app = App.from_env()
-    rows = [r for r in observe.annotate(runs.status(app), app.dirs) if r.profile == name]
     if rows:
         render.show_status(console, rows)
     else:

@@ -36,15 +36,18 @@ def profiles(ctx: click.Context, as_json: bool) -> None:
     """List the profiles (shipped and yours), show one, or write one for a model.
 
     \b
-    specctl profiles
+    specctl profiles                     (or `specctl profiles list`)
     specctl profiles show cpu-demo"""
+    if not ctx.invoked_subcommand:
+        _list_profiles(as_json)
+
+
+def _list_profiles(as_json: bool) -> None:
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import tables
     from specctl.orchestrator.cli.tables import Column
     from specctl.orchestrator.config import profiles as profiles_mod
 
-    if ctx.invoked_subcommand:
-        return
     app = App.from_env()
     rows = []
     for name, path in profiles_mod.available(app.dirs).items():
@@ -96,23 +99,41 @@ def profiles_new(name: str, ref: str, flags: Flags, force: bool) -> None:
                       highlight=False)
 
 
-@profiles.command("show")
-@click.argument("name")
-def profiles_show(name: str) -> None:
-    """Print a profile as TOML (the file) and as validated with defaults (JSON).
+@profiles.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON (stdout).")
+def profiles_list(as_json: bool) -> None:
+    """List the profiles, shipped and yours (the same as `specctl profiles`).
 
     \b
-    specctl profiles show cpu-demo"""
-    from specctl.orchestrator.app import App
-    from specctl.orchestrator.config import profiles as profiles_mod
+    specctl profiles list --json"""
+    _list_profiles(as_json)
 
-    app = App.from_env()
-    profile = profiles_mod.load(name, app.dirs)
-    path = Path(name) if name.endswith(".toml") else profiles_mod.available(app.dirs)[name]
+
+@profiles.command("show")
+@click.argument("name", metavar="NAME|FILE")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the file's text and the resolved profile as one JSON document.")
+def profiles_show(name: str, as_json: bool) -> None:
+    """Print a profile: its file, then the profile as validated, with defaults and SPECCTL_*
+    overrides filled in, as TOML comments (the whole stays TOML); --json: both in one JSON.
+
+    \b
+    specctl profiles show cpu-demo
+    specctl profiles show ./mine.toml --json | jq .resolved.server"""
+    from specctl.orchestrator.cli import tomltext
+    from specctl.orchestrator.config import profiles as profiles_mod
+    from specctl.orchestrator.config.paths import Dirs
+
+    dirs = Dirs.from_env()
+    path, text, profile = profiles_mod.shown(name, dirs)
+    resolved = json.loads(profile.model_dump_json())
+    if as_json:
+        click.echo(json.dumps({"path": str(path), "text": text, "resolved": resolved}, indent=2))
+        return
     click.echo(f"# {path}")
-    click.echo(path.read_text())
-    click.echo("# resolved, with defaults and SPECCTL_* overrides")
-    click.echo(json.dumps(json.loads(profile.model_dump_json()), indent=2))
+    click.echo(text.rstrip("\n"))
+    click.echo("\n# resolved, with defaults and SPECCTL_* overrides:")
+    click.echo("\n".join(f"# {line}" if line else "#" for line in tomltext.lines(resolved)))
 
 
 @cli.command()
@@ -231,15 +252,16 @@ def backend() -> None:
 @click.argument("name")
 @click.option("--rebuild", is_flag=True, help="Build again even if a cached build exists.")
 def backend_install(name: str, rebuild: bool) -> None:
-    """Install a serving backend NAME (`specctl doctor` lists them), or use the one installed.
+    """Install a serving backend NAME (`specctl backend list` lists them; llama.cpp is also
+    accepted for llamacpp), or use the one installed.
 
-    llama.cpp: uses an installed llama-server, or builds one from source (cached; ~6-13 min on
+    llamacpp: uses an installed llama-server, or builds one from source (cached; ~6-13 min on
     2 cores): the llama.cpp tree inside the llama-cpp-python sdist on PyPI; Metal on macOS,
     CUDA when nvcc and an NVIDIA GPU are present, CPU otherwise; its RPC worker too.
     Others print how to install them.
 
     \b
-    specctl backend install llama.cpp"""
+    specctl backend install llamacpp"""
     from specctl.adapters import registry as backends
     from specctl.orchestrator.app import App
     from specctl.orchestrator.runtime import provision
@@ -313,7 +335,7 @@ def models_testbed() -> None:
     """Fetch the testbed GGUF models from PyPI, check their SHA-256, make the F16 target.
 
     Needs ~4.9 GiB in the cache dir; the F16 target needs a GGUF quantize tool from an installed
-    backend (`specctl backend install llama.cpp` builds one).
+    backend (`specctl backend install llamacpp` builds one).
 
     \b
     specctl models testbed"""

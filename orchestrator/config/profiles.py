@@ -323,6 +323,13 @@ def parse(text: str, name: str, source: str, cli: Mapping[str, Any] | None = Non
 
 def load(ref: str, dirs: Dirs, cli: Mapping[str, Any] | None = None) -> Profile:
     """Load by name (user dir, then shipped) or by path to a .toml file."""
+    return shown(ref, dirs, cli)[2]
+
+
+def shown(ref: str, dirs: Dirs, cli: Mapping[str, Any] | None = None
+          ) -> tuple[Path, str, Profile]:
+    """The profile's file, its text and the profile (`profiles show`): one file read, one
+    validation, whatever the file is called."""
     path = expand_user(ref)
     if ref.endswith(".toml") or path.is_file():
         if not path.is_file():
@@ -341,4 +348,4 @@ def load(ref: str, dirs: Dirs, cli: Mapping[str, Any] | None = None) -> Profile:
         raise ProfileError(f"profile {exc}; save it as UTF-8 TOML") from None
     except OSError as exc:
         raise ProfileError(f"cannot read profile {path}: {exc.strerror or exc}") from None
-    return parse(text, name=path.stem, source=str(path), cli=cli)
+    return path, text, parse(text, name=path.stem, source=str(path), cli=cli)
