@@ -26,7 +26,7 @@ from specctl.orchestrator.files import check_name, inside
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.hub import Hub
-from specctl.orchestrator.models.info import ModelInfo
+from specctl.orchestrator.models.info import ModelInfo, parse_ref
 from specctl.orchestrator.models.resolve import Resolver, hf_cache_dir
 from specctl.orchestrator.planning import backends, drafts, planner
 from specctl.orchestrator.planning.plan import Plan
@@ -229,7 +229,15 @@ class App:
         extra_rows = [*drafts.draftless(target, methods), *([hub_note] if hub_note else [])]
         ranked = sorted([*ranked, *extra_rows], key=lambda c: (c.compatible, c.score),
                         reverse=True)
-        return drafts.confirm(target, ranked, describe, rule, heads, room)
+        def requant(ref: str) -> str | None:  # the repo's best quantisation, as Hub search
+            parsed = parse_ref(ref)
+            if parsed.scheme != "hf" or not gguf:
+                return None
+            params = drafts.size_label(parsed.name.split("/")[1]) or 1.0
+            quant = drafts.draft_quant(self.hub(), parsed.name, params, room)
+            return None if quant in (None, parsed.quant) else f"hf:{parsed.name}:{quant}"
+
+        return drafts.confirm(target, ranked, describe, rule, heads, room, requant)
 
     def pick_draft(self, target: ModelInfo, backend: Adapter, methods: frozenset[str],
                    room: int | None) -> planner.Pick:

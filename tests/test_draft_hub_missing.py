@@ -23,7 +23,7 @@ from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models.hub import Hub
 from tests.cli import specctl
 from tests.conftest import HARDWARE
-from tests.fake_hf_hub import FakeHub, gate
+from tests.fake_hf_hub import STUB_SUFFIX, FakeHub, gate
 from tests.hub_repos import add_coder, add_llama_family, build
 
 GRANTED, UNGRANTED = "hf_granted", "hf_nogrant"
@@ -147,3 +147,15 @@ def test_a_repo_the_hub_does_not_have_leaves_the_hub_reachable(
             hub.repo("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
         assert hub.unreachable == ""
         assert hub.repo("meta-llama/Llama-3.2-1B-Instruct").name.endswith("1B-Instruct")
+
+
+def test_a_repo_without_the_catalogs_quant_gives_its_best(root: Path, tmp_path: Path) -> None:
+    """A mirror with Q4_K_M and no Q8_0: the draft is taken at Q4_K_M, the rule Hub search
+    uses (before: rejected, "has no Q8_0 file; choose one of Q4_K_M", and the next taken)."""
+    repo = root / "bartowski/Qwen2.5-Coder-0.5B-Instruct-GGUF"
+    stub = "Qwen2.5-Coder-0.5B-Instruct-{}.gguf" + STUB_SUFFIX  # the stand-in's file sidecar
+    (repo / stub.format("Q8_0")).rename(repo / stub.format("Q4_K_M"))
+    plan, found, why = coder(root, tmp_path)
+    took = CODER_DRAFT.replace(":Q8_0", ":Q4_K_M")
+    assert plan["draft"]["ref"] == took and "passed over" not in why
+    assert found[took]["compatible"] and "took Q4_K_M" in found[took]["reason"]

@@ -10,6 +10,7 @@ and n-gram prompt lookup. Candidates must fit the memory left after the target.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -162,14 +163,14 @@ def hub_entries(target: ModelInfo, hub: Hub, gguf: bool, room: int | None,
         found.append((params, repo))
     out = []
     for params, repo in sorted(found, reverse=True)[:limit]:
-        quant = _draft_quant(hub, repo, params, room) if gguf else None
+        quant = draft_quant(hub, repo, params, room) if gguf else None
         if gguf and quant is None:
             continue
         out.append(Found(f"hf:{repo}" + (f":{quant}" if quant else ""), None, "hub"))
     return out
 
 
-def _draft_quant(hub: Hub, repo: str, params: float, room: int | None) -> str | None:
+def draft_quant(hub: Hub, repo: str, params: float, room: int | None) -> str | None:
     """Q8_0 for a small draft (acceptance matters more than its size), Q4_K_M above 3B, any
     quantisation that fits the memory left."""
     try:
@@ -211,7 +212,7 @@ def hub_heads(target: ModelInfo, hub: Hub, methods: frozenset[str] = frozenset({
         for repo in hub.search("", kind):
             if not trained_for(target, repo) or gguf != repo.upper().endswith("GGUF"):
                 continue
-            quant = _draft_quant(hub, repo, 1.0, None) if gguf else None
+            quant = draft_quant(hub, repo, 1.0, None) if gguf else None
             if gguf and quant is None:
                 continue
             out.append(Found(f"hf:{repo}" + (f":{quant}" if quant else ""), None, "hub"))
@@ -407,24 +408,42 @@ def _fits(judged: Candidate, draft: ModelInfo, room: int | None) -> Candidate:
 
 
 
+Requant = Callable[[str], "str | None"]  # a catalog ref -> the same repo at the quant it has
+
+
 def confirm(target: ModelInfo, ranked: list[Candidate], describe: Describe, rule: Rule,
-            heads: bool | frozenset[str], room: int | None = None) -> list[Candidate]:
+            heads: bool | frozenset[str], room: int | None = None,
+            requant: Requant | None = None) -> list[Candidate]:
     """The catalog's candidates are judged on the catalog's facts; the one that would be picked
-    is then read from the Hub (`describe`) and judged again on what the Hub says. One the Hub
-    cannot give (renamed, deleted, gated, a mirror without it) becomes one rejection with the
-    Hub's reason, and the next best is tried: one bad candidate never fails the whole ranking.
-    Reads at most one repo more than the candidates it passes over."""
+    is then read from the Hub (`describe`) and judged again on what the Hub says. A repo without
+    the catalog's quantisation (a mirror, a renamed file) is taken at the best one it has that
+    fits (`requant`: the rule Hub search uses); one the Hub cannot give at all (renamed,
+    deleted, gated) becomes one rejection with the Hub's reason, and the next best is tried:
+    one bad candidate never fails the whole ranking."""
     out, asked = list(ranked), set()
     while (top := best(out)) is not None and top.source == "catalog" and top.model not in asked:
         asked.add(top.model)
         try:
-            draft = describe(top.model)
-            judged = _fits(judge(target, draft, Found(top.model, None, "catalog"), rule, heads),
-                           draft, room)
+            judged = _read(target, top.model, describe, rule, heads, room)
         except SpecctlError as exc:
+            other = requant(top.model) if requant is not None else None
             judged = replace(top, compatible=False, score=0.0, reason=f"{UNREAD}{exc}")
+            if other is not None:
+                asked.add(other)
+                with contextlib.suppress(SpecctlError):
+                    found = _read(target, other, describe, rule, heads, room)
+                    judged = replace(found, reason=f"{found.reason}; the repo has no "
+                                     f"{top.model.rsplit(':', 1)[-1]} (the catalog's): took "
+                                     f"{other.rsplit(':', 1)[-1]}, the best it has that fits")
         out[out.index(top)] = judged
     return _ranked(out)
+
+
+def _read(target: ModelInfo, ref: str, describe: Describe, rule: Rule,
+          heads: bool | frozenset[str], room: int | None) -> Candidate:
+    """A catalog candidate judged on what the Hub says of it."""
+    draft = describe(ref)
+    return _fits(judge(target, draft, Found(ref, None, "catalog"), rule, heads), draft, room)
 
 
 def _real(path: Path) -> str:
