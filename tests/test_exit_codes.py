@@ -25,6 +25,10 @@ BAD_INPUT = [
     ("bench", "-p", "cpu-demo", "--plot", "report.txt"),
     ("logs", "cpu-dmeo"),
     ("down", "cpu-dmeo"),
+    ("doctor", "--ray", ""),  # was ignored, exit 0
+    ("doctor", "--ray", "bogus"),  # was Ray's ValueError, exit 1
+    ("profiles", "show", ""),  # was "did you mean" every profile
+    ("service", "install", "--profile", ""),
 ]
 
 

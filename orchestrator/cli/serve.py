@@ -231,7 +231,8 @@ def worker_up(port: int, host: str, threads: int | None, foreground: bool) -> No
     app = App.from_env()
     if host not in ("127.0.0.1", "localhost", "::1"):
         err_console.print(f"specctl: warning: a worker on {host} accepts anyone who can reach "
-                          "it; use it only on a trusted network")
+                          "it; use it only on a trusted network", highlight=False, markup=False,
+                          soft_wrap=True)
     if foreground:
         sys.exit(runs.serve_worker(app, host, port, threads, console.print))
     args = ["worker", "up", "--port", str(port), "--host", host, "--foreground"]

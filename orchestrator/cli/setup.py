@@ -162,7 +162,8 @@ def doctor(hardware: Path | None, ray_address: str | None, record: str | None,
 
     if record is not None:
         output_path(record)  # a typo'd folder is refused before anything is detected
-    nodes = cluster.ray_nodes(ray_address, sys.executable) if ray_address else None  # first
+    nodes = (cluster.ray_nodes(ray_address, sys.executable) if ray_address is not None
+             else None)  # first: an unreachable cluster is said before anything else
     app = App.from_env()
     hw = app.hardware(hardware)
     if record is not None:

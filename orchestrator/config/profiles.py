@@ -330,6 +330,8 @@ def shown(ref: str, dirs: Dirs, cli: Mapping[str, Any] | None = None
           ) -> tuple[Path, str, Profile]:
     """The profile's file, its text and the profile (`profiles show`): one file read, one
     validation, whatever the file is called."""
+    if not ref.strip():
+        raise ProfileError("name a profile (`specctl profiles` lists them) or a .toml file")
     path = expand_user(ref)
     if ref.endswith(".toml") or path.is_file():
         if not path.is_file():

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.orchestrator.config.profiles import MAX_CLUSTER_GPUS, Cluster, Node
-from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.errors import BadInputError, SpecctlError
 from specctl.orchestrator.machine import hardware
 from specctl.orchestrator.machine.hardware import Cpu, Gpu, Hardware
 from specctl.orchestrator.sizes import from_gib
@@ -77,9 +77,12 @@ class RayNode:
 def _answers(address: str, wait: float = 3.0) -> None:
     """A HOST:PORT address must answer a connection before Ray is asked (Ray itself retries
     for a minute and more): nothing there is said at once."""
+    if address == "auto":
+        return  # Ray finds the cluster this machine runs in itself
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit() or not host:
-        return  # "auto", or a form Ray reads itself
+        raise BadInputError(f"--ray {address!r}: give HOST:PORT (the head node's, e.g. "
+                            "10.0.0.1:6379) or auto")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=wait):
             return
