@@ -119,7 +119,8 @@ OVERRIDES = [
     click.option("--host", metavar="ADDRESS", help="Bind this address (beyond 127.0.0.1 needs "
                  "an API key: the profile's server.api_key_env)."),
     click.option("--ctx", type=click.IntRange(256, 1 << 24), metavar="TOKENS",
-                 help="Context size (shrunk to fit memory when it does not)."),
+                 help="Context size: at most what the model was trained for; shrunk to fit "
+                      "memory when it does not (said on the plan's note line)."),
     click.option("--backend", "backend_names", metavar="NAME[,NAME]",
                  help="Backend(s) in preference order (`specctl backend list`)."),
     click.option("--draft", metavar="REF|auto|ngram|none",
