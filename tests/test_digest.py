@@ -12,11 +12,13 @@ import pytest
 
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.measure import tuned
-from specctl.orchestrator.models import digest, testbed
+from specctl.orchestrator.models import testbed
 from tests.cli import run_main
 
 
 def test_a_marker_that_matches_the_file_gives_its_digest(tmp_path: Path) -> None:
+    from specctl.orchestrator.models import digest
+
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + b"\0" * 100)
     sha = digest.sha256_file(model)
@@ -30,6 +32,8 @@ def test_a_marker_that_matches_the_file_gives_its_digest(tmp_path: Path) -> None
 
 
 def test_a_hugging_face_blob_is_named_by_its_digest(tmp_path: Path) -> None:
+    from specctl.orchestrator.models import digest
+
     blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
     blobs.mkdir()
     snap.mkdir(parents=True)
@@ -45,6 +49,8 @@ def test_a_hugging_face_blob_is_named_by_its_digest(tmp_path: Path) -> None:
 
 def test_an_unknown_file_is_read_once_and_said(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from specctl.orchestrator.models import digest
+
     model = tmp_path / "mine.gguf"
     model.write_bytes(b"GGUF" + b"\2" * 1000)
     monkeypatch.setattr(tuned, "LOUD_BYTES", 0)

@@ -27,7 +27,7 @@ BAD_INPUT = [
     ("down", "cpu-dmeo"),
     ("doctor", "--ray", ""),  # was ignored, exit 0
     ("doctor", "--ray", "bogus"),  # was Ray's ValueError, exit 1
-    ("profiles", "show", ""),  # was "did you mean" every profile
+    ("profiles", "show", ""),
     ("service", "install", "--profile", ""),
 ]
 
@@ -42,3 +42,4 @@ def test_bad_input_exits_2_in_one_line(args: tuple[str, ...], tmp_path: Path,
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("specctl: error: "), (code, err)
     assert out == "" and "Traceback" not in err
+    assert "cpu-demo-q4, cpu-demo, cuda" not in err  # an empty name is no near miss of every one

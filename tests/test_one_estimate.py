@@ -35,7 +35,7 @@ def same_in_plan_and_drafts(monkeypatch: pytest.MonkeyPatch,
                             capsys: pytest.CaptureFixture[str], target: str,
                             plan_args: tuple[str, ...]) -> None:
     plan = as_json(monkeypatch, capsys, "plan", *plan_args)
-    ranked = as_json(monkeypatch, capsys, "drafts", target)["candidates"]
+    ranked = as_json(monkeypatch, capsys, "drafts", "--target", target)["candidates"]
     draft = plan["draft"]
     mine = next(c for c in ranked if ((c["path"] == draft["path"]) if draft["path"] else
                                       (c["model"] == draft["ref"])))
