@@ -17,7 +17,7 @@ from specctl.adapters import registry
 from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.contract.settings import EnvVar, settings_vars
 from specctl.orchestrator.service import envfile, environment
-from tests.cli import specctl
+from tests.cli import ROOT, specctl
 
 FIXED = {"SPECCTL_STATE_DIR", "SPECCTL_CONFIG_DIR", "SPECCTL_CACHE_DIR", "PYTHONUNBUFFERED",
          "PATH", "SPECCTL_MAX_RESTARTS"}
@@ -63,6 +63,20 @@ def sample_values() -> dict[str, str]:
     return values
 
 
+def own_llama_server(folder: Path) -> str:
+    """A llama-server of your own for SPECCTL_LLAMA_SERVER (install plans the profile first, so
+    the variable must name a program that answers): it answers --help and --version as the
+    recorded build does (adapters/dialects)."""
+    dialects = ROOT / "adapters" / "dialects"
+    program = folder / "bin" / "llama-server"
+    program.parent.mkdir(parents=True, exist_ok=True)
+    program.write_text(f"#!/bin/sh\ncase \"$1\" in --version) cat "
+                       f"'{dialects / 'llama-server-0c1e570.version'}';; *) cat "
+                       f"'{dialects / 'llama-server-0c1e570.help'}';; esac\n")
+    program.chmod(0o755)
+    return str(program)
+
+
 def clean_env(home: Path) -> dict[str, str]:
     declared = {v.name for v in environment.declared(registry.adapter_classes().values())}
     env = {k: v for k, v in os.environ.items()
@@ -101,7 +115,7 @@ def _install(env: dict[str, str], manager: str) -> tuple[str, dict[str, str], Pa
 @pytest.mark.parametrize("half", [False, True])
 def test_install_carries_each_declared_variable_set_and_none_unset(tmp_path: Path,
                                                                    half: bool) -> None:
-    values = sample_values()
+    values = sample_values() | {"SPECCTL_LLAMA_SERVER": own_llama_server(tmp_path)}
     values |= {"SPECCTL_SERVER__PORT": "9123", "SPECCTL_SERVER__API_KEY_ENV": "MY_API_KEY",
                "MY_API_KEY": "sk-'quoted' $HOME \\ `x`"}
     secrets = {v.name for v in environment.declared(registry.adapter_classes().values())
@@ -130,7 +144,7 @@ def test_install_carries_each_declared_variable_set_and_none_unset(tmp_path: Pat
 
 
 def test_the_plist_carries_the_same_without_secrets(tmp_path: Path) -> None:
-    values = sample_values()
+    values = sample_values() | {"SPECCTL_LLAMA_SERVER": own_llama_server(tmp_path)}
     env = clean_env(tmp_path) | values
     text, written, env_file = _install(env, "launchd")
     plist = plistlib.loads(text.encode())["EnvironmentVariables"]
