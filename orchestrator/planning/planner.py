@@ -270,17 +270,47 @@ def _context(profile: Profile, target: ModelInfo, reasons: list[str],
     return trained
 
 
-def _changed(asked: int, first_type: str, mem: MemoryPlan) -> str | None:
+def _changed(asked: int, profile: Profile, backend: Adapter, mem: MemoryPlan) -> list[str]:
     """What fitting memory changed of what was asked (the KV cache's type, the context), as a
-    line for the plan's main lines; None when nothing was changed."""
+    line for the plan's main lines; none when nothing was changed."""
+    cache = profile.memory.cache_type
+    first_type = cache if cache != "auto" else backend.cache_types[0]
     changes = []
     if mem.cache_type != first_type:
         changes.append(f"KV cache {mem.cache_type}, not {first_type}")
     if mem.context != asked:
         changes.append(f"context {mem.context} tokens, not {asked}")
     if not changes:
-        return None
-    return f"{' and '.join(changes)}, to fit the memory budget ({mem.budget.why})."
+        return []
+    return [f"{' and '.join(changes)}, to fit the memory budget ({mem.budget.why})."]
+
+
+def _check_host(profile: Profile, backend: Adapter) -> None:
+    """Beyond loopback only with a key, and only on a backend that checks one."""
+    host = profile.server.host
+    if not is_loopback(host) and backend.authenticates and not profile.server.api_key_env:
+        raise ProfileError(f"{profile.name}: server.host = {host} exposes the server beyond "
+                           "this machine; set server.api_key_env too, or bind to 127.0.0.1")
+    if not is_loopback(host) and not backend.authenticates:
+        raise ProfileError(f"{profile.name}: {backend.name} checks no API key, so server.host = "
+                           f"{host} would serve anyone who can reach it; bind to 127.0.0.1 "
+                           "and put an authenticating proxy in front to share it")
+
+
+def _with_tuned(plan: Plan, found: Tuned) -> tuple[Plan, str]:
+    """The plan with `tune`'s saved setting, or without a draft when the setting is not surely
+    faster; and why."""
+    if found.method != "none" and not found.served:
+        return plan.but(method="none", k=0, draft=None, chain=(), k_source="tuned"), (
+            f"`specctl tune` ({found.state}) found {found.summary.split('; ', 1)[0]}, not "
+            "surely faster than without a draft (its interval must be above 1.00x and its "
+            "point 5% over): serving without one; `specctl tune` with a longer --budget may "
+            "show it pays")
+    p_min = found.p_min if found.p_min is not None else plan.p_min
+    return plan.but(method=found.method, k=found.k, p_min=p_min,
+                    draft=plan.draft if found.method == "draft" else None, k_source="tuned",
+                    k_by_batch=found.k_by_batch, chain=found.chain), \
+        f"`specctl tune` on this machine: {found.summary}"
 
 
 def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
@@ -292,13 +322,7 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
     srv = profile.server
     choice = choosing.choose(list(profile.backend), hw, backends, probed, measured)
     backend = backends[choice.name]
-    if not is_loopback(srv.host) and backend.authenticates and not srv.api_key_env:
-        raise ProfileError(f"{profile.name}: server.host = {srv.host} exposes the server beyond "
-                           "this machine; set server.api_key_env too, or bind to 127.0.0.1")
-    if not is_loopback(srv.host) and not backend.authenticates:
-        raise ProfileError(f"{profile.name}: {choice.name} checks no API key, so server.host = "
-                           f"{srv.host} would serve anyone who can reach it; bind to 127.0.0.1 "
-                           "and put an authenticating proxy in front to share it")
+    _check_host(profile, backend)
     reasons, notices = list(choice.reasons), list[str]()
     options = profile.section(choice.name)
     target = resolver.resolve(options.target or profile.target, backend.default_quant)
@@ -316,10 +340,7 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
                            pick_draft, _room(budget, backend, target), reasons)
     mem, options = _fit(profile, hw, backend, options, choice.installed, target, draft, budget,
                         context, reasons)
-    first_type = profile.memory.cache_type if profile.memory.cache_type != "auto" else \
-        backend.cache_types[0]
-    changed = _changed(context, first_type, mem)
-    notices += [changed] if changed else []
+    notices += _changed(context, profile, backend, mem)
     if profile.k == "auto":
         k, why = _auto_k(method, target, draft, mem.speed)
         k_source = "cost model"
@@ -342,18 +363,8 @@ def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
     except StateError as exc:  # a saved result that failed validation: set aside, not used
         found = None
         reasons.append(f"Tuned result ignored: {exc}")
-    if found is not None and found.method != "none" and not found.served:
-        plan = plan.but(method="none", k=0, draft=None, chain=(), k_source="tuned")
-        why = (f"`specctl tune` ({found.state}) found {found.summary.split('; ', 1)[0]}, not "
-               "surely faster than without a draft (its interval must be above 1.00x and "
-               "its point 5% over): "
-               "serving without one; `specctl tune` with a longer --budget may show it pays")
-    elif found is not None:
-        draft_kept = draft if found.method == "draft" else None
-        p_min = found.p_min if found.p_min is not None else plan.p_min
-        plan = plan.but(method=found.method, k=found.k, p_min=p_min, draft=draft_kept,
-                        k_source="tuned", k_by_batch=found.k_by_batch, chain=found.chain)
-        why = f"`specctl tune` on this machine: {found.summary}"
+    if found is not None:
+        plan, why = _with_tuned(plan, found)
     if _draft_of(profile, options) == "none":
         why = "draft = \"none\""
     elif method == "none":
