@@ -109,3 +109,14 @@ def test_bad_input_in_a_real_process(path: tuple[str, ...]) -> None:
     took = time.monotonic() - began
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert took < CEILING_S, f"{' '.join(path)}: {took:.2f} s"
+
+
+@pytest.mark.parametrize("path", [(), ("service",), ("models",)], ids=" ".join)
+def test_a_group_without_a_command_prints_its_help(path: tuple[str, ...],
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a one-line error: the help itself, as click gives it."""
+    _, out, err = run_main(monkeypatch, capsys, *path)
+    text = out + err
+    assert text.startswith(f"Usage: specctl {' '.join(path)}".rstrip()) and "Commands:" in text
+    assert "specctl: error" not in text

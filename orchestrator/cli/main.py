@@ -34,6 +34,10 @@ PATH_ERRORS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.E
                          errno.EBUSY, errno.ETXTBSY, errno.EFBIG, errno.EMLINK})
 
 
+# click >= 8.2 raises this for a group run without a command (its help, exit 2); 8.1 prints it
+NO_ARGS: type[click.UsageError] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def _exit_on(signum: int, _frame: FrameType | None) -> None:
     """Unwind: servers that bench/tune started are stopped on the way out. A second signal
     (`timeout`, a process manager, a user pressing on) must not cut that cleanup short and
@@ -74,6 +78,9 @@ def main() -> None:
     except click.exceptions.Abort:
         err_console.print("specctl: aborted")
         sys.exit(130)
+    except NO_ARGS as exc:  # `specctl`, `specctl service`: the help
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:  # bad input on the command line: one line, exit 2
         err_console.print(sanitise.line(usage.one_line(exc)), highlight=False, markup=False,
                           soft_wrap=True)
