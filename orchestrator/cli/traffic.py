@@ -38,7 +38,11 @@ def traffic() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (stdout).")
 def show(model: str | None, as_json: bool) -> None:
     """Count, kinds (share), prompt lengths (tokens in: median, p90, max, and how many under
-    256, 256-1k, 1k-4k, 4k and over), answer lengths, oldest and newest, per model."""
+    256, 256-1k, 1k-4k, 4k and over), answer lengths, oldest and newest, per model.
+
+    \b
+    specctl traffic show
+    specctl traffic show cpu-demo --json"""
     from specctl.orchestrator.config.paths import Dirs
     from specctl.orchestrator.measure import replay
 
@@ -78,7 +82,11 @@ def _show(s: dict[str, Any]) -> None:
 @traffic.command("forget", short_help="Delete them.")
 @click.argument("model", required=False)
 def forget(model: str | None) -> None:
-    """Delete MODEL's kept requests (every model's with no MODEL); asks nothing."""
+    """Delete MODEL's kept requests (every model's with no MODEL); asks nothing.
+
+    \b
+    specctl traffic forget cpu-demo
+    specctl traffic forget            every model's"""
     from specctl.orchestrator.config.paths import Dirs
     from specctl.orchestrator.measure import traffic as store
 
