@@ -85,7 +85,8 @@ async def http_error(request: Request, exc: Exception) -> Response:
         return error(404, f"no such path: {path}; {served()}", headers=close,
                      code="unknown_path")
     if exc.status_code == 405:
-        allow = (exc.headers or {}).get("Allow", "")
+        given = (exc.headers or {}).get("Allow", "")  # Starlette joins a set: any order
+        allow = ", ".join(sorted(m.strip() for m in given.split(",") if m.strip()))
         return error(405, f"{quote(request.method)} is not allowed on {path}; use {allow}",
                      headers={"Allow": allow}, code="method_not_allowed")
     return error(exc.status_code, sanitise.line(exc.detail, ECHO), headers=exc.headers)
