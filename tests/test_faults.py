@@ -152,12 +152,29 @@ def test_specctl_sigterm_stops_the_whole_group(env: dict[str, str], smol: Path) 
     assert not (runs(env) / "smol.json").exists()
 
 
-@pytest.mark.parametrize("then", ["down", "up"])
-def test_specctl_sigkill_leaves_a_group_that_the_next_command_cleans(
-        env: dict[str, str], smol: Path, then: str) -> None:
+def test_specctl_sigkill_takes_its_server_group_with_it(env: dict[str, str],
+                                                        smol: Path) -> None:
+    """The server is leashed to its supervisor (runtime/leash.py): a supervisor killed with
+    SIGKILL leaves no server; the next command clears the stale state."""
     assert up(env, smol).returncode == 0
     st = read_state(env)
     sup, pgid = int(str(st["supervisor_pid"])), int(str(st["server_pgid"]))
+    assert procs.group_members(pgid)
+    os.kill(sup, signal.SIGKILL)
+    wait_for(lambda: procs.group_members(pgid) == [], 5)
+    assert up(env, smol).returncode == 0
+    assert read_state(env)["status"] == "running"
+
+
+@pytest.mark.parametrize("then", ["down", "up"])
+def test_a_group_left_behind_is_cleaned_by_the_next_command(
+        env: dict[str, str], smol: Path, then: str) -> None:
+    """A server group that outlived its supervisor (its leash stopped, so it could not act):
+    `down` or the next `up` stops it, checked against the recorded identity."""
+    assert up(env, smol).returncode == 0
+    st = read_state(env)
+    sup, pgid = int(str(st["supervisor_pid"])), int(str(st["server_pgid"]))
+    os.kill(pgid, signal.SIGSTOP)  # the leash (the group's leader) cannot react
     os.kill(sup, signal.SIGKILL)
     time.sleep(0.5)
     assert procs.group_members(pgid), "the orphaned server is still there"

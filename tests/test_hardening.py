@@ -32,7 +32,7 @@ from specctl.orchestrator.errors import (
     StateError,
 )
 from specctl.orchestrator.measure import tuned
-from specctl.orchestrator.runtime.supervise import server_env
+from specctl.orchestrator.runtime.server import server_env
 from specctl.orchestrator.service import manage, units
 from tests import plans
 from tests.cli import ROOT, run_main

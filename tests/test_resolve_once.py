@@ -4,7 +4,7 @@ one memory budget; and what `up` hands to the supervisor is that plan, unamended
 The real functions are wrapped (monkeypatch) to count their calls; they still do their work.
 In-process through click's CliRunner. No server starts: `up`'s supervisor is replaced by a
 recorder (as in tests/test_up_once.py), and `bench` and `tune` stop where they would start their
-first server process (`procs.spawn`), after resolving."""
+first server process (`Server.spawn`), after resolving."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.measure import winners
 from specctl.orchestrator.planning import backends, memory, planner
 from specctl.orchestrator.planning.plan import Plan, plan_json
-from specctl.orchestrator.runtime import handoff, procs
+from specctl.orchestrator.runtime import handoff
+from specctl.orchestrator.runtime.server import Server
 from specctl.orchestrator.runtime.servers import free_port
 from tests.fake_hf_hub import FakeHub
 from tests.ggufs import write_gguf
@@ -56,13 +57,13 @@ class Counts:
             self.served.append(ready)
             return 0
 
-        def spawn(argv: list[str], *_a: Any, **_k: Any) -> None:
+        def spawn(_cls: Any, argv: list[str], *_a: Any, **_k: Any) -> None:
             self.spawned.append(list(argv))
             raise Launched
 
         monkeypatch.setattr(planner, "resolve", resolved)
         monkeypatch.setattr(runs, "serve_foreground", serve)
-        monkeypatch.setattr(procs, "spawn", spawn)
+        monkeypatch.setattr(Server, "spawn", classmethod(spawn))
 
     def _count(self, monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> None:
         real = getattr(module, name)

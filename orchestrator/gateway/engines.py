@@ -75,11 +75,11 @@ class Engine:
 
     @property
     def alive(self) -> bool:
-        return self.started is not None and self.started.proc.poll() is None
+        return self.started is not None and self.started.server.alive
 
     @property
     def exit_code(self) -> int | None:
-        return self.started.proc.poll() if self.started is not None else None
+        return self.started.server.exit_code if self.started is not None else None
 
     def start(self, health_timeout: float, abort: Callable[[], bool]) -> None:
         """Blocking: serve the plan (its port already a free loopback one) until healthy."""

@@ -13,17 +13,14 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 import psutil
 import requests
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from specctl.orchestrator.errors import ServerError
-from specctl.orchestrator.files import open_private
 
 TOLERANCE_S = 1.0  # create times are recorded to the clock tick
 JOURNAL = "journal"  # a run's log when its output goes to systemd's journal
@@ -217,17 +214,3 @@ def follow(path: str, emit: Callable[[str], None], sleep: Callable[[float], None
                     fh.seek(0)  # rotated (copied away and truncated): read it from the start
                 sleep(0.25)
 
-
-def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: str,
-          header: str) -> subprocess.Popen[bytes]:
-    """Start a server in its own session/process group, output appended to `log_path`, or,
-    under systemd (`log_path` is JOURNAL), to this process's own stdout: the journal."""
-    if log_path == JOURNAL:
-        print(f"=== specctl: {header}", flush=True)
-        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                                env=dict(env), start_new_session=True)
-    with os.fdopen(open_private(Path(log_path)), "ab") as log:  # 0600: a log may hold prompts
-        log.write(f"\n=== specctl: {header} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-        log.flush()
-        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env=dict(env), start_new_session=True)
