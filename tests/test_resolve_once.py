@@ -149,3 +149,45 @@ def test_up_resolves_anew_after_a_pull_instead_of_amending_the_plan(
     (ready,) = counts.served
     assert list(ready.files) == [str(second.target.path)]
     assert ready.plan["target"]["path"] == str(second.target.path)
+
+
+@pytest.mark.server
+def test_a_gateway_resolves_each_model_at_its_start_and_never_per_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway in this process (Starlette's TestClient, the real pool and runner, a real
+    llama-server on SmolLM2): one resolution per model at the start (`run.gather`; no saved
+    tune, so no route's plan as written), none for the cold request that starts the engine
+    and none for the warm one after it."""
+    from starlette.testclient import TestClient
+
+    from specctl.orchestrator.gateway import run
+    from specctl.orchestrator.gateway.asgi import Gateway
+    from specctl.orchestrator.gateway.metrics import Metrics
+    from specctl.orchestrator.gateway.owned import Engines
+    from specctl.orchestrator.gateway.plans import Plans
+    from specctl.orchestrator.gateway.pool import Options, Pool
+
+    path = tmp_path / "smol.toml"
+    path.write_text('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
+                    "k = 3\n[server]\ncontext = 1024\n")
+    resolve, seen = planner.resolve, []
+
+    def counted(*args: Any, **kw: Any) -> tuple[Plan, Installed]:
+        seen.append(1)
+        return resolve(*args, **kw)
+
+    monkeypatch.setattr(planner, "resolve", counted)
+    app = App.from_env()
+    models = run.gather(app, (str(path),), lambda _line: None)
+    pool = Pool(Plans(app, models.profiles, models.resolved, None), Options(), Metrics(),
+                lambda _line: None, Engines(None, 60, 3))
+    assert len(seen) == 1  # at the start, once
+    body = {"model": "smol", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with TestClient(Gateway(pool, None, ()).app()) as client:
+        cold = client.post("/v1/chat/completions", json=body)
+        assert cold.status_code == 200, cold.text
+        assert len(seen) == 1  # the cold request (it started the engine): none
+        warm = client.post("/v1/chat/completions", json=body)
+        assert warm.status_code == 200, warm.text
+        assert len(seen) == 1  # the warm one: none
+    assert pool.engines == []  # the lifespan's end stopped it

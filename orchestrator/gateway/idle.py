@@ -42,12 +42,11 @@ class IdleTuner:
     def wanted(self) -> list[str]:
         """Models serving an untuned setting that may be tuned now."""
         out = []
-        for engine in self.pool.engines.values():
+        for slot, engine in self.pool.current.items():
             name = engine.model
             profile = self.pool.profiles[name]
-            if (engine.slot == name and engine.ready.is_set() and engine.alive
-                    and engine.plan.k_source == UNTUNED and profile.k == "auto"
-                    and profile.gateway.tune_when_idle
+            if (not slot.routed and engine.usable and engine.plan.k_source == UNTUNED
+                    and profile.k == "auto" and profile.gateway.tune_when_idle
                     and name not in self.done and self.tries.get(name, 0) < TRIES):
                 out.append(name)
         return out

@@ -150,7 +150,12 @@ def port_owner(port: int) -> str:
     return ""
 
 
-def ensure_port_free(host: str, port: int) -> None:
+PORT_FIX = "pick another port (server.port in the profile, or SPECCTL_SERVER__PORT)"
+
+
+def ensure_port_free(host: str, port: int, fix: str = PORT_FIX) -> None:
+    """Fail in one line when `host:port` cannot be bound; `fix` says how to pick another (the
+    caller's own flag or setting)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -160,7 +165,7 @@ def ensure_port_free(host: str, port: int) -> None:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise ServerError(
                     f"port {port} on {host} is in use{port_owner(port)}; stop that server or "
-                    f"pick another port (server.port in the profile, or SPECCTL_SERVER__PORT)"
+                    f"{fix}"
                 ) from None
             raise ServerError(f"cannot bind {host}:{port}: {exc.strerror}") from None
 

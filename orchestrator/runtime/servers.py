@@ -40,6 +40,14 @@ class Started:
     running: Running
     server: Server
 
+    @property
+    def alive(self) -> bool:
+        return self.server.alive
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.server.exit_code
+
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM the whole group, SIGKILL after `grace`, reap the leader."""
         self.server.stop(grace)
