@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,12 @@ class Resolved:
     needs: Needs = field(default_factory=Needs)
 
     def launch(self) -> Launch:
+        """The plan's launch, built once (the adapter's `launch` is pure: the same plan gives
+        the same argv, so `up` checks and hands over one and the same)."""
+        return self._launch
+
+    @cached_property
+    def _launch(self) -> Launch:
         return self.backend.launch(self.plan, self.installed)
 
 

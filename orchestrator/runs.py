@@ -68,7 +68,10 @@ def ready_of(app: App, resolved: Resolved) -> handoff.Ready:
                             files, plan_json(plan, resolved.installed, launch))
 
 
-def preflight(app: App, ready: handoff.Ready, say: Say) -> None:
+def check_start(app: App, ready: handoff.Ready, say: Say) -> None:
+    """Before a run starts, once: its state can be written, no earlier run of it is up (a
+    leftover server of a dead one is stopped), its model files are there, its port is free.
+    (`runtime/preflight.check` is `up`'s check of the plan before any work.)"""
     runs = app.dirs.runs
     private_dir(runs)
     state.check_writable(runs)
@@ -87,10 +90,12 @@ def policy_of(app: App) -> Policy:
                   log_max_bytes=s.log_max_bytes, log_backups=s.log_backups)
 
 
-def serve_foreground(app: App, ready: handoff.Ready, say: Say) -> int:
-    """Run the supervisor in this process (for systemd/launchd and for the detached `up`)."""
+def serve_foreground(app: App, ready: handoff.Ready, say: Say, checked: bool = False) -> int:
+    """Run the supervisor in this process (for systemd/launchd and for the detached `up`),
+    under the run's lock; `checked`: the `up` that handed the launch over ran `check_start`."""
     with state.profile_lock(app.dirs.runs, ready.name):
-        preflight(app, ready, say)
+        if not checked:
+            check_start(app, ready, say)
         return supervise_launch(app, ready, say)
 
 
@@ -134,7 +139,7 @@ def start_detached(app: App, ready: handoff.Ready, say: Say) -> state.RunState:
     """Start the supervisor in its own session with the launch resolved here; wait until the
     server is healthy, return. The checks come before the first line, so a refusal is one
     line."""
-    preflight(app, ready, say)
+    check_start(app, ready, say)
     say(f"starting {ready.name}: {ready.spec}")
     path = handoff.write(app.dirs.runs, ready)
     try:

@@ -53,7 +53,7 @@ class Counts:
             self.plans.append(found)
             return found
 
-        def serve(_app: Any, ready: handoff.Ready, _say: Any) -> int:
+        def serve(_app: Any, ready: handoff.Ready, _say: Any, **_k: Any) -> int:
             self.served.append(ready)
             return 0
 
