@@ -198,6 +198,31 @@ def test_two_ups_of_one_profile_at_once(env: dict[str, str], smol: Path) -> None
     assert read_state(env)["status"] == "running"
 
 
+def test_two_ups_of_two_profiles_on_one_port_at_once(env: dict[str, str],
+                                                     tmp_path: Path) -> None:
+    """Both find the port free; their supervisors race for it. The loser fails in one line
+    (the port is in use, exit 1) and leaves nothing behind, round after round."""
+    for round_ in range(3):
+        port = free_port()
+        paths = []
+        for name, k in (("one", 3), ("two", 2)):
+            path = tmp_path / f"{name}.toml"
+            path.write_text(SMOL.replace("k = 3", f"k = {k}") +
+                            f"[server]\nport = {port}\ncontext = 1024\n")
+            paths.append(path)
+        both = [subprocess.Popen([sys.executable, "-m", "specctl", "up", "--profile", str(p),
+                                  "--no-provision"], cwd=ROOT, env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for p in paths]
+        results = [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate())
+                   for p in both]
+        assert sorted(r.returncode for r in results) == [0, 1], (round_, results)
+        loser = next(r for r in results if r.returncode != 0)
+        one_line_error(loser, f"port {port}", "in use")
+        assert specctl("down", "--all", env=env).returncode == 0
+        time.sleep(0.5)
+        assert not ours(env["SPECCTL_STATE_DIR"]), f"round {round_}: left running"
+
+
 def test_port_already_in_use(env: dict[str, str], tmp_path: Path) -> None:
     port = free_port()
     profile = tmp_path / "smol.toml"
