@@ -198,11 +198,9 @@ def test_two_gateways_on_one_state_dir_keep_their_own_status(
     assert stop(second) == 0
 
 
-def test_the_words_for_a_busy_port_and_for_no_room_in_memory(
-        env: dict[str, str], tmp_path: Path, gateways: list[Gateway],  # noqa: F811
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_busy_gateway_port_is_told_to_take_the_gateways_own_port_flag(
+        env: dict[str, str], tmp_path: Path, gateways: list[Gateway]) -> None:  # noqa: F811
     profile(env, "alpha", SMOL + "k = 3\n[server]\ncontext = 2048\n")
-    profile(env, "beta", SMOL + "k = 2\n[server]\ncontext = 1024\n")
     first = start(env, tmp_path, "alpha")
     gateways.append(first)
     port = first.url.rsplit(":", 1)[1]
@@ -213,6 +211,12 @@ def test_the_words_for_a_busy_port_and_for_no_room_in_memory(
     assert "SPECCTL_SERVER__PORT" not in busy.stderr and "profile" not in busy.stderr
     assert stop(first) == 0
 
+
+def test_a_request_refused_for_memory_is_told_so_with_the_figures(
+        env: dict[str, str], tmp_path: Path, gateways: list[Gateway],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    profile(env, "alpha", SMOL + "k = 3\n[server]\ncontext = 2048\n")
+    profile(env, "beta", SMOL + "k = 2\n[server]\ncontext = 1024\n")
     for key in ("SPECCTL_STATE_DIR", "SPECCTL_CONFIG_DIR"):
         monkeypatch.setenv(key, env[key])
     app = App.from_env()
