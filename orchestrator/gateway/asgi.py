@@ -249,20 +249,21 @@ class Gateway:
         """Send the request to the engine: its reply's headers, or None and the error to
         answer instead (the engine failed, sent nothing within the first-byte bound, or the
         gateway is stopping)."""
-        assert self.client is not None and engine.handle is not None
+        client = self.client
+        assert client is not None and engine.handle is not None
         running = engine.handle.running
         if running.launch.model and data.get("model") != running.launch.model:
             body = json.dumps({**data, "model": running.launch.model}).encode()  # its name
         url = f"{running.endpoint.api.rstrip('/')}/{request.path_params['rest']}"
         headers = {"content-type": "application/json", **running.endpoint.headers()}
-        upstream = self.client.build_request("POST", url, content=body, headers=headers,
-                                             params=request.query_params)
+        upstream = client.build_request("POST", url, content=body, headers=headers,
+                                        params=request.query_params)
         bound = self.bounds.timeouts.first_byte
         hung = f"sent no reply within the first-byte bound of {bound:g} s"
         failed = f"{engine.model}'s server failed; the next request starts it again"
         try:
-            return await self.bounds.within(lambda: self.client.send(  # type: ignore[union-attr]
-                upstream, stream=True), sent + bound, hung), error(502, failed, "server_error")
+            return await self.bounds.within(lambda: client.send(upstream, stream=True),
+                                            sent + bound, hung), error(502, failed, "server_error")
         except httpx.HTTPError:
             self._count(engine.model, engine.setting, 502)
             return None, error(502, failed, "server_error")

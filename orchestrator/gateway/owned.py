@@ -157,7 +157,12 @@ class Ledger:
         }).model_dump_json(indent=1)
 
     def close(self) -> None:
-        self.path.unlink(missing_ok=True)
+        """Remove the file, if it is still this gateway's (another that raced for the port and
+        won may have written it since)."""
+        with contextlib.suppress(StateError):
+            found = _load(self.path)
+            if found is not None and found.pid == self._gateway.pid:
+                self.path.unlink(missing_ok=True)
 
 
 class Engines:

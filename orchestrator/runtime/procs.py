@@ -114,12 +114,14 @@ def group_members(pgid: int) -> list[psutil.Process]:
 
 def stop_group(pgid: int, grace: float = 10.0, sleep: Callable[[float], None] = time.sleep) -> bool:
     """SIGTERM the whole group, SIGKILL what is left after `grace` s. True if any was running.
+    SIGCONT follows the SIGTERM: a stopped (hung, SIGSTOPped) member acts on it now.
 
     vLLM's EngineCore and workers outlive a killed API server, so the group, not the parent."""
     if not group_members(pgid):
         return False
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGCONT)
     if not _gone_within(pgid, grace, 0.1, sleep):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
