@@ -10,6 +10,7 @@ import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,12 @@ class Resolved:
     needs: Needs = field(default_factory=Needs)
 
     def launch(self) -> Launch:
+        """The plan's launch, built once (the adapter's `launch` is pure: the same plan gives
+        the same argv, so `up` checks and hands over one and the same)."""
+        return self._launch
+
+    @cached_property
+    def _launch(self) -> Launch:
         return self.backend.launch(self.plan, self.installed)
 
 

@@ -68,7 +68,10 @@ def ready_of(app: App, resolved: Resolved) -> handoff.Ready:
                             files, plan_json(plan, resolved.installed, launch))
 
 
-def preflight(app: App, ready: handoff.Ready, say: Say) -> None:
+def check_start(app: App, ready: handoff.Ready, say: Say) -> None:
+    """Before a run starts, once: its state can be written, no earlier run of it is up (a
+    leftover server of a dead one is stopped), its model files are there, its port is free.
+    (`runtime/preflight.check` is `up`'s check of the plan before any work.)"""
     runs = app.dirs.runs
     private_dir(runs)
     state.check_writable(runs)
@@ -87,15 +90,22 @@ def policy_of(app: App) -> Policy:
                   log_max_bytes=s.log_max_bytes, log_backups=s.log_backups)
 
 
-def serve_foreground(app: App, ready: handoff.Ready, say: Say) -> int:
-    """Run the supervisor in this process (for systemd/launchd and for the detached `up`)."""
+def serve_foreground(app: App, ready: handoff.Ready, say: Say, checked: bool = False) -> int:
+    """Run the supervisor in this process (for systemd/launchd and for the detached `up`),
+    under the run's lock; `checked`: the `up` that handed the launch over ran `check_start`."""
     with state.profile_lock(app.dirs.runs, ready.name):
-        preflight(app, ready, say)
+        if not checked:
+            check_start(app, ready, say)
         return supervise_launch(app, ready, say)
 
 
 def supervise_launch(app: App, ready: handoff.Ready, say: Say) -> int:
-    """Supervise the launch under its run name (the caller holds its lock)."""
+    """Supervise the launch under its run name (the caller holds its lock) and its port's."""
+    with state.port_lock(app.dirs.runs, ready.port):
+        return _supervise(app, ready, say)
+
+
+def _supervise(app: App, ready: handoff.Ready, say: Say) -> int:
     private_dir(app.dirs.logs)
     me, launch = os.getpid(), ready.launch()
     started, cmdline = procs.identity(me) or (0.0, [])
@@ -134,18 +144,21 @@ def start_detached(app: App, ready: handoff.Ready, say: Say) -> state.RunState:
     """Start the supervisor in its own session with the launch resolved here; wait until the
     server is healthy, return. The checks come before the first line, so a refusal is one
     line."""
-    preflight(app, ready, say)
-    say(f"starting {ready.name}: {ready.spec}")
+    check_start(app, ready, say)
     path = handoff.write(app.dirs.runs, ready)
     try:
         return detach(app, ready.name, ["up", "--profile", ready.name, "--foreground",
-                                        "--handoff", str(path)])
+                                        "--handoff", str(path)],
+                      lambda: say(f"starting {ready.name}: {ready.spec}"))
     finally:
         path.unlink(missing_ok=True)
 
 
-def detach(app: App, name: str, args: list[str]) -> state.RunState:
-    """Run `specctl ARGS` (a --foreground supervisor) in its own session; wait until healthy."""
+def detach(app: App, name: str, args: list[str],
+           starting: Callable[[], None] = lambda: None) -> state.RunState:
+    """Run `specctl ARGS` (a --foreground supervisor) in its own session; wait until healthy.
+    `starting()` once the supervisor has the run's locks (its state is written): a supervisor
+    refused before that (another run holds the port) is the one line said."""
     private_dir(app.dirs.logs)
     sup_log = inside(app.dirs.logs, name, ".supervisor.log")
     with os.fdopen(open_private(sup_log), "ab") as out:
@@ -155,13 +168,19 @@ def detach(app: App, name: str, args: list[str]) -> state.RunState:
     policy = policy_of(app)
     timeout = policy.health_timeout + 30
 
+    said: list[bool] = []
+
     def serving() -> state.RunState | None:
         try:
             run = state.load(app.dirs.runs, name)
         except SpecctlError:
             run = None
-        if run is not None and run.supervisor_pid == child.pid and run.status == "running":
-            return run
+        if run is not None and run.supervisor_pid == child.pid:
+            if not said:
+                said.append(True)
+                starting()
+            if run.status == "running":
+                return run
         if child.poll() is not None:
             raise ServerError(_why_it_stopped(sup_log, run))
         return None

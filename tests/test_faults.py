@@ -152,12 +152,29 @@ def test_specctl_sigterm_stops_the_whole_group(env: dict[str, str], smol: Path) 
     assert not (runs(env) / "smol.json").exists()
 
 
-@pytest.mark.parametrize("then", ["down", "up"])
-def test_specctl_sigkill_leaves_a_group_that_the_next_command_cleans(
-        env: dict[str, str], smol: Path, then: str) -> None:
+def test_specctl_sigkill_takes_its_server_group_with_it(env: dict[str, str],
+                                                        smol: Path) -> None:
+    """The server is leashed to its supervisor (runtime/leash.py): a supervisor killed with
+    SIGKILL leaves no server; the next command clears the stale state."""
     assert up(env, smol).returncode == 0
     st = read_state(env)
     sup, pgid = int(str(st["supervisor_pid"])), int(str(st["server_pgid"]))
+    assert procs.group_members(pgid)
+    os.kill(sup, signal.SIGKILL)
+    wait_for(lambda: procs.group_members(pgid) == [], 5)
+    assert up(env, smol).returncode == 0
+    assert read_state(env)["status"] == "running"
+
+
+@pytest.mark.parametrize("then", ["down", "up"])
+def test_a_group_left_behind_is_cleaned_by_the_next_command(
+        env: dict[str, str], smol: Path, then: str) -> None:
+    """A server group that outlived its supervisor (its leash stopped, so it could not act):
+    `down` or the next `up` stops it, checked against the recorded identity."""
+    assert up(env, smol).returncode == 0
+    st = read_state(env)
+    sup, pgid = int(str(st["supervisor_pid"])), int(str(st["server_pgid"]))
+    os.kill(pgid, signal.SIGSTOP)  # the leash (the group's leader) cannot react
     os.kill(sup, signal.SIGKILL)
     time.sleep(0.5)
     assert procs.group_members(pgid), "the orphaned server is still there"
@@ -179,6 +196,31 @@ def test_two_ups_of_one_profile_at_once(env: dict[str, str], smol: Path) -> None
     loser = next(r for r in results if r[0] != 0)
     assert "already up" in loser[2] or "in use" in loser[2], loser[2]
     assert read_state(env)["status"] == "running"
+
+
+def test_two_ups_of_two_profiles_on_one_port_at_once(env: dict[str, str],
+                                                     tmp_path: Path) -> None:
+    """Both find the port free; their supervisors race for it. The loser fails in one line
+    (the port is in use, exit 1) and leaves nothing behind, round after round."""
+    for round_ in range(3):
+        port = free_port()
+        paths = []
+        for name, k in (("one", 3), ("two", 2)):
+            path = tmp_path / f"{name}.toml"
+            path.write_text(SMOL.replace("k = 3", f"k = {k}") +
+                            f"[server]\nport = {port}\ncontext = 1024\n")
+            paths.append(path)
+        both = [subprocess.Popen([sys.executable, "-m", "specctl", "up", "--profile", str(p),
+                                  "--no-provision"], cwd=ROOT, env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for p in paths]
+        results = [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate())
+                   for p in both]
+        assert sorted(r.returncode for r in results) == [0, 1], (round_, results)
+        loser = next(r for r in results if r.returncode != 0)
+        one_line_error(loser, f"port {port}", "in use")
+        assert specctl("down", "--all", env=env).returncode == 0
+        time.sleep(0.5)
+        assert not ours(env["SPECCTL_STATE_DIR"]), f"round {round_}: left running"
 
 
 def test_port_already_in_use(env: dict[str, str], tmp_path: Path) -> None:

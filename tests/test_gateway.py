@@ -560,11 +560,12 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
     off = _served_by(gw)["off"]
     assert _ask(gw, asks["code"]) and _served_by(gw)["off"] == off + 1
 
-    wait_for(lambda: (Path(env["SPECCTL_STATE_DIR"]) / "gateway.json").exists(), 10,
+    state_file = Path(env["SPECCTL_STATE_DIR"]) / f"gateway-{gw.url.rsplit(':', 1)[1]}.json"
+    wait_for(lambda: "summarize, edit -> ngram k=8" in state_file.read_text(), 10,
              "the gateway publishes its routes")
     shown = subprocess.run([sys.executable, "-m", "specctl", "status"], env=env,
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert "summarize, edit -> ngram k=8" in shown.stdout and "below" in shown.stdout
     assert stop(gw) == 0
-    assert not (Path(env["SPECCTL_STATE_DIR"]) / "gateway.json").exists()
+    assert not state_file.exists()

@@ -26,16 +26,19 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.types import Message
 
-from specctl.orchestrator.app import App
+from specctl.adapters.llamacpp import LlamaCpp
+from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.gateway import intake, paths, schema
 from specctl.orchestrator.gateway.asgi import Gateway
 from specctl.orchestrator.gateway.metrics import Metrics
+from specctl.orchestrator.gateway.owned import Engines
+from specctl.orchestrator.gateway.plans import Plans
 from specctl.orchestrator.gateway.pool import Options, Pool
 from specctl.orchestrator.runtime.servers import free_port
+from tests import plans as plan_values
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-NOT_SERVED = "model_not_found"  # what a request that passed every check gets here
 
 
 @pytest.fixture
@@ -48,13 +51,18 @@ def gateway(said: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     """A gateway serving one model, "m", whose file does not exist: no server ever starts."""
     monkeypatch.setenv("SPECCTL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("SPECCTL_CONFIG_DIR", str(tmp_path / "config"))
-    served = {"m": profiles.parse(f'target = "{tmp_path}/none.gguf"\n', "m", "test")}
-    return Gateway(Pool(App.from_env(), served, Options(), Metrics(), said.append), None, ())
+    profile = profiles.parse(f'target = "{tmp_path}/none.gguf"\n', "m", "test")
+    plan = plan_values.plan(profile="m", target=plan_values.target(path=tmp_path / "none.gguf"))
+    backend = LlamaCpp()
+    served = {"m": Resolved(profile, plan, backend.assumed(), backend)}
+    plans = Plans(App.from_env(), {"m": profile}, served, None)
+    return Gateway(Pool(plans, Options(), Metrics(), said.append, Engines(None, 60, 3)), None, ())
 
 
 @pytest.fixture
-def client(gateway: Gateway) -> Iterator[TestClient]:
+def client(gateway: Gateway, said: list[str]) -> Iterator[TestClient]:
     with TestClient(gateway.app(), raise_server_exceptions=False) as c:
+        said.clear()  # what the gateway said as it started (the routes): not the requests'
         yield c
 
 
@@ -539,8 +547,11 @@ SERVE = textwrap.dedent("""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.gateway.asgi import Gateway
     from specctl.orchestrator.gateway.metrics import Metrics
+    from specctl.orchestrator.gateway.owned import Engines
+    from specctl.orchestrator.gateway.plans import Plans
     from specctl.orchestrator.gateway.pool import Options, Pool
-    pool = Pool(App.from_env(), {}, Options(), Metrics(), print)
+    pool = Pool(Plans(App.from_env(), {}, {}, None), Options(), Metrics(), print,
+                Engines(None, 60, 3))
     uvicorn.run(Gateway(pool, None, ()).app(), host="127.0.0.1", port=int(sys.argv[1]),
                 log_level="warning")
 """)

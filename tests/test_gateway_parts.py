@@ -17,7 +17,7 @@ from specctl.orchestrator.cli.base import seconds
 from specctl.orchestrator.errors import SettingsError
 from specctl.orchestrator.gateway.asgi import authorized
 from specctl.orchestrator.gateway.engines import footprint, setting_of
-from specctl.orchestrator.gateway.pool import tuned_signature
+from specctl.orchestrator.gateway.plans import tuned_signature
 from specctl.orchestrator.gateway.run import keys_of
 from specctl.orchestrator.gateway.watch import Watch
 from tests import plans
@@ -130,10 +130,13 @@ def test_the_routes_without_a_server() -> None:
     from specctl.orchestrator.app import App
     from specctl.orchestrator.gateway.asgi import MAX_BODY, Gateway
     from specctl.orchestrator.gateway.metrics import Metrics
+    from specctl.orchestrator.gateway.owned import Engines
+    from specctl.orchestrator.gateway.plans import Plans
     from specctl.orchestrator.gateway.pool import Options, Pool
 
     said: list[str] = []
-    pool = Pool(App.from_env(), {}, Options(), Metrics(), said.append)
+    pool = Pool(Plans(App.from_env(), {}, {}, None), Options(), Metrics(), said.append,
+                Engines(None, 60, 3))
     key = {"Authorization": "Bearer k1"}
     with TestClient(Gateway(pool, None, ("k1",)).app()) as client:
         assert client.get("/health").json() == {"status": "ok"}

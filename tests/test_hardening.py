@@ -33,7 +33,7 @@ from specctl.orchestrator.errors import (
 )
 from specctl.orchestrator.measure import tuned
 from specctl.orchestrator.planning import drafts
-from specctl.orchestrator.runtime.supervise import server_env
+from specctl.orchestrator.runtime.server import server_env
 from specctl.orchestrator.service import manage, units
 from tests import plans
 from tests.cli import ROOT, run_main

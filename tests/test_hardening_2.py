@@ -697,7 +697,7 @@ def test_8_hostile_metrics_neither_break_nor_hang(page: str) -> None:
 def test_8_loose_logs_and_runs_dirs_are_tightened_and_logs_are_0600(
         isolated_dirs: Dirs) -> None:
     from specctl.orchestrator.files import private_dir
-    from specctl.orchestrator.runtime import procs
+    from specctl.orchestrator.runtime.server import Server
 
     for folder, mode in ((isolated_dirs.logs, 0o755), (isolated_dirs.runs, 0o777)):
         folder.mkdir(parents=True)
@@ -705,8 +705,7 @@ def test_8_loose_logs_and_runs_dirs_are_tightened_and_logs_are_0600(
         private_dir(folder)
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     log = isolated_dirs.logs / "x.log"
-    proc = procs.spawn(["true"], {}, str(log), "test")
-    proc.wait()
+    Server.spawn(["true"], {}, str(log), "test").proc.wait()
     assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
     state.check_writable(isolated_dirs.runs)  # the runs dir through the same door
 

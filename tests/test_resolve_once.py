@@ -4,7 +4,7 @@ one memory budget; and what `up` hands to the supervisor is that plan, unamended
 The real functions are wrapped (monkeypatch) to count their calls; they still do their work.
 In-process through click's CliRunner. No server starts: `up`'s supervisor is replaced by a
 recorder (as in tests/test_up_once.py), and `bench` and `tune` stop where they would start their
-first server process (`procs.spawn`), after resolving."""
+first server process (`Server.spawn`), after resolving."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.measure import winners
 from specctl.orchestrator.planning import backends, memory, planner
 from specctl.orchestrator.planning.plan import Plan, plan_json
-from specctl.orchestrator.runtime import handoff, procs
+from specctl.orchestrator.runtime import handoff
+from specctl.orchestrator.runtime.server import Server
 from specctl.orchestrator.runtime.servers import free_port
 from tests.fake_hf_hub import FakeHub
 from tests.ggufs import write_gguf
@@ -52,17 +53,17 @@ class Counts:
             self.plans.append(found)
             return found
 
-        def serve(_app: Any, ready: handoff.Ready, _say: Any) -> int:
+        def serve(_app: Any, ready: handoff.Ready, _say: Any, **_k: Any) -> int:
             self.served.append(ready)
             return 0
 
-        def spawn(argv: list[str], *_a: Any, **_k: Any) -> None:
+        def spawn(_cls: Any, argv: list[str], *_a: Any, **_k: Any) -> None:
             self.spawned.append(list(argv))
             raise Launched
 
         monkeypatch.setattr(planner, "resolve", resolved)
         monkeypatch.setattr(runs, "serve_foreground", serve)
-        monkeypatch.setattr(procs, "spawn", spawn)
+        monkeypatch.setattr(Server, "spawn", classmethod(spawn))
 
     def _count(self, monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> None:
         real = getattr(module, name)
@@ -148,3 +149,45 @@ def test_up_resolves_anew_after_a_pull_instead_of_amending_the_plan(
     (ready,) = counts.served
     assert list(ready.files) == [str(second.target.path)]
     assert ready.plan["target"]["path"] == str(second.target.path)
+
+
+@pytest.mark.server
+def test_a_gateway_resolves_each_model_at_its_start_and_never_per_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway in this process (Starlette's TestClient, the real pool and runner, a real
+    llama-server on SmolLM2): one resolution per model at the start (`run.gather`; no saved
+    tune, so no route's plan as written), none for the cold request that starts the engine
+    and none for the warm one after it."""
+    from starlette.testclient import TestClient
+
+    from specctl.orchestrator.gateway import run
+    from specctl.orchestrator.gateway.asgi import Gateway
+    from specctl.orchestrator.gateway.metrics import Metrics
+    from specctl.orchestrator.gateway.owned import Engines
+    from specctl.orchestrator.gateway.plans import Plans
+    from specctl.orchestrator.gateway.pool import Options, Pool
+
+    path = tmp_path / "smol.toml"
+    path.write_text('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
+                    "k = 3\n[server]\ncontext = 1024\n")
+    resolve, seen = planner.resolve, []
+
+    def counted(*args: Any, **kw: Any) -> tuple[Plan, Installed]:
+        seen.append(1)
+        return resolve(*args, **kw)
+
+    monkeypatch.setattr(planner, "resolve", counted)
+    app = App.from_env()
+    models = run.gather(app, (str(path),), lambda _line: None)
+    pool = Pool(Plans(app, models.profiles, models.resolved, None), Options(), Metrics(),
+                lambda _line: None, Engines(None, 60, 3))
+    assert len(seen) == 1  # at the start, once
+    body = {"model": "smol", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with TestClient(Gateway(pool, None, ()).app()) as client:
+        cold = client.post("/v1/chat/completions", json=body)
+        assert cold.status_code == 200, cold.text
+        assert len(seen) == 1  # the cold request (it started the engine): none
+        warm = client.post("/v1/chat/completions", json=body)
+        assert warm.status_code == 200, warm.text
+        assert len(seen) == 1  # the warm one: none
+    assert pool.engines == []  # the lifespan's end stopped it

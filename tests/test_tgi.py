@@ -40,7 +40,7 @@ from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.plan import Plan
-from specctl.orchestrator.runtime.supervise import server_env
+from specctl.orchestrator.runtime.server import server_env
 from tests import plans
 from tests.conftest import HARDWARE
 from tests.conftest import recorded as machine

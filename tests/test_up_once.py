@@ -33,6 +33,7 @@ class Calls:
         self.probes: Counter[str] = Counter()
         self.installs: list[str] = []
         self.served: list[handoff.Ready] = []
+        self.checked: list[bool] = []
         load, probe_all = profiles.load, backends.probe_all
 
         def counted_load(*args: Any, **kw: Any) -> profiles.Profile:
@@ -47,8 +48,9 @@ class Calls:
             self.installs.append(backend.name)
             raise AssertionError(f"{backend.name} was installed")
 
-        def serve(_app: Any, ready: handoff.Ready, _say: Any) -> int:
+        def serve(_app: Any, ready: handoff.Ready, _say: Any, checked: bool = False) -> int:
             self.served.append(ready)
+            self.checked.append(checked)
             return 0
 
         monkeypatch.setattr(profiles, "load", counted_load)
@@ -91,6 +93,24 @@ def test_up_loads_the_profile_once_and_probes_once(tmp_path: Path, calls: Calls,
     assert ready.name == "pair" and "--spec-draft-n-max" in ready.launch().argv
 
 
+def test_up_builds_its_launch_once(tmp_path: Path, calls: Calls, llamacpp_installed: None,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine arguments are checked before any work and that same Launch is handed over:
+    the adapter's launch runs once (it ran twice: the check's was thrown away)."""
+    cls = registry.adapter_classes()["llamacpp"]
+    real, built = cls.launch, []
+
+    def counted(self: Adapter, *args: Any, **kw: Any) -> Any:
+        built.append(1)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(cls, "launch", counted)
+    done = CliRunner().invoke(cli, ["up", "--profile", str(small_pair(tmp_path)),
+                                    "--foreground", "--no-provision"], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert len(built) == 1
+
+
 def test_the_detached_supervisor_runs_the_handed_over_launch_without_planning(
         tmp_path: Path, calls: Calls, llamacpp_installed: None, isolated_dirs: Dirs) -> None:
     profile = small_pair(tmp_path)
@@ -105,6 +125,7 @@ def test_the_detached_supervisor_runs_the_handed_over_launch_without_planning(
     assert done.exit_code == 0, done.output
     assert (calls.loads, sum(calls.probes.values())) == (loads, probes)
     assert calls.served[-1] == ready
+    assert calls.checked == [False, True]  # the parent's start checks are not run again
     assert not path.exists()  # read once, then removed
 
 

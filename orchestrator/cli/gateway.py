@@ -19,6 +19,13 @@ from specctl.orchestrator.cli.base import address, cli, err_console, seconds
 @click.option("--start-wait", default="2m", show_default=True, metavar="DURATION",
               help="How long a request waits for its model's server to start before it gets "
                    "503 with Retry-After (0: at once).")
+@click.option("--first-byte-timeout", default="10m", show_default=True, metavar="DURATION",
+              help="A server that sends no reply within this (a stream: no first chunk) is "
+                   "hung: the request gets 504 and the server is restarted. A reply that is "
+                   "not streamed comes whole at its end: this bounds all of it.")
+@click.option("--chunk-timeout", default="60s", show_default=True, metavar="DURATION",
+              help="A stream whose server sends nothing for this long is hung: it ends with an "
+                   "error event (504) and the server is restarted.")
 @click.option("--idle-tune", default="2m", show_default=True, metavar="DURATION|off",
               help='Tune an untuned k = "auto" profile in the background after this long '
                    "without requests (a request stops the tune); off: never.")
@@ -26,7 +33,8 @@ from specctl.orchestrator.cli.base import address, cli, err_console, seconds
               metavar="VAR", help="Variable holding the API key(s), comma-separated; when it "
               "is set, every request needs `Authorization: Bearer KEY`.")
 def gateway(refs: tuple[str, ...], host: str, port: int, memory_gib: float | None,
-            start_wait: str, idle_tune: str, api_key_env: str) -> None:
+            start_wait: str, first_byte_timeout: str, chunk_timeout: str, idle_tune: str,
+            api_key_env: str) -> None:
     """Serve every profile and model behind one OpenAI-compatible endpoint.
 
     \b
@@ -41,10 +49,13 @@ def gateway(refs: tuple[str, ...], host: str, port: int, memory_gib: float | Non
     `specctl tune` saves a new setting, the gateway starts it beside the old one,
     sends new requests there and stops the old one once its requests finish.
     /metrics has requests, tokens/s, time to first token, queue wait and draft
-    acceptance per model and setting. Stop it with Ctrl-C or SIGTERM: every
-    server it started stops too."""
+    acceptance per model and setting. Stop it with Ctrl-C or SIGTERM: requests
+    in flight are told (503, or an error event in a stream), then every server
+    it started stops; its servers stop with it however it ends (kill -9
+    too), and the next gateway on this state dir reaps any left behind."""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.gateway import run
+    from specctl.orchestrator.gateway.bounds import Timeouts
     from specctl.orchestrator.gateway.pool import Options
     from specctl.orchestrator.sizes import from_gib
 
@@ -53,7 +64,9 @@ def gateway(refs: tuple[str, ...], host: str, port: int, memory_gib: float | Non
         idle_tune, "--idle-tune", 1, 7 * 86400)
     options = Options(budget=from_gib(memory_gib) if memory_gib else None,
                       start_wait=seconds(start_wait, "--start-wait", 0, 3600))
-    request = run.Request(refs, host, port, options, tune_after, api_key_env)
+    timeouts = Timeouts(seconds(first_byte_timeout, "--first-byte-timeout", 1, 86400),
+                        seconds(chunk_timeout, "--chunk-timeout", 1, 86400))
+    request = run.Request(refs, host, port, options, tune_after, api_key_env, timeouts)
 
     def say(line: str) -> None:
         err_console.print(f"gateway: {line}", highlight=False, markup=False, soft_wrap=True)

@@ -25,7 +25,7 @@ from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.sizes import gib, gib_pair
 
 if TYPE_CHECKING:
-    from specctl.orchestrator.gateway.live import Published
+    from specctl.orchestrator.gateway.owned import Gateway
     from specctl.orchestrator.runs import Row
 
 
@@ -277,9 +277,12 @@ def show_routing(console: Console, routing: dict[str, Any],
                     f"{routing[key + '_accuracy']:.0%} right")
 
 
-def show_gateway_routes(console: Console, found: Published) -> None:
-    """The gateway's routes (gateway/live.Published): each model's, and its live table."""
-    console.print(f"gateway at {found.url}", highlight=False, markup=False)
+def show_gateway_routes(console: Console, found: Gateway) -> None:
+    """A running gateway (gateway/owned.Gateway): its engines, each model's route, and the
+    route's live table."""
+    engines = ", ".join(f"{e.model} ({e.setting}) on {e.port}" for e in found.engines)
+    console.print(f"gateway at {found.url} (pid {found.pid}): {engines or 'no server up'}",
+                  highlight=False, markup=False)
     for model, routed in found.routes.items():
         console.print(f"{model}: {routed.route or routed.why}", highlight=False, markup=False)
         cells = [[k.kind, k.setting, str(k.requests), _num(k.live_tps), _num(k.baseline_tps),

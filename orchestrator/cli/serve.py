@@ -25,7 +25,7 @@ from specctl.orchestrator.errors import SpecctlError
 if TYPE_CHECKING:
     from specctl.orchestrator.app import App
     from specctl.orchestrator.config.adhoc import Flags
-    from specctl.orchestrator.gateway.live import Published
+    from specctl.orchestrator.gateway.owned import Gateway
     from specctl.orchestrator.service import units
 
 
@@ -142,26 +142,25 @@ def status(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([render.status_json(r) for r in rows], indent=2))
         return
-    routes = _gateway_routes(app)
-    if not rows and routes is None:
+    gateways = _gateways(app)
+    if not rows and not gateways:
         err_console.print("nothing running (`specctl up MODEL` or `specctl up -p NAME`)")
         return
     if rows:
         render.show_status(console, rows)
-    if routes is not None:
-        render.show_gateway_routes(console, routes)
+    for gateway in gateways:
+        render.show_gateway_routes(console, gateway)
 
 
-def _gateway_routes(app: App) -> Published | None:
-    """What a running gateway published of its routes (gateway/live.py), or None."""
-    from specctl.orchestrator.errors import StateError
-    from specctl.orchestrator.gateway import live
+def _gateways(app: App) -> list[Gateway]:
+    """The gateways running on this state dir, from their state files (gateway/owned.py); a
+    file whose gateway is gone is left for the next gateway to reap."""
+    from specctl.orchestrator.gateway import owned
 
-    try:
-        return live.published(app.dirs.state / "gateway.json")
-    except StateError as exc:
-        err_console.print(f"specctl: {exc}", highlight=False, markup=False)
-        return None
+    def note(line: str) -> None:
+        err_console.print(f"specctl: {line}", highlight=False, markup=False)
+
+    return owned.running(app.dirs.state, note)
 
 
 cli.add_command(status, "ps")

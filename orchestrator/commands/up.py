@@ -69,7 +69,8 @@ def up(app: App, request: Request, ask: Ask, say: Say) -> Outcome:
 
 def supervise(app: App, path: Path, say: Say) -> Exited:
     """The detached supervisor: run the launch the parent resolved (no planning here)."""
-    return Exited(runs.serve_foreground(app, handoff.take(path, app.dirs.runs), say))
+    return Exited(runs.serve_foreground(app, handoff.take(path, app.dirs.runs), say,
+                                        checked=True))
 
 
 def prepare(app: App, request: Request, ask: Ask, say: Say) -> Resolved | Declined:
@@ -77,7 +78,8 @@ def prepare(app: App, request: Request, ask: Ask, say: Say) -> Resolved | Declin
     preflight); what it needs said and, once agreed, provided; the plan of what is then here."""
     profile = app.load(request.ref, request.flags)
     resolved = app.resolve(profile)
-    resolved.launch()  # pure: the engine arguments are checked now, not after a build
+    resolved.launch()  # pure: the engine arguments are checked now, not after a build (built
+    # once: the same Launch is handed over)
     resolver = app.resolver()
     needs = resolved.needs
     todo = preflight.check(resolved.plan, needs, resolved.backend, app.hub(), request.provide,

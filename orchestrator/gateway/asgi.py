@@ -3,9 +3,10 @@ POST passed to the server of the model the body names, `/metrics`, `/health`.
 
 A reply is passed through as it comes, chunk by chunk (httpx streams it from the engine). A
 client that goes away cancels the relay, which closes the engine's connection, and the engine
-drops the request. An engine that dies mid-stream gives the client an error event. With keys
-set, every path but `/health` needs `Authorization: Bearer KEY`; keys are never logged and never
-reach a label.
+drops the request. An engine that dies mid-stream gives the client an error event; one that
+sends nothing within a bound (gateway/bounds.py) gives it a 504 and is failed. A stream that
+ends in an error ends with `data: [DONE]` too. With keys set, every path but `/health` needs
+`Authorization: Bearer KEY`; keys are never logged and never reach a label.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,12 +29,15 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from specctl.adapters.base import Adapter
-from specctl.orchestrator.gateway import errors, intake, live, paths
+from specctl.orchestrator.gateway import errors, intake, paths
+from specctl.orchestrator.gateway.bounds import Bounds, Hung, ShuttingDown
 from specctl.orchestrator.gateway.engines import Engine
 from specctl.orchestrator.gateway.errors import error
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.intake import MAX_BODY as MAX_BODY
+from specctl.orchestrator.gateway.owned import Ledger
 from specctl.orchestrator.gateway.pool import NotReady, Pool, StartFailed, Unknown
+from specctl.orchestrator.gateway.room import NoRoom
 from specctl.orchestrator.gateway.watch import Watch
 from specctl.orchestrator.measure import classify
 
@@ -81,19 +83,24 @@ def authorized(request: Request, keys: Sequence[str]) -> bool:
 
 
 def event(message: str, status: int) -> bytes:
-    """An error as a server-sent event (what OpenAI's streams send; the openai client raises)."""
+    """An error as a server-sent event (what OpenAI's streams send; the openai client raises),
+    and the stream's end."""
     body = {"error": {"message": message, "type": "server_error", "code": status}}
-    return f"data: {json.dumps(body)}\n\n".encode()
+    return f"data: {json.dumps(body)}\n\ndata: [DONE]\n\n".encode()
+
+
+STOPPING = "the gateway is shutting down; try again shortly"
 
 
 class Gateway:
     def __init__(self, pool: Pool, tuner: IdleTuner | None, keys: Sequence[str],
-                 url: str = "", publish_to: Path | None = None) -> None:
+                 url: str = "", ledger: Ledger | None = None, bounds: Bounds | None = None
+                 ) -> None:
         self.pool, self.tuner, self.keys = pool, tuner, tuple(keys)
-        self.url, self.publish_to = url, publish_to  # the routes, for `specctl status`
+        self.url, self.ledger = url, ledger  # the state file: engines, routes for `status`
+        self.bounds = bounds or Bounds()
         self.client: httpx.AsyncClient | None = None
         self._backends = paths.Backends(pool)
-        self._published: dict[str, Any] | None = None
 
     def app(self) -> Starlette:
         app = Starlette(routes=[
@@ -110,7 +117,7 @@ class Gateway:
     @asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        timeout = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
+        timeout = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)  # bounds.py
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as client, \
                 anyio.create_task_group() as tasks:
             self.client = client
@@ -118,13 +125,14 @@ class Gateway:
             try:
                 yield
             finally:
+                self.bounds.stop()  # (a stop signal did it already: see run.py)
                 tasks.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):
                     if self.tuner is not None:
                         await anyio.to_thread.run_sync(self.tuner.close)
                     await self.pool.close()
-                if self.publish_to is not None:
-                    self.publish_to.unlink(missing_ok=True)
+                if self.ledger is not None:
+                    self.ledger.close()
 
     async def _clock(self) -> None:
         while True:
@@ -132,16 +140,8 @@ class Gateway:
             await self.pool.tick()
             if self.tuner is not None:
                 self.tuner.tick()
-            self._publish()
-
-    def _publish(self) -> None:
-        """The routes and live tables, written for `specctl status` when they change."""
-        routes = self.routes()
-        if self.publish_to is None or routes == self._published:
-            return
-        self._published = routes
-        with contextlib.suppress(OSError):  # status is told nothing new; serving goes on
-            live.publish(self.publish_to, os.getpid(), self.url, routes)
+            if self.ledger is not None:  # the routes and live tables, for `specctl status`
+                self.ledger.routes(self.routes())
 
     # -- routes --------------------------------------------------------------------------
     async def health(self, _request: Request) -> Response:
@@ -158,14 +158,12 @@ class Gateway:
             return self._denied()
         data = []
         for name, profile in sorted(self.pool.profiles.items()):
-            up = [e for e in self.pool.engines.values() if e.model == name]
-            routing = self.pool.routings.get(name)
-            setting = (routing.route.describe() if routing and routing.route else
-                       up[0].setting if up else None)
+            up = [e for s, e in self.pool.current.items() if s.model == name]
+            route = self.pool.plans.served[name].routing.route
+            setting = route.describe() if route else up[0].setting if up else None
             data.append({"id": name, "object": "model", "created": 0, "owned_by": "specctl",
                          "description": profile.description,
-                         "running": any(e.ready.is_set() and e.alive for e in up),
-                         "setting": setting})
+                         "running": any(e.usable for e in up), "setting": setting})
         return JSONResponse({"object": "list", "data": data})
 
     async def status(self, request: Request) -> Response:
@@ -174,17 +172,18 @@ class Gateway:
         now = self.pool.clock()
         up = self.pool.resident()
         rows = [{"model": e.model, "setting": e.setting, "port": e.plan.port,
-                 "state": _state(e), "inflight": e.inflight,
-                 "idle_s": round(now - e.last_used, 1), "bytes": e.plan.memory.device_bytes,
-                 "k_source": e.plan.k_source} for e in up]
+                 "state": e.state.value if e.handle is None or e.handle.alive else "exited",
+                 "inflight": e.inflight, "idle_s": round(now - e.last_used, 1),
+                 "bytes": e.plan.memory.device_bytes, "k_source": e.plan.k_source} for e in up]
         budget = self.pool.budget_for(up) if up else self.pool.options.budget
         return JSONResponse({"engines": rows, "budget_bytes": budget,
                              "models": sorted(self.pool.profiles), "routes": self.routes()})
 
     def routes(self) -> dict[str, Any]:
-        """Each model's route (once its first request asked for it) and live table by kind."""
+        """Each model's route and live table by kind."""
         out = {}
-        for model, found in sorted(self.pool.routings.items()):
+        for model, served in sorted(self.pool.plans.served.items()):
+            found = served.routing
             route = found.route
             out[model] = {"route": route.describe() if route else None, "why": found.why,
                           "memory": route.memory() if route else None,
@@ -234,26 +233,18 @@ class Gateway:
             await anyio.to_thread.run_sync(self.tuner.traffic)
         kind = classify.of_request(data)
         try:
-            engine = await self.pool.acquire(model, kind)
-        except Unknown as exc:
-            return await error(404, str(exc), "not_found_error")(scope, _never, send)
-        except NotReady as exc:
-            self._count(model, "-", 503)
-            return await error(503, str(exc), "server_error", {
-                "Retry-After": str(RETRY_AFTER)})(scope, _never, send)
-        except StartFailed as exc:
-            self._count(model, "-", 502)
-            return await error(502, str(exc), "server_error")(scope, _never, send)
+            engine = await self.bounds.within(lambda: self.pool.acquire(model, kind), None)
+        except (Unknown, NotReady, StartFailed, NoRoom, ShuttingDown) as exc:
+            return await self._refused(model, exc)(scope, _never, send)
         reply: httpx.Response | None = None
         try:
-            reply = await self._open(request, engine, data, body)
+            sent = anyio.current_time()
+            reply, failed = await self._open(request, engine, data, body, sent)
             if reply is None:
-                self._count(engine.model, engine.setting, 502)
-                return await error(502, f"{engine.model}'s server failed; the next request "
-                                   "starts it again", "server_error")(scope, _never, send)
+                return await failed(scope, _never, send)
             kept = {k: v for k, v in reply.headers.items()
                     if k.lower() in ("content-type", "cache-control", "x-request-id")}
-            relay = self._relay(engine, reply, data.get("stream") is True, arrived, kind)
+            relay = self._relay(engine, reply, data.get("stream") is True, arrived, kind, sent)
             await StreamingResponse(relay, reply.status_code, kept)(scope, _never, send)
         finally:
             with anyio.CancelScope(shield=True):
@@ -261,40 +252,90 @@ class Gateway:
                     await reply.aclose()
                 self.pool.release(engine)
 
-    async def _open(self, request: Request, engine: Engine, data: dict[str, Any],
-                    body: bytes) -> httpx.Response | None:
-        """Send the request to the engine; its reply's headers (None: the engine failed)."""
-        assert self.client is not None and engine.started is not None
-        running = engine.started.running
+    def _refused(self, model: str, exc: Exception) -> Response:
+        """The answer to a request that got no engine."""
+        if isinstance(exc, Unknown):
+            return error(404, str(exc), "not_found_error")
+        retry = {"Retry-After": str(RETRY_AFTER)}
+        if isinstance(exc, ShuttingDown):
+            self._count(model, "-", 503)
+            return error(503, STOPPING, "server_error", retry)
+        status = exc.status if isinstance(exc, NoRoom) else 503 if isinstance(
+            exc, NotReady) else 502
+        self._count(model, "-", status)
+        return error(status, str(exc), "server_error", retry if status == 503 else None)
+
+    async def _open(self, request: Request, engine: Engine, data: dict[str, Any], body: bytes,
+                    sent: float) -> tuple[httpx.Response | None, Response]:
+        """Send the request to the engine: its reply's headers, or None and the error to
+        answer instead (the engine failed, sent nothing within the first-byte bound, or the
+        gateway is stopping)."""
+        client = self.client
+        assert client is not None and engine.handle is not None
+        running = engine.handle.running
         if running.launch.model and data.get("model") != running.launch.model:
             body = json.dumps({**data, "model": running.launch.model}).encode()  # its name
         url = f"{running.endpoint.api.rstrip('/')}/{request.path_params['rest']}"
         headers = {"content-type": "application/json", **running.endpoint.headers()}
-        upstream = self.client.build_request("POST", url, content=body, headers=headers,
-                                             params=request.query_params)
+        upstream = client.build_request("POST", url, content=body, headers=headers,
+                                        params=request.query_params)
+        bound = self.bounds.timeouts.first_byte
+        hung = f"sent no reply within the first-byte bound of {bound:g} s"
+        failed = f"{engine.model}'s server failed; the next request starts it again"
         try:
-            return await self.client.send(upstream, stream=True)
+            return await self.bounds.within(lambda: client.send(upstream, stream=True),
+                                            sent + bound, hung), error(502, failed, "server_error")
         except httpx.HTTPError:
-            return None
+            self._count(engine.model, engine.setting, 502)
+            return None, error(502, failed, "server_error")
+        except Hung:
+            self.pool.fail(engine, hung)
+            self._count(engine.model, engine.setting, 504)
+            return None, error(504, f"{engine.model}'s server {hung}; it is restarted for the "
+                               "next request", "server_error")
+        except ShuttingDown:
+            self._count(engine.model, engine.setting, 503)
+            return None, error(503, STOPPING, "server_error", {"Retry-After": str(RETRY_AFTER)})
 
     async def _relay(self, engine: Engine, reply: httpx.Response, stream: bool,
-                     arrived: float, kind: str) -> AsyncIterator[bytes]:
-        """The engine's reply, chunk by chunk as it comes, read for metrics on the way; an
-        engine that fails mid-stream ends the stream with an error event."""
+                     arrived: float, kind: str, sent: float) -> AsyncIterator[bytes]:
+        """The engine's reply, chunk by chunk as it comes, read for metrics on the way. A
+        stream whose engine fails, hangs past a bound, or whose gateway stops ends with an
+        error event and `data: [DONE]`."""
         adapter = engine.resolved.backend
         watch = Watch(stream, adapter.decode_timing, adapter.reply_stats, self.pool.clock)
+        chunks, bounds = reply.aiter_raw(), self.bounds.timeouts
+        deadline, what = sent + bounds.first_byte, f"the first-byte bound of {bounds.first_byte:g}"
         try:
-            async for chunk in reply.aiter_raw():
+            while True:
+                try:
+                    chunk = await self.bounds.within(chunks.__anext__, deadline,
+                                                     f"sent nothing within {what} s")
+                except StopAsyncIteration:
+                    break
                 watch.feed(chunk)
                 yield chunk
-        except httpx.HTTPError as exc:
-            self._count(engine.model, engine.setting, 502)
+                deadline = anyio.current_time() + bounds.chunk
+                what = f"the bound between chunks of {bounds.chunk:g}"
+        except (httpx.HTTPError, Hung, ShuttingDown) as exc:
+            status, message = self._cut(engine, exc)
+            self._count(engine.model, engine.setting, status)
             if stream:
-                yield event(f"{engine.model}'s server failed mid-stream: {_what(exc)}; the "
-                            "next request starts it again", 502)
+                yield event(message, status)
             return
         watch.finish()
         self._observe(engine, watch, arrived, reply.status_code, kind)
+
+    def _cut(self, engine: Engine, exc: Exception) -> tuple[int, str]:
+        """A stream cut short: its status and the words of its error event."""
+        if isinstance(exc, ShuttingDown):
+            return 503, f"{STOPPING}: this stream ends here"
+        if isinstance(exc, Hung):
+            self.pool.fail(engine, str(exc))
+            return 504, f"{engine.model}'s server {exc}; it is restarted for the next request"
+        assert isinstance(exc, httpx.HTTPError)
+        return 502, (f"{engine.model}'s server failed mid-stream: {_what(exc)}; the next "
+                     "request starts it again")
 
     def _observe(self, engine: Engine, watch: Watch, arrived: float, status: int,
                  kind: str) -> None:
@@ -314,7 +355,7 @@ class Gateway:
         if watch.stats is not None:
             m.drafted.labels(*labels).inc(watch.stats.drafted)
             m.accepted.labels(*labels).inc(watch.stats.accepted)
-        if engine.slot != engine.model:  # a route's server: the live table of its kind
+        if engine.slot.routed:  # a route's server: the live table of its kind
             stats = watch.stats
             self.pool.live.observe(engine.model, kind, engine.setting, watch.generated, tps,
                                    stats.drafted if stats else 0, stats.accepted if stats else 0)
@@ -328,14 +369,6 @@ class Gateway:
         return error(401, "missing or wrong API key: send `Authorization: Bearer KEY` (the "
                      "gateway's key is in $SPECCTL_GATEWAY_API_KEY where it was started)",
                      "authentication_error", headers, code="invalid_api_key")
-
-
-def _state(engine: Engine) -> str:
-    if not engine.ready.is_set():
-        return "starting"
-    if engine.error is not None:
-        return "failed"
-    return "draining" if engine.draining else "ready" if engine.alive else "exited"
 
 
 def _what(exc: httpx.HTTPError) -> str:

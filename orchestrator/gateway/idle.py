@@ -1,14 +1,14 @@
 """Tune in the background while the gateway is idle: a profile with k = "auto" that serves the
-cost model's untuned setting is tuned (`specctl tune -p NAME`, its own process group) once no
-request has come for a while; a request stops that tune at once (serving comes first) and it
-is tried again at the next idle spell, a few times at most. When the tune saves a setting that
-pays, the pool's watch on the tuned results swaps it in. A profile opts out with
-`[gateway] tune_when_idle = false`."""
+cost model's untuned setting is tuned (`specctl tune -p NAME`) once no request has come for a
+while; a request stops that tune at once (serving comes first) and it is tried again at the
+next idle spell, a few times at most. The tune runs as a runtime/server.Server, like an engine
+(its own process group, leashed to the gateway, stopped whole), with no health URL. When the
+tune saves a setting that pays, the pool's watch on the tuned results swaps it in. A profile
+opts out with `[gateway] tune_when_idle = false`."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specctl.orchestrator.files import inside
 from specctl.orchestrator.gateway.pool import Pool
-from specctl.orchestrator.runtime import procs
+from specctl.orchestrator.runtime.server import Server
 
 UNTUNED = "cost model"  # a plan's k_source when no saved tune set it
 TRIES = 3
@@ -31,7 +31,7 @@ class IdleTuner:
     after: float  # seconds without requests before a tune starts
     logs: Path
     clock: Callable[[], float] = time.monotonic
-    proc: subprocess.Popen[bytes] | None = None
+    proc: Server | None = None
     model: str = ""
     tries: dict[str, int] = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
@@ -42,12 +42,11 @@ class IdleTuner:
     def wanted(self) -> list[str]:
         """Models serving an untuned setting that may be tuned now."""
         out = []
-        for engine in self.pool.engines.values():
+        for slot, engine in self.pool.current.items():
             name = engine.model
             profile = self.pool.profiles[name]
-            if (engine.slot == name and engine.ready.is_set() and engine.alive
-                    and engine.plan.k_source == UNTUNED and profile.k == "auto"
-                    and profile.gateway.tune_when_idle
+            if (not slot.routed and engine.usable and engine.plan.k_source == UNTUNED
+                    and profile.k == "auto" and profile.gateway.tune_when_idle
                     and name not in self.done and self.tries.get(name, 0) < TRIES):
                 out.append(name)
         return out
@@ -63,7 +62,7 @@ class IdleTuner:
 
     def _tick(self) -> None:
         if self.proc is not None:
-            code = self.proc.poll()
+            code = self.proc.exit_code
             if code is None:
                 return
             self.pool.say(f"background tune of {self.model} ended ({code}); see "
@@ -88,7 +87,8 @@ class IdleTuner:
         argv = [sys.executable, "-m", "specctl", "tune", "--profile", self.refs[model]]
         self.pool.say(f"idle: tuning {model} in the background (try {self.tries[model]} of "
                       f"{TRIES}; a request stops it)")
-        self.proc = procs.spawn(argv, os.environ, str(self._log(model)), f"tune {model}")
+        self.proc = Server.spawn(argv, os.environ, str(self._log(model)), f"tune {model}",
+                                 self.grace)
 
     def traffic(self) -> None:
         """A request came: stop a running tune (blocking: call it in a thread)."""
@@ -96,12 +96,10 @@ class IdleTuner:
             self._stop()
 
     def _stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None or not self.proc.alive:
             return
         self.pool.say(f"request: stopping the background tune of {self.model}")
-        procs.stop_group(self.proc.pid, grace=self.grace)
-        if self.proc.poll() is None:
-            self.proc.wait(timeout=5)
+        self.proc.stop(self.grace)
         self.proc = None
 
     def close(self) -> None:

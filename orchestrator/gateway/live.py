@@ -4,7 +4,7 @@ setting gets on real traffic, against the baseline's speed that `tune` measured 
 A kind whose live decode speed (the median of its last REQUESTS requests, once MIN_REQUESTS
 have finished) falls below its baseline's is routed to a server without a draft from then on,
 until a new tune changes the route (the table starts again). What `/gateway/status` shows, and
-`specctl status` from the file the gateway publishes while it runs.
+`specctl status` from the gateway's state file (gateway/owned.py) while it runs.
 """
 
 from __future__ import annotations
@@ -12,13 +12,9 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import psutil
 from pydantic import BaseModel, ConfigDict, Field
-
-from specctl.orchestrator.files import read_back, write_atomic
 
 REQUESTS = 16
 MIN_REQUESTS = 8
@@ -116,24 +112,3 @@ class Routed(BaseModel):
     why: str = Field("", max_length=2000)
     memory: str | None = Field(None, max_length=500)
     kinds: list[Kind] = Field(default_factory=list, max_length=64)
-
-
-class Published(BaseModel):
-    """What a running gateway says of its routes, for `specctl status` (state/gateway.json)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    pid: int = Field(ge=1)
-    url: str = Field(max_length=300)
-    routes: dict[str, Routed] = Field(default_factory=dict, max_length=256)
-
-
-def publish(path: Path, pid: int, url: str, routes: dict[str, Any]) -> None:
-    write_atomic(path, Published(pid=pid, url=url, routes=routes).model_dump_json(indent=1))
-
-
-def published(path: Path) -> Published | None:
-    """The running gateway's routes; None when none runs (a stale file is left as it is)."""
-    found = read_back(path, lambda text: Published.model_validate_json(text, strict=True),
-                      "gateway status", "It is written again while the gateway runs.")
-    return found if found is not None and psutil.pid_exists(found.pid) else None

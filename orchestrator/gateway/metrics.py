@@ -39,8 +39,8 @@ class Metrics:
         self.starts = Counter("specctl_gateway_engine_starts", "Servers started", ms,
                               registry=r)
         self.stops = Counter("specctl_gateway_engine_stops", "Servers stopped, and why "
-                             "(keep-alive, memory, swap, died, shutdown)", [*ms, "reason"],
-                             registry=r)
+                             "(keep-alive, memory, swap, died, hung, failed, shutdown)",
+                             [*ms, "reason"], registry=r)
         self.swaps = Counter("specctl_gateway_swaps", "Newly tuned settings swapped in",
                              ["model"], registry=r)
         self.resident = Gauge("specctl_gateway_engines", "Servers up (1) per model and setting",

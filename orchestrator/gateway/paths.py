@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import functools
 
-import anyio
-
 from specctl.adapters import registry
 from specctl.adapters.base import Adapter
-from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.gateway.pool import Pool
 
 PREFIX = "/v1/"
@@ -49,24 +46,13 @@ def declared() -> frozenset[str]:
 
 
 class Backends:
-    """The adapter of each model: its running server's, else the one its plan resolves to now
-    (planned once, in a thread; the pool plans it again when it starts the server)."""
+    """The adapter of each model, as the gateway resolved it at its start (gateway/plans.py):
+    asking it resolves nothing."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
-        self._known: dict[str, Adapter] = {}
 
     async def of(self, model: str) -> Adapter | None:
-        """None: the model does not plan (the pool says why when it tries to start it)."""
-        running = next((e.resolved.backend for e in self.pool.engines.values()
-                        if e.model == model), None)
-        if running is not None:
-            self._known[model] = running
-            return running
-        if model not in self._known:
-            try:
-                resolved = await anyio.to_thread.run_sync(self.pool.resolve, model)
-            except SpecctlError:
-                return None
-            self._known[model] = resolved.backend
-        return self._known[model]
+        """None: the model is not served here (the pool says so when it is asked for it)."""
+        served = self.pool.plans.served.get(model)
+        return served.resolved.backend if served is not None else None

@@ -1,24 +1,32 @@
-"""`specctl gateway`: gather the models, check the address and the keys, serve with uvicorn
-until stopped (SIGTERM/SIGINT stop every server the gateway started)."""
+"""`specctl gateway`: gather the models (each resolved here, once), check the address and the
+keys, reap what a gateway that is gone left running, serve with uvicorn until stopped.
+
+SIGTERM/SIGINT: every request waiting for its server gets 503 and every open stream an error
+event and `data: [DONE]` (gateway/bounds.py), then every server the gateway started stops."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from types import FrameType
 from typing import Any
 
-from specctl.orchestrator.app import App
+from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.config import profiles as profiles_mod
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.contract.launch import is_loopback, url_host
 from specctl.orchestrator.errors import BadInputError, ProfileError, SettingsError, SpecctlError
+from specctl.orchestrator.gateway import owned
 from specctl.orchestrator.gateway.asgi import Gateway
+from specctl.orchestrator.gateway.bounds import Bounds, Timeouts
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.metrics import Metrics
-from specctl.orchestrator.gateway.pool import Options, Pool, servable
+from specctl.orchestrator.gateway.plans import Plans, servable
+from specctl.orchestrator.gateway.pool import Options, Pool
 from specctl.orchestrator.runtime import procs
 
 Say = Callable[[str], None]
@@ -34,6 +42,7 @@ class Request:
     options: Options = field(default_factory=Options)
     idle_tune_after: float | None = 120.0  # None: never tune in the background
     key_var: str = KEY_VAR
+    timeouts: Timeouts = field(default_factory=Timeouts)
 
 
 def keys_of(environ: Mapping[str, str], var: str) -> tuple[str, ...]:
@@ -48,67 +57,87 @@ def keys_of(environ: Mapping[str, str], var: str) -> tuple[str, ...]:
     return keys
 
 
-def gather(app: App, refs: tuple[str, ...], say: Say) -> tuple[dict[str, Profile],
-                                                               dict[str, str]]:
-    """The models by the name clients send (the profile's name) and the ref each came from.
-    Named ones must plan here (else one line saying why); with none named, every profile that
-    plans and has what it needs is served, and the others are said with the reason."""
+@dataclass(frozen=True)
+class Models:
+    """The models to serve, by the name clients send (the profile's name): each profile, the
+    ref it came from, and its plan as resolved here."""
+
+    profiles: dict[str, Profile]
+    refs: dict[str, str]
+    resolved: dict[str, Resolved]
+
+
+def gather(app: App, refs: tuple[str, ...], say: Say) -> Models:
+    """The models to serve, each resolved once. Named ones must plan here (else one line saying
+    why); with none named, every profile that plans and has what it needs is served, and the
+    others are said with the reason."""
     named = bool(refs)
     refs = refs or tuple(profiles_mod.available(app.dirs))
-    found: dict[str, Profile] = {}
-    given: dict[str, str] = {}
+    found = Models({}, {}, {})
     for ref in refs:
         try:
             profile = app.load(ref)
-            servable(app.resolve(profile))  # refused now, not at its first request
+            resolved = servable(app.resolve(profile))  # refused now, not at its first request
         except SpecctlError as exc:
             if named:
                 raise type(exc)(f"{ref}: {exc}") from None
             say(f"not served: {ref}: {exc}")
             continue
-        if profile.name in found:
-            raise ProfileError(f"two models are named {profile.name} ({given[profile.name]} and "
-                               f"{ref}); rename one profile")
-        found[profile.name], given[profile.name] = profile, ref
-    if not found:
+        if profile.name in found.profiles:
+            raise ProfileError(f"two models are named {profile.name} ({found.refs[profile.name]}"
+                               f" and {ref}); rename one profile")
+        found.profiles[profile.name], found.refs[profile.name] = profile, ref
+        found.resolved[profile.name] = resolved
+    if not found.profiles:
         raise ProfileError("no model to serve: name profiles or models "
                            "(`specctl gateway cpu-demo hf:ORG/REPO`)")
-    return found, given
+    return found
 
 
 def serve(app: App, request: Request, say: Say) -> int:
     import uvicorn
 
-    _Server = _server_class()
     keys = keys_of(os.environ, request.key_var)
     if not keys and not is_loopback(request.host):
         raise BadInputError(f"the gateway on {request.host} would take requests from other "
                             f"machines without a key: export {request.key_var}=<key> first, or "
                             "keep the default --host 127.0.0.1")
-    procs.ensure_port_free(request.host, request.port)
-    profiles, refs = gather(app, request.refs, say)
-    options = replace(request.options, health_timeout=app.settings.health_timeout,
-                      grace=app.settings.stop_grace)  # as `up` waits and stops
-    pool = Pool(app, profiles, options, Metrics(), say)
-    tuner = (IdleTuner(pool, refs, request.idle_tune_after, app.dirs.logs)
-             if request.idle_tune_after is not None else None)
+    procs.ensure_port_free(request.host, request.port, "pick another with `specctl gateway "
+                           "--port PORT`")
+    grace = app.settings.stop_grace  # as `up` stops
+    owned.reap(app.dirs.state, grace, say)
+    models = gather(app, request.refs, say)
+    options = replace(request.options, grace=grace)
     base = f"http://{url_host(request.host)}:{request.port}/v1"
-    gateway = Gateway(pool, tuner, keys, base, app.dirs.state / "gateway.json")
-    say(f"gateway at {base} for {', '.join(sorted(profiles))}"
-        f"{' (API key required)' if keys else ''}")
-    config = uvicorn.Config(gateway.app(), host=request.host, port=request.port,
-                            log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=int(options.grace))
-    _Server(config).run()
+    ledger = owned.Ledger(owned.path_for(app.dirs.state, request.port), base)
+    ledger.write()
+    try:
+        plans = Plans(app, models.profiles, models.resolved, options.budget)
+        pool = Pool(plans, options, Metrics(), say,
+                    owned.Engines(ledger, app.settings.health_timeout, grace))
+        tuner = (IdleTuner(pool, models.refs, request.idle_tune_after, app.dirs.logs)
+                 if request.idle_tune_after is not None else None)
+        bounds = Bounds(request.timeouts)
+        gateway = Gateway(pool, tuner, keys, base, ledger, bounds)
+        say(f"gateway at {base} for {', '.join(sorted(models.profiles))}"
+            f"{' (API key required)' if keys else ''}")
+        config = uvicorn.Config(gateway.app(), host=request.host, port=request.port,
+                                log_level="warning", access_log=False, lifespan="on",
+                                timeout_graceful_shutdown=int(grace))
+        _server_class(bounds)(config).run()
+    finally:
+        ledger.close()
     return 0
 
 
-def _server_class() -> type[Any]:
+def _server_class(bounds: Bounds) -> type[Any]:
     import uvicorn
 
     class Server(uvicorn.Server):
         """uvicorn's server, but a stop signal is a clean stop (exit 0, as a service manager
-        expects), not raised again once the servers are down."""
+        expects), not raised again once the servers are down; and it first tells the requests
+        in flight (`Bounds.stop`: 503 to those waiting for a server, an error event and
+        `data: [DONE]` to open streams), before uvicorn waits for their connections."""
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -119,5 +148,10 @@ def _server_class() -> type[Any]:
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            with contextlib.suppress(RuntimeError):  # no loop running: nothing in flight
+                asyncio.get_running_loop().call_soon_threadsafe(bounds.stop)
+            super().handle_exit(sig, frame)
 
     return Server

@@ -13,17 +13,14 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 import psutil
 import requests
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from specctl.orchestrator.errors import ServerError
-from specctl.orchestrator.files import open_private
 
 TOLERANCE_S = 1.0  # create times are recorded to the clock tick
 JOURNAL = "journal"  # a run's log when its output goes to systemd's journal
@@ -117,12 +114,14 @@ def group_members(pgid: int) -> list[psutil.Process]:
 
 def stop_group(pgid: int, grace: float = 10.0, sleep: Callable[[float], None] = time.sleep) -> bool:
     """SIGTERM the whole group, SIGKILL what is left after `grace` s. True if any was running.
+    SIGCONT follows the SIGTERM: a stopped (hung, SIGSTOPped) member acts on it now.
 
     vLLM's EngineCore and workers outlive a killed API server, so the group, not the parent."""
     if not group_members(pgid):
         return False
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGCONT)
     if not _gone_within(pgid, grace, 0.1, sleep):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
@@ -153,7 +152,12 @@ def port_owner(port: int) -> str:
     return ""
 
 
-def ensure_port_free(host: str, port: int) -> None:
+PORT_FIX = "pick another port (server.port in the profile, or SPECCTL_SERVER__PORT)"
+
+
+def ensure_port_free(host: str, port: int, fix: str = PORT_FIX) -> None:
+    """Fail in one line when `host:port` cannot be bound; `fix` says how to pick another (the
+    caller's own flag or setting)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -163,7 +167,7 @@ def ensure_port_free(host: str, port: int) -> None:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise ServerError(
                     f"port {port} on {host} is in use{port_owner(port)}; stop that server or "
-                    f"pick another port (server.port in the profile, or SPECCTL_SERVER__PORT)"
+                    f"{fix}"
                 ) from None
             raise ServerError(f"cannot bind {host}:{port}: {exc.strerror}") from None
 
@@ -217,17 +221,3 @@ def follow(path: str, emit: Callable[[str], None], sleep: Callable[[float], None
                     fh.seek(0)  # rotated (copied away and truncated): read it from the start
                 sleep(0.25)
 
-
-def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: str,
-          header: str) -> subprocess.Popen[bytes]:
-    """Start a server in its own session/process group, output appended to `log_path`, or,
-    under systemd (`log_path` is JOURNAL), to this process's own stdout: the journal."""
-    if log_path == JOURNAL:
-        print(f"=== specctl: {header}", flush=True)
-        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                                env=dict(env), start_new_session=True)
-    with os.fdopen(open_private(Path(log_path)), "ab") as log:  # 0600: a log may hold prompts
-        log.write(f"\n=== specctl: {header} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-        log.flush()
-        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env=dict(env), start_new_session=True)

@@ -1,25 +1,22 @@
 """Servers this process starts and stops itself: bench and tune (one per configuration, for the
-length of a block) and the gateway (on demand). Own process group, own log, stopped whole. Not
-supervised: a crash here is a failed measurement, or the gateway's to notice."""
+length of a block) and the gateway (on demand). A runtime/server.Server each (own process group,
+own log, leashed to this process, stopped whole). Not supervised: a crash here is a failed
+measurement, or the gateway's to notice."""
 
 from __future__ import annotations
 
 import os
 import socket
-import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
-
 from specctl.adapters.base import Adapter
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
 from specctl.orchestrator.errors import ServerError
 from specctl.orchestrator.planning.plan import Plan
-from specctl.orchestrator.runtime import procs
-from specctl.orchestrator.runtime.supervise import apply_setup, server_env
+from specctl.orchestrator.runtime.server import NotHealthy, Server, server_env
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -41,13 +38,44 @@ class Started:
     """A server this process started (own process group, own log), healthy."""
 
     running: Running
-    proc: subprocess.Popen[bytes]
+    server: Server
+
+    @property
+    def alive(self) -> bool:
+        return self.server.alive
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.server.exit_code
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM the whole group, SIGKILL after `grace`, reap the leader."""
-        procs.stop_group(self.proc.pid, grace=grace)
-        if self.proc.poll() is None:
-            self.proc.wait(timeout=5)
+        self.server.stop(grace)
+
+
+def spawn(launch: Launch, log: Path, label: str, environ: Mapping[str, str] | None = None,
+          grace: float = 10.0) -> Server:
+    """Start `launch` (not waiting for it), output to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = server_env(launch, os.environ if environ is None else environ)
+    return Server.spawn(launch.argv, env, str(log), label, grace)
+
+
+def ready(server: Server, launch: Launch, label: str, health_timeout: float,
+          abort: Callable[[], bool] = lambda: False) -> None:
+    """Wait until `server` is healthy and set up; else stop it (whole group) and raise
+    ServerError with the log's last lines."""
+    try:
+        try:
+            server.wait_healthy(launch.health_url, launch.health_failed, health_timeout, abort)
+        except NotHealthy as exc:
+            if exc.called_off:
+                raise ServerError(f"{label} server: {exc}") from None
+            raise ServerError(f"{label} server {exc}:\n{server.tail()}") from None
+        server.setup(launch.setup)
+    except BaseException:
+        server.stop()
+        raise
 
 
 def start(plan: Plan, backend: Adapter, installed: Installed, log: Path, label: str,
@@ -58,33 +86,10 @@ def start(plan: Plan, backend: Adapter, installed: Installed, log: Path, label: 
     `abort()` calls off (its owner is closing) is stopped (whole group) and raises ServerError
     with the log's last lines."""
     launch = backend.launch(plan, installed)
-    log.parent.mkdir(parents=True, exist_ok=True)
     environ = os.environ if environ is None else environ
-    proc = procs.spawn(launch.argv, server_env(launch, environ), str(log), label)
-    try:
-        def healthy() -> bool:
-            if abort():
-                raise ServerError(f"{label} server: start called off")
-            if proc.poll() is not None:
-                raise ServerError(f"{label} server exited ({proc.returncode}) while starting:\n"
-                                  f"{procs.tail(str(log))}")
-            status = procs.health(launch.health_url)
-            if status in launch.health_failed:
-                raise ServerError(f"{label} server answered {status} to its health check: its "
-                                  f"start failed:\n{procs.tail(str(log))}")
-            return status == 200
-
-        try:
-            Retrying(stop=stop_after_delay(health_timeout), retry=retry_if_result(lambda v: not v),
-                     wait=wait_exponential(multiplier=0.05, max=0.25))(healthy)
-        except RetryError:
-            raise ServerError(f"{label} server not healthy after {health_timeout:.0f} s; see "
-                              f"{log}") from None
-        apply_setup(launch)
-    except BaseException:
-        Started(Running(plan, launch, Endpoint.of(launch, environ), log), proc).stop()
-        raise
-    return Started(Running(plan, launch, Endpoint.of(launch, environ), log), proc)
+    server = spawn(launch, log, label, environ)
+    ready(server, launch, label, health_timeout, abort)
+    return Started(Running(plan, launch, Endpoint.of(launch, environ), log), server)
 
 
 @contextmanager

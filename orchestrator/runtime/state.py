@@ -106,6 +106,26 @@ def profile_lock(runs: Path, profile: str) -> Iterator[None]:
         lock.release()
 
 
+@contextlib.contextmanager
+def port_lock(runs: Path, port: int) -> Iterator[None]:
+    """Held by a supervisor for its whole life: one run per port. Two `up`s of two profiles on
+    one port at the same moment both find it free; the second to take this lock fails at once,
+    in one line, before it starts anything."""
+    folder = runs / "ports"
+    private_dir(folder)
+    lock = FileLock(str(inside(folder, str(port), ".lock", "port")))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise ServerError(f"port {port} is in use by another specctl run (starting or serving; "
+                          "`specctl status`): stop it or pick another port (server.port in the "
+                          "profile, or SPECCTL_SERVER__PORT)") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def remove(runs: Path, profile: str) -> None:
     state_path(runs, profile).unlink(missing_ok=True)
 

@@ -1,4 +1,5 @@
-"""Supervise one server: own process group, log file, health wait, bounded restarts, clean stop.
+"""Supervise one server: bounded restarts on top of runtime/server.Server (own process group,
+log file, health wait, clean stop, leashed to the supervisor), and its state kept current.
 
 The supervisor runs under the profile's lock (taken by the caller) and keeps the state current.
 SIGTERM/SIGINT stop the whole server group (SIGKILL after the grace period), then remove the state.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,12 +23,10 @@ from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
 
-import requests
-from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
-
 from specctl.orchestrator.contract.launch import Launch
 from specctl.orchestrator.errors import ServerError
 from specctl.orchestrator.runtime import procs, state
+from specctl.orchestrator.runtime.server import NotHealthy, Server, server_env
 
 Say = Callable[[str], None]
 
@@ -56,31 +54,6 @@ class Stopping(Exception):
     """Raised inside waits once a stop signal arrived."""
 
 
-def apply_setup(launch: Launch, timeout: float = 600.0) -> None:
-    """Send the backend's post-start requests (Ollama: create the derived model, load it)."""
-    for call in launch.setup:
-        try:
-            resp = requests.request(call.method, call.url, json=dict(call.body), timeout=timeout)
-        except requests.RequestException as exc:
-            raise ServerError(f"setup request {call.method} {call.url} failed: {exc}") from None
-        if resp.status_code >= 400:
-            raise ServerError(f"setup request {call.method} {call.url} answered "
-                              f"{resp.status_code}: {resp.text[:200]}")
-
-
-def server_env(launch: Launch, base: Mapping[str, str]) -> dict[str, str]:
-    """The server's environment; the API key copied from the user's variable, which must be
-    set and not empty (an empty key would serve without authentication)."""
-    env = {**base, **launch.env}
-    for var, source in launch.env_from.items():
-        if not base.get(source):
-            raise ServerError(f"the profile reads the API key from ${source}, which is "
-                              f"{'empty' if source in base else 'not set'}; export "
-                              f"{source}=... first")
-        env[var] = base[source]
-    return env
-
-
 class Supervisor:
     def __init__(self, run: state.RunState, launch: Launch, runs_dir: Path,
                  policy: Policy = Policy(), say: Say = print,
@@ -89,7 +62,7 @@ class Supervisor:
         self.run, self.launch, self.runs = run, launch, runs_dir
         self.policy, self.say, self.sleep = policy, say, sleep
         self.env = server_env(launch, os.environ if base_env is None else base_env)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.server: Server | None = None
         self.stopping = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -129,7 +102,8 @@ class Supervisor:
                 if time.monotonic() - healthy_at > self.policy.stable_after:
                     crashes = 0
             else:
-                rc = self.proc.returncode if self.proc else None
+                rc = self.server.exit_code if self.server else None
+            self._stop_server()  # what is left of its group (its leader may have died alone)
             crashes += 1
             if self.policy.max_restarts == 0:
                 return self._hand_over(rc)
@@ -163,8 +137,9 @@ class Supervisor:
 
     def _setup(self, first: bool) -> bool:
         """The backend's post-start requests; one that fails is a failed start."""
+        assert self.server is not None
         try:
-            apply_setup(self.launch)
+            self.server.setup(self.launch.setup)
         except ServerError as exc:
             self._stop_server()
             self._fail(str(exc), first)
@@ -172,52 +147,30 @@ class Supervisor:
         return True
 
     def _spawn(self) -> None:
-        self.proc = procs.spawn(self.launch.argv, self.env, self.run.log,
-                                f"starting {self.run.profile}")
-        self._set(server_pid=self.proc.pid, server_pgid=self.proc.pid,
+        self.server = Server.spawn(self.launch.argv, self.env, self.run.log,
+                                   f"starting {self.run.profile}", self.policy.grace)
+        self._set(server_pid=self.server.pid, server_pgid=self.server.pid,
                   **self._server_identity())
 
     def _server_identity(self) -> dict[str, object]:
-        """Create time and command line of the server, recorded so that `down` signals its
-        group only while it is still this server (read again once healthy: a server may
-        rename itself while it starts)."""
-        found = procs.identity(self.proc.pid) if self.proc is not None else None
-        started, cmdline = found or (None, [])
+        """Create time and command line of the server's group leader, recorded so that `down`
+        signals its group only while it is still this server."""
+        started, cmdline = self.server.identity() if self.server is not None else (None, [])
         return {"server_started": started, "server_cmdline": cmdline}
 
     def _wait_healthy(self, first: bool) -> float | None:
         """Monotonic time it became healthy; None if it died first (restartable). A first start
         that fails raises: a broken model or flag will not heal by restarting."""
-
-        failed: list[int] = []
-
-        def check() -> bool:
-            if self.stopping:
-                raise Stopping
-            if self.proc is not None and self.proc.poll() is not None:
-                return True  # exited: stop waiting
-            status = procs.health(self.launch.health_url)
-            if status in self.launch.health_failed:
-                failed.append(status)
-                return True  # the server says its start failed: stop waiting
-            return status == 200
-
-        retry = Retrying(stop=stop_after_delay(self.policy.health_timeout),
-                         wait=wait_exponential(multiplier=0.1, max=2.0),
-                         retry=retry_if_result(lambda ok: not ok), sleep=self.sleep)
+        assert self.server is not None
         try:
-            retry(check)
-        except RetryError:
+            self.server.wait_healthy(self.launch.health_url, self.launch.health_failed,
+                                     self.policy.health_timeout, lambda: self.stopping,
+                                     self.sleep)
+        except NotHealthy as exc:
+            if exc.called_off:
+                raise Stopping from None
             self._stop_server()
-            self._fail(f"server not healthy after {self.policy.health_timeout:.0f} s", first)
-            return None
-        if failed:
-            self._stop_server()
-            self._fail(f"server answered {failed[0]} to its health check: its start failed",
-                       first)
-            return None
-        if self.proc is not None and self.proc.poll() is not None:
-            self._fail(f"server exited with code {self.proc.returncode} while starting", first)
+            self._fail(f"server {exc}", first)
             return None
         return time.monotonic()
 
@@ -229,16 +182,16 @@ class Supervisor:
             raise ServerError(msg)
 
     def _wait_exit(self) -> int | None:
-        assert self.proc is not None
+        assert self.server is not None
         checked = time.monotonic()
-        while self.proc.poll() is None:
+        while self.server.alive:
             if self.stopping:
                 raise Stopping
             if self.run.log != procs.JOURNAL and time.monotonic() - checked > 2.0:
                 procs.rotate(self.run.log, self.policy.log_max_bytes, self.policy.log_backups)
                 checked = time.monotonic()
             self.sleep(0.2)
-        return self.proc.returncode
+        return self.server.exit_code
 
     def _pause(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -248,11 +201,8 @@ class Supervisor:
             self.sleep(min(0.2, seconds))
 
     def _stop_server(self) -> None:
-        if self.proc is None:
-            return
-        procs.stop_group(self.proc.pid, self.policy.grace)
-        if self.proc.poll() is None:
-            self.proc.wait(timeout=5)
+        if self.server is not None:
+            self.server.stop(self.policy.grace)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.stopping = True
@@ -261,4 +211,3 @@ class Supervisor:
         for key, value in changes.items():
             setattr(self.run, key, value)
         state.save(self.runs, self.run)
-

@@ -1,0 +1,68 @@
+"""How long the gateway waits on an engine, and its shutdown as the relay sees it.
+
+Bounds (each a `specctl gateway` setting): the first byte of an engine's reply (`first_byte`,
+from sending the request: the headers, and for a stream its first chunk; a non-streamed reply
+comes whole when it is done, so this bounds the whole of it) and each next chunk of a stream
+(`chunk`). An engine that sends nothing within a bound is hung: the client gets 504 (an error
+event, then `data: [DONE]`, in a stream) and the pool fails the engine (stopped now, started
+anew by the next request). The start bound is the pool's (`--start-wait`).
+
+Every wait on an engine or for one runs in a cancel scope registered here; a graceful shutdown
+(SIGTERM) cancels them all at once: a request waiting for its engine gets 503, an open stream
+an error event and `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+
+T = TypeVar("T")
+
+
+class Hung(Exception):
+    """The engine sent nothing within a bound."""
+
+
+class ShuttingDown(Exception):
+    """The gateway is stopping: the wait was called off."""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    first_byte: float = 600.0  # the openai client's own default timeout
+    chunk: float = 60.0
+
+
+class Bounds:
+    def __init__(self, timeouts: Timeouts = Timeouts()) -> None:
+        self.timeouts = timeouts
+        self.stopping = False
+        self._scopes: set[anyio.CancelScope] = set()
+
+    def stop(self) -> None:
+        """Shut down: every wait now in progress is called off (ShuttingDown), and every
+        later one at once."""
+        self.stopping = True
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    async def within(self, work: Callable[[], Awaitable[T]], deadline: float | None,
+                     hung: str = "") -> T:
+        """`work()`'s result; Hung(`hung`) past `deadline` (anyio's clock; None: no bound),
+        ShuttingDown once the gateway stops."""
+        if self.stopping:
+            raise ShuttingDown
+        with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+            self._scopes.add(scope)
+            try:
+                return await work()
+            finally:
+                self._scopes.discard(scope)
+        if self.stopping:
+            raise ShuttingDown
+        raise Hung(hung)
