@@ -126,10 +126,11 @@ def _left(lab: Lab, deadline: float) -> str:
 def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_tokens: int = 64,
          precision: float = PRECISION, budget: float = BUDGET,
          sequential: bool = False, methods: frozenset[str] = frozenset(),
-         chains: bool = False, reserve: float = 0.0) -> Result:
+         chains: bool = False, reserve: float = 0.0,
+         objective: intervals.Objective = "latency") -> Result:
     """`methods`, `chains`: what the installed backend has beyond draft, n-gram and p-min
     (ngram-mod; several methods at once). `reserve`: seconds of the budget kept for what runs
-    after the race (tune's sampling check)."""
+    after the race (tune's sampling check). `objective`: what the race ranks by (intervals)."""
     if plan.method != "draft" or plan.draft is None:
         raise ProfileError(f"{plan.profile}: tune needs a draft model in the profile (it also "
                            "tries n-gram and p-min itself)")
@@ -151,7 +152,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     cost = round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
     entries = [_entry(e.config[1], cost) for e in entries]
     race = Race(lab, base, max_tokens, seq, margin, precision, deadline, prior=costs.samples,
-                start_s=_start_s(lab, costs, started))
+                start_s=_start_s(lab, costs, started), objective=objective)
     first = race.fitting(entries, (deadline - lab.clock()) * SHARE, race.kinds)
     lab.say(f"first block: {len(entries)} candidates and the baseline on {first} prompt(s), "
             f"{max_tokens} tokens a request, about {race.cost(entries, first):.0f} s; "
@@ -273,13 +274,32 @@ def _row(race: Race, e: Entry, note: str = "") -> Measured:
     label = e.label + (note or (f" ({e.blocks} block{'s' if e.blocks > 1 else ''})"
                                 if e.dropped else ""))
     limit = round(e.bound, 4) if math.isfinite(e.bound) else None
+    figs = {name: round(got[0], 4) for name, got in _figures(race, e).items()}
     return Measured(
         label=label, method=plan.method, k=plan.k, p_min=plan.p_min, chain=chain_of(plan.chain),
         speedup=round(iv.point, 4), low=round(iv.low, 4), high=round(iv.high, 4),
         tps=round(tps[len(tps) // 2], 3) if tps else 0.0,
         acceptance=spec.acceptance_rate if spec else None, categories=cats, bound=limit,
+        latency=figs.get("latency"), ttft=figs.get("ttft"), decode=figs.get("decode"),
         flag=bound_flag(limit, {"speedup": round(iv.point, 4), "interval top":
-                                round(iv.high, 4), **cats}, flag))
+                                round(iv.high, 4), "decode": figs.get("decode", 0.0),
+                                **cats}, flag))
+
+
+FIGURES: tuple[intervals.Figure, ...] = ("latency", "ttft", "decode")
+WHAT = {"latency": "end to end", "decode": "in decode speed",
+        "throughput": "in tokens per wall second"}  # what an objective's speedup is of
+
+
+def _figures(race: Race, e: Entry) -> dict[intervals.Figure, list[float]]:
+    """e's end-to-end, time-to-first-token and decode figures with their intervals (the
+    objective's is e.interval), where measured."""
+    out: dict[intervals.Figure, list[float]] = {}
+    for name in FIGURES:
+        got = e.interval if name == race.objective else race.figure(e, name)
+        if got is not None:
+            out[name] = [round(got.point, 4), round(got.low, 4), round(got.high, 4)]
+    return out
 
 
 def _unmeasured(race: Race, e: Entry) -> str:
@@ -345,7 +365,8 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
     else:
         tp = top.config[1]
         method, k, p_min = tp.method, tp.k, tp.p_min
-        summary = (f"{top.label} measured {iv.text()} over the baseline ("
+        summary = (f"{top.label} measured {iv.text()} {WHAT[race.objective]} over the "
+                   "baseline ("
                    + ", ".join(f"{c} {v.point:.2f}x" for c, v in cats.items())
                    + (f"; {_unmeasured(race, top)}" if race.missing(top) else "") + ")")
         if iv.low <= 1.0 or iv.point <= 1 + margin:
@@ -377,6 +398,7 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
                   measured=rows, skipped=skipped, seconds=round(seconds, 1),
                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settled=settled,
                   stopped=race.stopped or "budget", noise=seen[:1000], sequential=seq,
+                  objective=race.objective, figures=_figures(race, top) if on else {},
                   replies=_replies(race, top) if on else [])
 
 
