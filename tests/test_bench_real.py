@@ -44,9 +44,12 @@ def test_short_bench_reports_raw_samples_that_recompute_the_speedups(tmp_path: P
     raw = [bench.Sample(**s) for s in samples]
     for cat in ("code", "summarize", None):
         again = bench._group(raw, "draft k=3", cat, report["mix"],
-                             intervals.bound("draft", 3, report["conditions"]["cost"]))
+                             intervals.bound("draft", 3, report["conditions"]["cost"]),
+                             objective=report["objective"])
         mine = row[cat or "overall"]
         assert again["speedup"] == pytest.approx(mine["speedup"])
+        for key in ("e2e_speedup", "ttft_ratio", "decode_speedup"):
+            assert again[key] == pytest.approx(mine[key])
         assert (again["speedup_low"], again["speedup_high"]) == pytest.approx(
             (mine["speedup_low"], mine["speedup_high"]))
         assert mine["speedup_high"] <= mine["bound"] or "implausible" in mine
@@ -92,7 +95,7 @@ def test_tunes_short_sampling_check_passes_speculation_and_refuses_the_draft_alo
                        'k = 3\n[server]\ncontext = 2048\n')
     app = App.from_env()
     got = app.resolve(str(profile))
-    prompts = {c: bench_mod.load_suite(c)[:1] for c in ("chat", "code", "summarize")}
+    prompts = {c: bench_mod.suite_texts(c)[:1] for c in ("chat", "code", "summarize")}
     how = lossless.short(0.8, 0.95)
     raced = [("the same reply", "the same reply", 64)] * 5  # tune's race's greedy replies
     said = lossless.gate(got.plan, got.backend, got.installed, prompts, how, app.dirs.logs,

@@ -144,7 +144,7 @@ def test_tunes_check_refuses_to_save_a_setting_whose_engine_did_not_draft(
     profile.write_text(f'{SMOL}k = 3\n[server]\ncontext = 2048\n')
     app = App.from_env()
     got = app.resolve(str(profile))
-    prompts = {c: bench_mod.load_suite(c)[:1] for c in ("chat", "code")}
+    prompts = {c: bench_mod.suite_texts(c)[:1] for c in ("chat", "code")}
     with pytest.raises(SpecctlError) as refused:
         lossless.gate(got.plan, got.backend, got.installed, prompts, lossless.short(0.8, 0.95),
                       app.dirs.logs, lambda _m: None)
