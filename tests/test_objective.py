@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from specctl.orchestrator.measure import bench, intervals
+from specctl.orchestrator.measure.route import route_for
 from specctl.orchestrator.measure.tune import tune
 from specctl.orchestrator.measure.tuned import Result
 from specctl.orchestrator.planning.plan import Plan
@@ -128,3 +129,29 @@ def test_bench_reports_end_to_end_ttft_and_decode_with_intervals_and_length_buck
     # where speculation stops paying: the longest prompts' end-to-end figure is the lowest
     got = {b["bucket"]: b["e2e_speedup"] for b in report["buckets"]["draft k=3"]}
     assert got[">=4k"] < got["<256"]
+
+
+def test_the_route_sends_long_prompts_with_short_answers_where_prefill_is_cheapest(
+        plan: Plan) -> None:
+    """Each kind's winner, as the route reads it, is the end-to-end one by default: summaries
+    of 2,000-token articles in 32 tokens go to no draft or n-gram, code (short prompts, long
+    answers) to the draft; tuned by decode speed, summaries would go to the draft."""
+    from tests.test_routing import adapter
+
+    law = Law(alphas=(0.9, 0.9, 0.35, 0.35, 0.85, 0.85), prompt_tokens=(60, 60, 60, 60, 2000,
+                                                                        2000),
+              replies=(160, 160, 64, 64, 32, 32), prefill_tps=400.0, draft_prefill=0.3,
+              ngram_gain=(1.0, 1.0, 1.0, 1.0, 1.05, 1.05))
+    settings: dict[str, list[str]] = {"latency": [], "decode": []}
+    for seed in range(3):
+        for objective in ("latency", "decode"):
+            found = tune(plan, SimLab(law, plan, seed=seed, noise=0.3, server_timed=True),
+                         max_k=8, objective=objective)
+            route, why = route_for(plan, found, adapter())
+            kinds = {w.category: w.method for w in found.winners}
+            settings[objective].append(kinds["summarize"])
+            assert kinds["code"] == "draft", (objective, found.winners)
+            if objective == "latency":
+                assert route is None or route.member_for("summarize").plan.draft is None, why
+    assert all(m in ("none", "ngram") for m in settings["latency"]), settings
+    assert settings["decode"].count("draft") >= 2, settings
