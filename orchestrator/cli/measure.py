@@ -254,8 +254,8 @@ def tune(profile_ref: str | None, objective: str, mix: str | None, levels: str |
     use it. How: README, "Is it faster here?".
 
     \b
-    specctl tune -p cpu-demo
-    specctl tune --what-if --alpha 0.8 --cost 0.1"""
+    specctl tune --what-if --alpha 0.8 --cost 0.1
+    specctl tune -p cpu-demo"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.commands import tune as command
