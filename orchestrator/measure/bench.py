@@ -36,8 +36,9 @@ from specctl.orchestrator.measure.workload import Prompt, Request, Workload
 from specctl.orchestrator.planning.plan import NGRAMS, Plan, Step
 
 _FOLDER = resources.files("specctl.orchestrator.measure") / "prompts"
-SUITES = tuple(name for name in ("chat", "code", "summarize", "edit")
-               if (_FOLDER / f"{name}.json").is_file())  # the shipped suites, in this order
+SUITES = tuple(name for name in ("chat", "code", "summarize", "edit", "docqa", "article",
+                                 "multiturn", "math", "translate", "qa")
+               if (_FOLDER / f"{name}.json").is_file())  # the shipped suites there are
 HELPS = 1 + engine.MARGIN  # a config "helps" when its speedup beats the baseline by 5%
 BASELINE = "baseline"
 FLOOR = "floor"  # drafts always rejected: the greedy identity numerics allow (lossless.py)
