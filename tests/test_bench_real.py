@@ -20,7 +20,8 @@ def test_short_bench_reports_raw_samples_that_recompute_the_speedups(tmp_path: P
                        'k = 3\n[server]\ncontext = 2048\n')
     out = tmp_path / "report.json"
     done = specctl("bench", "--profile", str(profile), "--suite", "code,summarize",
-                   "--prompts", "2", "--repeats", "2", "--max-tokens", "24", "--also", "baseline",
+                   "--prompts", "2", "--repeats", "2", "--precision", "0", "--max-tokens", "24",
+                   "--also", "baseline",
                    "--output", str(out))
     assert done.returncode == 0, done.stderr
     assert "verdict:" in done.stdout and "A/A control (a second baseline server" in done.stdout

@@ -99,8 +99,8 @@ def _shared(func: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--concurrency", "levels", metavar="N,N,...",
                          help="Streams (default: server.parallel)."),
             click.option("--precision", default=PRECISION, metavar="FRACTION",
-                         type=_Finite(0.005, 0.5),
-                         help=f"Until each 95% interval is within it ({PRECISION})."),
+                         type=_Finite(0, 0.5),
+                         help=f"Until each 95% interval is within it ({PRECISION}, 0 off)."),
             click.option("--budget", default=BUDGET, metavar="DURATION",
                          help=f"...or this much time is spent ({BUDGET})."),
             click.option("--sequential", is_flag=True, help="One server at a time."),
@@ -166,12 +166,12 @@ def bench(profile_ref: str | None, objective: str, mix: str | None, levels: str 
     app = App.from_env()
     if versus:
         _versus(app, profile_ref, versus, tuple(_ints(ks)), work, repeats, max_tokens,
-                json_out, as_json, sequential, precision, _seconds(budget))
+                json_out, as_json, sequential, precision or None, _seconds(budget))
         return
     ask = command.Ask(profile_ref, work, tuple(_ints(ks)),
                       tuple(a for a in (also or "").split(",") if a.strip()), repeats,
                       max_tokens, tuple(_ints(levels)), quality, quality_against, samples,
-                      temperature, top_p, floor, precision, _seconds(budget), sequential,
+                      temperature, top_p, floor, precision or None, _seconds(budget), sequential,
                       untuned, objective)  # type: ignore[arg-type]
     with render.progress_bar(err_console, "bench") as step:
         done = command.run(app, ask, step)
