@@ -71,7 +71,8 @@ def test_sampling_check_passes_speculation_and_flags_the_draft_alone(tmp_path: P
     for against in ("speculative", "draft"):
         out = tmp_path / f"{against}.json"
         done = specctl("bench", "--profile", str(profile), "--suite", "chat", "--prompts", "1",
-                       "--repeats", "1", "--max-tokens", "8", "--quality", "--no-floor",
+                       "--repeats", "1", "--precision", "0", "--max-tokens", "8", "--quality",
+                       "--no-floor",
                        "--samples", "24", "--quality-against", against, "--output", str(out))
         assert done.returncode == 0, done.stderr
         found[against] = json.loads(out.read_text())["quality"]["categories"]["chat"]
@@ -135,7 +136,8 @@ def test_bench_quality_starts_each_server_once(tmp_path: Path, monkeypatch: pyte
     out = tmp_path / "report.json"
     code, _out, err = run_main(monkeypatch, capsys, "bench", "--profile", str(profile),
                                "--suite", "chat", "--prompts", "1", "--repeats", "1",
-                               "--max-tokens", "8", "--quality", "--samples", "8",
+                               "--precision", "0", "--max-tokens", "8", "--quality",
+                               "--samples", "8",
                                "--output", str(out))
     assert code == 0, err
     report = json.loads(out.read_text())

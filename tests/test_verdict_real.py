@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.server, pytest.mark.timeout(2400)]  # slow on a loaded
 BIN = ROOT / "tests" / "bin"
 QWEN = 'target = "testbed:qwen-1.5b-q4"\ndraft = "testbed:qwen-0.5b-q4"\n'
 SMOL = 'target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
-SHORT = ("--suite", "chat", "--prompts", "2", "--repeats", "1", "--max-tokens", "16")
+SHORT = ("--suite", "chat", "--prompts", "2", "--repeats", "1", "--precision", "0",
+         "--max-tokens", "16")
 
 
 def environment(tmp_path: Path, broken: str | None = None) -> dict[str, str]:
