@@ -499,8 +499,9 @@ def summarize(samples: Sequence[Sample], configs: Sequence[Config],
             row["identity"] = lossless.floor_verdict(row["identical"], row["floor"], row["n"])
     levels = {label: concurrency(samples, label) for label in table}
     out: dict[str, Any] = {"objective": objective, "configs": table, "categories": categories,
-                           "mix": weights, "buckets": {label: lengths(samples, label, weights)
-                                                       for label in table},
+                           "mix": weights, "buckets": {
+                               cfg.label: lengths(samples, cfg.label, weights, cfg.bound(cost))
+                               for cfg in configs if cfg.label in table},
                            "verdict": verdict(table, categories) if categories else ""}
     if any(cfg.label == TWIN for cfg in configs):
         out["control"] = control(samples, categories, weights, objective)
@@ -511,12 +512,14 @@ def summarize(samples: Sequence[Sample], configs: Sequence[Config],
     return out
 
 
-def lengths(samples: Sequence[Sample], label: str, weights: Mapping[str, float]
-            ) -> list[dict[str, Any]]:
-    """`label`'s end-to-end speedup per prompt-length bucket (figures.buckets)."""
+def lengths(samples: Sequence[Sample], label: str, weights: Mapping[str, float],
+            limit: float | None = None) -> list[dict[str, Any]]:
+    """`label`'s end-to-end speedup per prompt-length bucket (figures.buckets), on the pairs
+    its rows keep (those above the physical bound `limit` are noise)."""
     ids: dict[tuple[str, int], int] = {}
     timed = _timed(_pairs(samples, label, None), ids)
-    return figures.buckets(timed, {pid: c for (c, _), pid in ids.items()}, weights)
+    kept = intervals.plausible(timed, limit)[0] if limit else timed
+    return figures.buckets(kept, {pid: c for (c, _), pid in ids.items()}, weights)
 
 
 def control(samples: Sequence[Sample], categories: Sequence[str],
