@@ -216,15 +216,14 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
     """Every prompt on every server, interleaved (lab.rounds: all servers up, or one at a time
     in alternating blocks when they do not fit in memory together, or `sequential`), `repeats`
     passes; with a `precision`, more passes until every configuration's overall 95% interval
-    is within it, and no pass (not even one of the `repeats`) that would end past `budget`
-    seconds. Then, per level above 1, rounds of that many
-    concurrent requests (servers side by side; enough slots are planned for the largest).
+    (by `objective`) is within it, and no pass (not even one of the `repeats`) that would end
+    past `budget` seconds. Then, per level above 1, rounds of that many concurrent requests
+    (servers side by side; enough slots are planned for the largest).
     `notes` receives how it was measured: c (for the physical bound), sequential, the
     baseline's drift, other processes' CPU, and what stopped it. `room`: where (default: real
     servers; the tests pass a simulated engine), left open when given: the caller's session
     serves the same servers on (`bench --quality`). `slots`: the fewest parallel slots each
-    server gets (the quality check's sampling batch), so it is started once for both.
-    `objective`: the figure --precision holds to its width (intervals)."""
+    server gets (the quality check's sampling batch), so it is started once for both."""
     concurrent = max(levels) > 1
     slots = max([*levels, slots])
     own = room is None
@@ -260,11 +259,9 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
         if concurrent and isinstance(room, lab.ServerLab):
             room.keep(cfgs)
             running = [(cfg, room.served(cfg.label)) for cfg in configs]
-            by_cat: dict[str, list[Prompt]] = {}
-            for p in workload.prompts:
-                by_cat.setdefault(p.category, []).append(p)
             for level in (n for n in levels if n > 1):
-                samples += _rounds(running, by_cat, level, repeats, max_tokens, progress)
+                samples += _rounds(running, workload.prompts, level, repeats, max_tokens,
+                                   progress)
     finally:
         if own:
             room.close()
@@ -320,11 +317,13 @@ def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workloa
     return max(widths, default=0.0)
 
 
-def _rounds(running: Sequence[tuple[Config, engine.Served]],
-            by_cat: Mapping[str, list[Prompt]],
+def _rounds(running: Sequence[tuple[Config, engine.Served]], prompts: Sequence[Prompt],
             level: int, repeats: int, max_tokens: int, progress: Progress) -> list[Sample]:
     """Rounds of `level` concurrent requests: the workload's prompts in turn, each round sent to
     every server (order rotating), paired by round."""
+    by_cat: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by_cat.setdefault(p.category, []).append(p)
     flat = [(cat, i, p) for cat, ps in by_cat.items() for i, p in enumerate(ps)]
     per_pass = max(1, len(flat) // level)
     out = []

@@ -131,7 +131,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
          objective: intervals.Objective = "latency") -> Result:
     """`methods`, `chains`: what the installed backend has beyond draft, n-gram and p-min
     (ngram-mod; several methods at once). `reserve`: seconds of the budget kept for what runs
-    after the race (tune's sampling check). `objective`: what the race ranks by (intervals)."""
+    after the race (tune's sampling check). `objective`: what it ranks by (intervals)."""
     if plan.method != "draft" or plan.draft is None:
         raise ProfileError(f"{plan.profile}: tune needs a draft model in the profile (it also "
                            "tries n-gram and p-min itself)")
@@ -147,9 +147,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
                 + ("--sequential" if sequential else "two servers do not fit in memory"))
     lab.say(f"timing the draft alone against the target (c); {_left(lab, deadline)}")
     costs = Costs(lab, base, seq)  # 1. c from short timings
-    costs.time([alone], prompts=_shortest(lab, Race(lab, base, max_tokens, seq, margin,
-                                                    precision, deadline).order()), least=4,
-               until=started + budget * FIXED_SHARE)
+    costs.time([alone], prompts=_shortest(lab), least=4, until=started + budget * FIXED_SHARE)
     cost = round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
     entries = [_entry(e.config[1], cost) for e in entries]
     race = Race(lab, base, max_tokens, seq, margin, precision, deadline, prior=costs.samples,
@@ -187,14 +185,16 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
                    lab.clock() - started)
 
 
-def _shortest(lab: Lab, order: Sequence[int]) -> list[int]:
-    """The prompts that time c: the shortest of each category (c is a decode cost; a long
-    prompt's prefill only makes its short requests long: cpu-demo spent 39 s of a 240 s
-    budget on them with documents of 600-800 tokens in the workload)."""
-    prompts = lab.workload.prompts
+def _shortest(lab: Lab) -> list[int]:
+    """The prompts that time c: the shortest of each category of the traffic (c is a decode
+    cost; a long prompt's prefill only makes its short requests long: cpu-demo spent 39 s of a
+    240 s budget on them with documents of 600-800 tokens in the workload)."""
+    prompts, weights = lab.workload.prompts, lab.workload.weights()
     best: dict[str, int] = {}
-    for i in order:
+    for i in range(len(prompts)):
         cat = prompts[i].category
+        if weights.get(cat, 0.0) <= 0:
+            continue
         if cat not in best or _size(prompts[i]) < _size(prompts[best[cat]]):
             best[cat] = i
     return list(best.values())
@@ -363,8 +363,7 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
     top = kept or lead
     iv = top.interval or Interval(0.0, 0.0, 0.0)
     cats = race.categories(top)
-    drift = race.drift()
-    noise = intervals.noise(race.samples)
+    drift, noise = race.drift(), intervals.noise(race.samples)
     seen = f"{noise.text()}; the baseline drifted {drift:.0%} between blocks"
     if lab.restarts:
         seen += f"; {lab.restarts} restart(s) of servers that remember earlier requests"
@@ -384,8 +383,7 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
         tp = top.config[1]
         method, k, p_min = tp.method, tp.k, tp.p_min
         summary = (f"{top.label} measured {iv.text()} {WHAT[race.objective]} over the "
-                   "baseline ("
-                   + ", ".join(f"{c} {v.point:.2f}x" for c, v in cats.items())
+                   "baseline (" + ", ".join(f"{c} {v.point:.2f}x" for c, v in cats.items())
                    + (f"; {_unmeasured(race, top)}" if race.missing(top) else "") + ")")
         if iv.low <= 1.0 or iv.point <= 1 + margin:
             summary += ("; not surely faster than the baseline (it needs an interval above "
@@ -405,9 +403,8 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
                   chain=chain_of(top.config[1].chain) if on else [],
                   speedup=round(iv.point, 4) if on else 1.0,
                   low=round(iv.low, 4) if on else None, high=round(iv.high, 4) if on else None,
-                  summary=summary[:2000],
+                  summary=summary[:2000], winners=_winners(race, entries),
                   categories={c: round(v.point, 4) for c, v in cats.items()} if on else {},
-                  winners=_winners(race, entries),
                   alpha=est.alpha if est else None, cost=est.cost if est else None,
                   verify={str(k_): round(v, 3) for k_, v in est.verify.items()} if est else {},
                   baseline_tps=round(1 / quantile(base_times, LOW_Q), 3) if base_times else 0.0,
