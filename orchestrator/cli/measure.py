@@ -20,8 +20,12 @@ if TYPE_CHECKING:
     from specctl.orchestrator.app import App
     from specctl.orchestrator.measure.workload import Workload
 
-SUITES = "chat,code,summarize"  # bench's default suites (measure/prompts; others on request)
-TUNE_SUITES = "code,chat,summarize"  # tune's: its first prompts of each (bench's 7-12 unseen)
+SUITES = "code,multiturn,docqa,article,math"  # bench's default suites: traffic's kinds
+# tune's: one of each shape that fits its 4 minutes on cpu-demo (short prompt and long answer, a
+# conversation, a long document and a short answer; with five, under a core of outside load, a
+# real tune's first block there was expected to take 1449 s with 130 s left); its first prompts
+# of each (7-12 stay unseen)
+TUNE_SUITES = "code,multiturn,docqa"
 
 
 class _Finite(click.FloatRange):
