@@ -231,6 +231,14 @@ class Adapter:
         that it failed serving it (502). A 4xx is always the request's."""
         return False
 
+    def uncached(self) -> Mapping[str, Any]:
+        """Fields of a chat request that keep the server from reusing what an earlier request
+        left of its prompt (a prompt cache): bench and tune send them with each prompt's first
+        turn, so a prompt asked again is prefilled as new, as in real traffic (a conversation's
+        later turns may reuse its earlier ones, as a client's would). Empty: the server keeps no
+        such cache, or it cannot be turned off per request."""
+        return {}
+
     def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
         """(tokens, decode tokens/s) as the server measured them, when it reports them. The
         decode time starts once the prompt's pass has yielded the first token (llama-server's

@@ -1,8 +1,10 @@
 """A simulated engine for the decision logic of `tune` and `bench`: a known speed law (Leviathan
 et al.: E(k) = (1 - a^(k+1)) / (1 - a) tokens per step, a step of draft length k costing
-k*c + v(k) target steps), exact draft counters, and injected noise: bursts of 0.5-3 s, each
-slowing whatever runs during it 2-5x, covering a set share of the time. A simulated clock: no
-real sleeping, a tune takes milliseconds.
+k*c + v(k) target steps), a prefill law (each prompt's tokens at the target's prefill speed,
+and a draft model's own prefill of them at `draft_prefill` of the target's cost per token: a
+cost of a draft configuration, which n-gram has not), exact draft counters, and injected noise:
+bursts of 0.5-3 s, each slowing whatever runs during it 2-5x, covering a set share of the time.
+A simulated clock: no real sleeping, a tune takes milliseconds.
 
 It speaks the `Lab` protocol (orchestrator/measure/lab.py), which the real servers speak too.
 """
@@ -80,6 +82,15 @@ class Law:
     # summary it speeds 1.22x)
     ramp: int = 0
     opening: float = 0.0
+    # the prefill law (no prompt tokens: none): each prompt's tokens, the target's prefill
+    # tokens/s, a draft model's prefill cost per token relative to the target's, and where the
+    # server counts the draft's prefill: in the time to the first token ("ttft") or in the
+    # decode time after it ("decode")
+    prompt_tokens: Sequence[int] = (0,) * 6
+    prefill_tps: float = 100.0
+    draft_prefill: float = 0.3
+    draft_prefill_in: str = "ttft"
+    replies: Sequence[int] = ()  # each prompt's reply length (none: max_tokens)
 
     def ramped(self, tokens: int) -> float:
         """How far into its full behaviour a reply of `tokens` is (1: all the way)."""
@@ -104,14 +115,39 @@ class Law:
         return t0 * (drafted * self.cost + self.verify(drafted)) / e, e, drafted
 
     def workload(self) -> Workload:
-        return Workload(tuple(Prompt(c, f"{c} prompt {n}") for n, c in enumerate(CATEGORIES)),
-                        dict(self.mix))
+        return Workload(tuple(Prompt(c, f"{c} prompt {n}", max_tokens=self.reply(n))
+                              for n, c in enumerate(CATEGORIES)), dict(self.mix))
+
+    def reply(self, i: int) -> int | None:
+        return self.replies[i] if self.replies else None
+
+    def prefill(self, plan: Plan, i: int, draft_ref: str) -> tuple[float, float]:
+        """Quiet seconds of prompt i's prefill: the target's, and the draft model's own (0
+        without one)."""
+        target = self.prompt_tokens[i] / self.prefill_tps
+        drafts = plan.speculative and plan.method == "draft" and plan.target.ref != draft_ref
+        return target, target * self.draft_prefill if drafts else 0.0
 
     def true_speedup(self, plan: Plan, draft_ref: str, tokens: int = 64) -> float:
+        """The decode speedup the law gives (the step-time estimator's target)."""
         weights = self.workload().weights()
         base = [Request(c, tokens, tokens / self.base_tps) for c in CATEGORIES]
         mine = [Request(c, tokens, tokens * self.per_token(plan, i, draft_ref, tokens)[0])
                 for i, c in enumerate(CATEGORIES)]
+        return speedup(mine, base, weights)
+
+    def true_latency(self, plan: Plan, draft_ref: str, tokens: int = 64) -> float:
+        """The end-to-end speedup the law gives: each prompt's prefill and decode, quiet."""
+        weights = self.workload().weights()
+        base_plan = plan.baseline()
+        base: list[Request] = []
+        mine: list[Request] = []
+        for i, c in enumerate(CATEGORIES):
+            n = self.reply(i) or tokens
+            for side, out in ((base_plan, base), (plan, mine)):
+                pre, draft = self.prefill(side, i, draft_ref)
+                out.append(Request(c, 1, pre + draft
+                                   + n * self.per_token(side, i, draft_ref, n)[0]))
         return speedup(mine, base, weights)
 
     def best(self, plan: Plan, max_k: int = 8) -> tuple[int, float]:
@@ -178,6 +214,7 @@ class SimLab:
     def ask(self, label: str, prompt: int, max_tokens: int) -> Timed:
         self.asked.append((self.now, label, prompt))
         plan = self.up[label]
+        max_tokens = self.law.reply(prompt) or max_tokens  # the prompt's own length wins
         per_token, e, drafts = self.law.per_token(plan, prompt, self.draft_ref, max_tokens)
         k = plan.k if plan.speculative else 0
         # each step: one token plus those accepted (at most k); as llama-server times them,
@@ -186,11 +223,21 @@ class SimLab:
         accepted = min(round(made * (e - 1) / e), made * k // (k + 1))
         steps = made - accepted
         jitter = self.rng.uniform(1.0, 1.03)  # a quiet machine's own spread
-        elapsed, busy = self.bursts.run(self.now, steps * per_token * e * jitter)
+        pre, draft_pre = self.law.prefill(plan, prompt, self.draft_ref)
+        in_ttft = draft_pre if self.law.draft_prefill_in == "ttft" else 0.0
+        first, first_busy = (self.bursts.run(self.now, (pre + in_ttft) * jitter)
+                             if pre + in_ttft > 0 else (0.0, 0.0))
+        elapsed, busy = self.bursts.run(self.now + first, (steps * per_token * e
+                                                           + draft_pre - in_ttft) * jitter)
         if label in self.aimed and max_tokens > 16:  # a full-length request
-            elapsed *= self.aimed.pop(label)
+            slow = self.aimed.pop(label)
+            elapsed, first = elapsed * slow, first * slow
         elapsed *= self.slow.get(label, 1.0)
-        self.now += elapsed + 0.02  # and the request's own overhead
+        first *= self.slow.get(label, 1.0)
+        wall = first + elapsed + 0.02  # and the request's own overhead
+        self.now += wall
+        busy = (busy * elapsed + first_busy * first) / (elapsed + first) if elapsed + first \
+            else 0.0
         spec = SpecStats()
         if plan.speculative and plan.method == "draft":
             a = self.law.alpha(prompt, max_tokens)
@@ -201,7 +248,8 @@ class SimLab:
         elif plan.speculative:
             steps, accepted = made, 0
         return Timed(label, prompt, max_tokens, elapsed, spec, f"reply {prompt}", busy,
-                     timed_by="server" if self.server_timed else "")
+                     timed_by="server" if self.server_timed else "", wall_s=wall,
+                     ttft_s=first, prompt_tokens=self.law.prompt_tokens[prompt])
 
     def hit(self, factor: float, label: str = "baseline") -> None:
         """The next request to `label` is slowed `factor` times (a burst aimed at it)."""

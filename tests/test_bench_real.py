@@ -20,7 +20,8 @@ def test_short_bench_reports_raw_samples_that_recompute_the_speedups(tmp_path: P
                        'k = 3\n[server]\ncontext = 2048\n')
     out = tmp_path / "report.json"
     done = specctl("bench", "--profile", str(profile), "--suite", "code,summarize",
-                   "--prompts", "2", "--repeats", "2", "--max-tokens", "24", "--also", "baseline",
+                   "--prompts", "2", "--repeats", "2", "--precision", "0", "--max-tokens", "24",
+                   "--also", "baseline",
                    "--output", str(out))
     assert done.returncode == 0, done.stderr
     assert "verdict:" in done.stdout and "A/A control (a second baseline server" in done.stdout
@@ -44,9 +45,12 @@ def test_short_bench_reports_raw_samples_that_recompute_the_speedups(tmp_path: P
     raw = [bench.Sample(**s) for s in samples]
     for cat in ("code", "summarize", None):
         again = bench._group(raw, "draft k=3", cat, report["mix"],
-                             intervals.bound("draft", 3, report["conditions"]["cost"]))
+                             intervals.bound("draft", 3, report["conditions"]["cost"]),
+                             objective=report["objective"])
         mine = row[cat or "overall"]
         assert again["speedup"] == pytest.approx(mine["speedup"])
+        for key in ("e2e_speedup", "ttft_ratio", "decode_speedup"):
+            assert again[key] == pytest.approx(mine[key])
         assert (again["speedup_low"], again["speedup_high"]) == pytest.approx(
             (mine["speedup_low"], mine["speedup_high"]))
         assert mine["speedup_high"] <= mine["bound"] or "implausible" in mine
@@ -67,7 +71,8 @@ def test_sampling_check_passes_speculation_and_flags_the_draft_alone(tmp_path: P
     for against in ("speculative", "draft"):
         out = tmp_path / f"{against}.json"
         done = specctl("bench", "--profile", str(profile), "--suite", "chat", "--prompts", "1",
-                       "--repeats", "1", "--max-tokens", "8", "--quality", "--no-floor",
+                       "--repeats", "1", "--precision", "0", "--max-tokens", "8", "--quality",
+                       "--no-floor",
                        "--samples", "24", "--quality-against", against, "--output", str(out))
         assert done.returncode == 0, done.stderr
         found[against] = json.loads(out.read_text())["quality"]["categories"]["chat"]
@@ -92,7 +97,7 @@ def test_tunes_short_sampling_check_passes_speculation_and_refuses_the_draft_alo
                        'k = 3\n[server]\ncontext = 2048\n')
     app = App.from_env()
     got = app.resolve(str(profile))
-    prompts = {c: bench_mod.load_suite(c)[:1] for c in ("chat", "code", "summarize")}
+    prompts = {c: bench_mod.suite_texts(c)[:1] for c in ("chat", "code", "summarize")}
     how = lossless.short(0.8, 0.95)
     raced = [("the same reply", "the same reply", 64)] * 5  # tune's race's greedy replies
     said = lossless.gate(got.plan, got.backend, got.installed, prompts, how, app.dirs.logs,
@@ -131,7 +136,8 @@ def test_bench_quality_starts_each_server_once(tmp_path: Path, monkeypatch: pyte
     out = tmp_path / "report.json"
     code, _out, err = run_main(monkeypatch, capsys, "bench", "--profile", str(profile),
                                "--suite", "chat", "--prompts", "1", "--repeats", "1",
-                               "--max-tokens", "8", "--quality", "--samples", "8",
+                               "--precision", "0", "--max-tokens", "8", "--quality",
+                               "--samples", "8",
                                "--output", str(out))
     assert code == 0, err
     report = json.loads(out.read_text())

@@ -42,7 +42,7 @@ def test_groups_pair_each_sample_with_its_baseline() -> None:
     samples = [base("code", 0), spec("code", 0, 30), base("code", 1),
                spec("code", 1, 20, sha="diff"), base("chat", 0), spec("chat", 0, 10)]
     mix = {"code": 0.5, "chat": 0.5}
-    code = bench._group(samples, "k4", "code", mix)
+    code = bench._group(samples, "k4", "code", mix, objective="decode")
     assert code["n"] == 2
     # throughput: 128 tokens in (34 + 44) steps of 0.2 s against 128 tokens in 12.8 s
     assert code["speedup"] == pytest.approx(12.8 / (34 * 0.2 + 44 * 0.2))
@@ -51,12 +51,12 @@ def test_groups_pair_each_sample_with_its_baseline() -> None:
     assert code["acceptance"] == 50 / 80
     assert code["accepted_per_step"] == 50 / 20
     assert code["identical"] == 0.5
-    overall = bench._group(samples, "k4", None, mix)
+    overall = bench._group(samples, "k4", None, mix, objective="decode")
     # the mix: each category's mean request time, weighted alike
     spec_t = 0.5 * (34 + 44) * 0.2 / 2 + 0.5 * 54 * 0.2
     base_t = 0.5 * 6.4 + 0.5 * 6.4
     assert overall["n"] == 3 and overall["speedup"] == pytest.approx(base_t / spec_t)
-    chat_heavy = bench._group(samples, "k4", None, {"code": 0.1, "chat": 0.9})
+    chat_heavy = bench._group(samples, "k4", None, {"code": 0.1, "chat": 0.9}, objective="decode")
     assert chat_heavy["speedup"] < overall["speedup"] < code["speedup"]
 
 
@@ -66,11 +66,12 @@ def test_outside_load_cannot_pull_the_speedup_and_the_bound_holds() -> None:
     loaded = [*quiet, base("code", 0, 1, slow=3.0), spec("code", 0, 30, repeat=1),
               base("code", 1, 1), spec("code", 1, 20, repeat=1, slow=2.0)]
     mix = {"code": 1.0}
-    assert bench._group(loaded, "k4", "code", mix)["speedup"] == pytest.approx(
-        bench._group(quiet, "k4", "code", mix)["speedup"])
+    assert bench._group(loaded, "k4", "code", mix, objective="decode")["speedup"] == pytest.approx(
+        bench._group(quiet, "k4", "code", mix, objective="decode")["speedup"])
     # with c = 0.5, k = 4 can give at most 5/3 = 1.67x: the 3x-slowed baseline made one pair
     # 2.8x; it is discarded as noise and counted, never reported
-    held = bench._group(loaded, "k4", "code", mix, limit=intervals.bound("draft", 4, 0.5))
+    held = bench._group(loaded, "k4", "code", mix, limit=intervals.bound("draft", 4, 0.5),
+                        objective="decode")
     assert held["bound"] == pytest.approx(5 / 3) and held["discarded"] == 1
     assert held["speedup_max"] <= held["bound"] and "implausible" not in held
 

@@ -12,7 +12,7 @@ SOURCE = re.compile(r"```[a-z]*\n(.+?)```|---\n(.+?)---", re.DOTALL)
 
 
 def test_every_edit_prompt_holds_its_source_text() -> None:
-    prompts = bench.load_suite("edit")
+    prompts = bench.suite_texts("edit")
     assert "edit" in bench.SUITES
     code = document = 0
     for prompt in prompts:

@@ -28,11 +28,12 @@ class Counting(Adapter):
         self.seen: dict[Endpoint, SpecStats] = {}
         self.reads = 0
 
-    def chat(self, endpoint: Endpoint, prompt: str, max_tokens: int,
+    def chat(self, endpoint: Endpoint, prompt: str | list[dict[str, str]], max_tokens: int,
              **_how: object) -> client.Reply:
         before = self.seen.get(endpoint, SpecStats())
         self.seen[endpoint] = before + SpecStats(10, 7, 2, (4, 3))
-        return client.Reply(f"{prompt} from {endpoint!r}", max_tokens, 10.0, 1.0, "server", {})
+        said = client.messages_of(prompt)[-1]["content"]
+        return client.Reply(f"{said} from {endpoint!r}", max_tokens, 10.0, 1.0, "server", {})
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         self.reads += 1

@@ -523,7 +523,7 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
                  won("edit", "ngram", 8, 1.0), won("chat", "none", 0, 1.0)]))
     gw = start(env, tmp_path, "smol")
     gateways.append(gw)
-    asks = {kind: bench_mod.load_suite(kind)[6] for kind in ("chat", "code", "summarize")}
+    asks = {kind: bench_mod.suite_texts(kind)[6] for kind in ("chat", "code", "summarize")}
     for text in asks.values():  # each starts its kind's server (served meanwhile by any up)
         assert _ask(gw, text)
 

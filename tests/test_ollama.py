@@ -212,6 +212,7 @@ def test_bench_against_the_fake_daemon_asks_its_openai_api(store: Path, tmp_path
     profile.write_text('target = "ollama:qwen2.5-coder:1.5b"\ndraft_method = "mtp"\nk = 2\n'
                        'backend = ["ollama"]\n')
     done = specctl("bench", "--profile", str(profile), "--prompts", "1", "--repeats", "1",
+                   "--precision", "0",
                    "--suite", "chat", "--max-tokens", "8", env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     logs = list((tmp_path / "s" / "logs").glob("ollama.bench-*.log"))

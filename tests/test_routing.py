@@ -24,7 +24,7 @@ from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 from tests.simengine import CATEGORIES, Law, SimLab
 
-SUITES = {name: bench.load_suite(name) for name in classify.KINDS}
+SUITES = {name: bench.suite_texts(name) for name in classify.KINDS}
 
 
 def adapter() -> Any:

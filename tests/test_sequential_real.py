@@ -21,7 +21,7 @@ def _both(profile: Path, tmp_path: Path) -> dict[str, tuple[dict[str, Any], str]
     for mode in ("paired", "sequential"):
         out = tmp_path / f"{mode}.json"
         done = specctl("bench", "--profile", str(profile), "--suite", "code,chat",
-                       "--prompts", "1", "--repeats", "3", "--max-tokens", "24",
+                       "--prompts", "1", "--repeats", "3", "--precision", "0", "--max-tokens", "24",
                        *(["--sequential"] if mode == "sequential" else []), "--output", str(out),
                        timeout=900)
         assert done.returncode == 0, done.stderr

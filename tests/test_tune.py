@@ -16,13 +16,14 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
 from specctl.orchestrator.cli import render
+from specctl.orchestrator.measure import tune as tune_mod
 from specctl.orchestrator.measure.fit import fit_alpha
-from specctl.orchestrator.measure.tune import tune
 from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag, steps_of
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Plan, Step
@@ -32,13 +33,19 @@ from tests.simengine import Law, SimLab, copying, laws
 LLAMACPP = frozenset({"none", "draft", "ngram", "ngram-mod", "ngram-map-k", "mtp"})
 
 
+def tune(plan: Plan, lab: SimLab, **kw: Any) -> Result:
+    """tune by decode speed: these laws have no prefill, and the figures they are held to are
+    decode speedups (the end-to-end objective's tests: test_objective.py)."""
+    return tune_mod.tune(plan, lab, objective="decode", **kw)
+
+
 @pytest.fixture
 def plan() -> Plan:
     return plans.plan().but(k=3)
 
 
 def tuned(plan: Plan, law: Law, seed: int = 0, noise: float = 0.0, **kw: object) -> Result:
-    result = tune(plan, SimLab(law, plan, seed=seed, noise=noise), max_k=8, **kw)  # type: ignore
+    result = tune(plan, SimLab(law, plan, seed=seed, noise=noise), max_k=8, **kw)
     saved = Result.from_json(json.loads(json.dumps(result.to_json())))
     assert saved == result.model_copy(update={"replies": []})  # as saved (replies are not)
     assert bool(result.replies) == (result.method != "none")  # the pick's, for the gate

@@ -19,8 +19,9 @@ def test_tune_measures_real_servers_saves_the_result_and_plan_follows_it(tmp_pat
     profile = tmp_path / "smol.toml"
     profile.write_text('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
                        'k = "auto"\n[server]\ncontext = 2048\n')
-    done = specctl("tune", "--profile", str(profile), "--max-k", "3", "--max-tokens", "24",
-                   "--precision", "0.25", "--budget", "3m", "--json")
+    done = specctl("tune", "--profile", str(profile), "--suite", "code,chat,summarize",
+                   "--max-k", "3", "--max-tokens", "24", "--precision", "0.25", "--budget", "3m",
+                   "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout[:done.stdout.rindex("}") + 1])
     assert 0.5 < result["cost"] < 2.0  # the draft is the target: c is about 1

@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.server, pytest.mark.timeout(2400)]  # slow on a loaded
 BIN = ROOT / "tests" / "bin"
 QWEN = 'target = "testbed:qwen-1.5b-q4"\ndraft = "testbed:qwen-0.5b-q4"\n'
 SMOL = 'target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
-SHORT = ("--suite", "chat", "--prompts", "2", "--repeats", "1", "--max-tokens", "16")
+SHORT = ("--suite", "chat", "--prompts", "2", "--repeats", "1", "--precision", "0",
+         "--max-tokens", "16")
 
 
 def environment(tmp_path: Path, broken: str | None = None) -> dict[str, str]:
@@ -144,7 +145,7 @@ def test_tunes_check_refuses_to_save_a_setting_whose_engine_did_not_draft(
     profile.write_text(f'{SMOL}k = 3\n[server]\ncontext = 2048\n')
     app = App.from_env()
     got = app.resolve(str(profile))
-    prompts = {c: bench_mod.load_suite(c)[:1] for c in ("chat", "code")}
+    prompts = {c: bench_mod.suite_texts(c)[:1] for c in ("chat", "code")}
     with pytest.raises(SpecctlError) as refused:
         lossless.gate(got.plan, got.backend, got.installed, prompts, lossless.short(0.8, 0.95),
                       app.dirs.logs, lambda _m: None)

@@ -70,7 +70,8 @@ def versus(tmp_path: Path, profile: Path, backends: str) -> tuple[dict[str, Any]
     before = json.loads(specctl("plan", "-p", str(profile), "--json", env=env).stdout)
     out = tmp_path / "versus.json"
     done = specctl("bench", "-p", str(profile), "--backends", backends, "--suite", "code",
-                   "--prompts", "1", "--repeats", "1", "--max-tokens", "8", "--output", str(out),
+                   "--prompts", "1", "--repeats", "1", "--precision", "0", "--max-tokens", "8",
+                   "--output", str(out),
                    env=env, timeout=900)
     assert done.returncode == 0, done.stderr
     after = json.loads(specctl("plan", "-p", str(profile), "--json", env=env).stdout)

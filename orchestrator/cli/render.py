@@ -118,10 +118,6 @@ def _pct(value: float | None) -> str:
     return f"{value:.0%}" if value is not None else "-"
 
 
-BENCH_COLUMNS = [Column("category"), *(Column(h, right=True) for h in (
-    "base t/s", "spec t/s", "speedup", "95% CI", "range", "accept", "acc/step", "same", "n"))]
-
-
 def _span(low: float | None, high: float | None) -> str:
     return f"{_x(low)}-{_x(high)}" if low is not None and high is not None else "-"
 
@@ -198,30 +194,56 @@ def _show_control(console: Console, control: dict[str, Any] | None) -> None:
     console.print(f"{figure} ({cats}){said}", highlight=False, markup=False)
 
 
+FIGURES = (("e2e", "e2e_speedup", "e2e"), ("TTFT", "ttft_ratio", "ttft"),
+           ("decode", "decode_speedup", "decode"))  # header, key, interval prefix
+OBJECTIVE_OF = {"latency": "e2e", "decode": "decode", "throughput": "tok/s"}
+
+
+def _bench_row(cat: str, r: dict[str, Any], objective: str, usable: bool) -> list[str]:
+    """A category's cells: the end-to-end, first-token and decode figures with their
+    intervals (the objective's marked * where noisy; decode's (!) above the physical bound;
+    in parentheses where the setting is not usable: no speedup), the range, the rest."""
+    got = r if usable else {**r, **(r.get("ratio_not_a_speedup") or {})}
+    if "decode_speedup" not in got and objective == "decode":  # a report from before
+        got = {**got, "decode_speedup": got.get("speedup"), "decode_low": got.get(
+            "speedup_low"), "decode_high": got.get("speedup_high")}
+    cells = [cat]
+    figures = ((("tok/s", "speedup", "speedup"),) if objective == "throughput" else ()) + FIGURES
+    for header, key, prefix in figures:
+        mark = ("*" if got.get("noisy") and header == OBJECTIVE_OF[objective] else "") + (
+            " (!)" if r.get("implausible") and header == "decode" else "")
+        text = _x(got.get(key)) + (mark if got.get(key) is not None else "")
+        cells += [text if usable or got.get(key) is None else f"({text})",
+                  _span(got.get(f"{prefix}_low"), got.get(f"{prefix}_high"))]
+    return [*cells, _span(got.get("speedup_min"), got.get("speedup_max")),
+            _pct(r["acceptance"]),
+            f"{r['accepted_per_step']:.2f}" if r["accepted_per_step"] else "-",
+            _pct(r["identical"]), str(r["n"]),
+            f"{r['baseline_tps']:.1f}" if r["baseline_tps"] else "-",
+            f"{r['tps']:.1f}" if r["tps"] else "-"]
+
+
 def show_bench(console: Console, result: dict[str, Any]) -> None:
+    objective = result.get("objective", "decode")
+    heads = [*((["tok/s", "95% CI"]) if objective == "throughput" else []),
+             *(h for head, _, _ in FIGURES for h in (head, "95% CI"))]
+    columns = [Column("category"), *(Column(h, right=True) for h in (
+        *heads, "range", "accept", "acc/step", "same", "n", "base t/s", "spec t/s"))]
     for label, rows in result["configs"].items():
-        cells = []
         usable = rows["overall"].get("usable", True)
-        for cat in [*result["categories"], "overall"]:
-            r = rows[cat]
-            ratio = (r.get("ratio_not_a_speedup") or {}).get("speedup")
-            cells.append([
-                cat, f"{r['baseline_tps']:.1f}" if r["baseline_tps"] else "-",
-                f"{r['tps']:.1f}" if r["tps"] else "-",
-                (_x(r.get("speedup")) + ("*" if r.get("noisy") else "")
-                 + (" (!)" if r.get("implausible") else "")) if usable else f"({_x(ratio)})",
-                _span(r.get("speedup_low"), r.get("speedup_high")),
-                _span(r.get("speedup_min"), r.get("speedup_max")), _pct(r["acceptance"]),
-                f"{r['accepted_per_step']:.2f}" if r["accepted_per_step"] else "-",
-                _pct(r["identical"]), str(r["n"])])
-        tables.show(console, BENCH_COLUMNS, cells,
+        cells = [_bench_row(cat, rows[cat], objective, usable)
+                 for cat in [*result["categories"], "overall"]]
+        tables.show(console, columns, cells,
                     title=f"{result['profile']} on {result['backend']}: {label} vs baseline "
                           f"({result['hardware']})" + ("" if usable else
                                                        ": NOT USABLE, (x) is no speedup"))
-    console.print("speedup: decode throughput against the baseline's on the same prompts (the "
-                  "workload's mix overall), 95% bootstrap interval; range: per-prompt ratios; "
-                  "* = noisy (wide interval or few samples); same = greedy output identical to "
-                  "the baseline's")
+        _show_lengths(console, label, (result.get("buckets") or {}).get(label))
+    console.print(f"objective: {OBJECTIVE_OF[objective]}; e2e, decode: the end-to-end and "
+                  "decode speedups against the baseline on the same prompts (the workload's "
+                  "mix overall); TTFT: the baseline's time to the first token over its; 95% "
+                  "bootstrap intervals; range: per-prompt ratios; * = noisy (wide interval or "
+                  "few samples); same = greedy output identical to the baseline's; t/s: "
+                  "decode tokens/s", highlight=False, markup=False)
     _show_conditions(console, result)
     _show_control(console, result.get("control"))
     _show_checks(console, result)
@@ -238,8 +260,8 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
                                       "stream(s)" if where else "speculation pays at every "
                                       "level measured"), highlight=False, markup=False)
     if result.get("settings", {}).get("workload"):
-        console.print(f"workload: {result['settings']['workload']} (overall = their weighted "
-                      "throughput)", highlight=False, markup=False)
+        console.print(f"workload: {result['settings']['workload']} (overall: the categories "
+                      "weighted so)", highlight=False, markup=False)
     if result.get("routing"):
         show_routing(console, result["routing"], result.get("control"))
     quality = result.get("quality")
@@ -251,6 +273,17 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
         for cat, found in quality["categories"].items():
             console.print(f"  {cat}: {found['message']}", highlight=False, markup=False)
     console.print(f"[bold]verdict:[/bold] {escape(result['verdict'])}")
+
+
+def _show_lengths(console: Console, label: str, rows: list[dict[str, Any]] | None) -> None:
+    """The end-to-end speedup by prompt length (prompt tokens), where speculation stops
+    paying."""
+    if not rows:
+        return
+    cells = [[r["bucket"], str(r["prompts"]), _x(r["e2e_speedup"]),
+              _span(r.get("e2e_low"), r.get("e2e_high"))] for r in rows]
+    tables.show(console, [Column("prompt tokens"), *(Column(h, right=True) for h in (
+        "prompts", "e2e", "95% CI"))], cells, title=f"{label}: end to end by prompt length")
 
 
 def show_routing(console: Console, routing: dict[str, Any],
@@ -321,6 +354,16 @@ def _bound_of(label: str, said: dict[str, Any]) -> str:
     return f"k+1 of the longest draft ({what} drafts cost no draft model's steps)"
 
 
+def _show_pick(console: Console, result: Tuned) -> None:
+    """The pick's end-to-end, first-token and decode figures with their intervals."""
+    shown = [(n, result.figures[k]) for n, k in (("end to end", "latency"), ("TTFT", "ttft"),
+                                                 ("decode", "decode")) if k in result.figures]
+    if shown:
+        console.print("the pick: " + ", ".join(f"{name} {p:.2f}x [{lo:.2f}-{hi:.2f}]"
+                                               for name, (p, lo, hi) in shown)
+                      + f" (decided on {result.objective})", highlight=False, markup=False)
+
+
 def show_tuned(console: Console, result: Tuned) -> None:
     predicted = {int(p["k"]): p["speedup"] for p in result.predicted}
     cats = list(dict.fromkeys(c for m in result.measured for c in m.categories))
@@ -330,18 +373,23 @@ def show_tuned(console: Console, result: Tuned) -> None:
                 else None)
         span = f"{m.low:.2f}-{m.high:.2f}" if m.low is not None and m.high is not None else "-"
         above = m.bound is not None and m.flag.startswith("above the physical bound")
-        cells.append([m.label + (" (!)" if above else ""), _x(pred), _x(m.speedup), span,
-                      *(_x(m.categories.get(c)) for c in cats), _x(m.bound),
-                      f"{m.tps:.1f}", _pct(m.acceptance)])
+        cells.append([m.label + (" (!)" if above else ""), _x(m.speedup), span,
+                      *(_x(m.categories.get(c)) for c in cats), _x(m.latency), _x(m.ttft),
+                      _x(m.decode), _x(pred), _x(m.bound), f"{m.tps:.1f}",
+                      _pct(m.acceptance)])
+    what = OBJECTIVE_OF[result.objective]
     tables.show(console, [Column("config"), *(Column(h, right=True) for h in (
-        "predicted", "measured", "95% interval", *cats, "bound", "tok/s", "acceptance"))],
-        cells,
+        what, "95% interval", *cats, "e2e", "TTFT", "decode", "predicted", "bound", "tok/s",
+        "acceptance"))], cells,
         title=f"{result.profile}: alpha {result.alpha}, c {result.cost}, v {result.verify}, "
               f"baseline {result.baseline_tps:.1f} tok/s")
     if result.workload:
         console.print(f"tuned for: {result.workload}; {result.concurrency} concurrent "
-                      "request(s); predicted and measured are the workload's throughput against "
-                      "the baseline's", highlight=False, markup=False)
+                      f"request(s); decided on {result.objective} ({what}: the workload's "
+                      "figure against the baseline's, each category's beside it; e2e: "
+                      "end to end, TTFT: the baseline's time to the first token over its, "
+                      "decode: decode speed, predicted by the cost model)",
+                      highlight=False, markup=False)
     for line in result.skipped:
         console.print(escape(line), highlight=False)
     for m in result.measured:
@@ -365,6 +413,7 @@ def show_tuned(console: Console, result: Tuned) -> None:
             for w in result.winners), highlight=False, markup=False)
     console.print(f"[bold]result ({result.state}):[/bold] {escape(result.summary)} (tuning "
                   f"took {result.seconds:.0f} s)")
+    _show_pick(console, result)
     if result.method != "none" and not result.serves:
         console.print("served: without a draft (not surely faster: it needs an interval "
                       "above 1.00x and a point 5% over)",

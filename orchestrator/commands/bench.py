@@ -12,6 +12,7 @@ from specctl.orchestrator.commands import Say
 from specctl.orchestrator.errors import ProfileError, SpecctlError
 from specctl.orchestrator.measure import bench as bench_mod
 from specctl.orchestrator.measure import lab, lossless, quality, reports, route, verdicts
+from specctl.orchestrator.measure.intervals import Objective
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning.plan import Plan
 
@@ -31,7 +32,7 @@ class Ask:
     also: tuple[str, ...] = ()
     repeats: int = 2
     max_tokens: int = 96
-    levels: tuple[int, ...] = (1,)
+    levels: tuple[int, ...] = ()  # concurrent streams beside one (none: the profile's parallel)
     quality: bool = False
     against: str = "speculative"
     samples: int = 32
@@ -42,6 +43,7 @@ class Ask:
     budget: float = 600.0
     sequential: bool = False
     untuned: bool = False  # the profile as written, not what `tune` saved
+    objective: Objective = "latency"  # what the speedups are of (measure/intervals.py)
 
 
 @dataclass(frozen=True)
@@ -82,10 +84,12 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
     also = tuple(a for a in ask.also if a.strip() != bench_mod.ROUTED)
     configs = bench_mod.configs_for(plan, ask.ks, rejecting, also)
     routing = _routing(app, ask, step) if also != ask.also else None
+    levels = (1,) if routing is not None else tuple(sorted({1, *(ask.levels or (
+        plan.parallel,))}))
     sampling = resolved.profile.sampling
     how = lossless.Sampling(ask.temperature or sampling.temperature,
                             ask.top_p or sampling.top_p, samples=ask.samples)
-    slots = max([*ask.levels, how.batch if ask.quality else 1])
+    slots = max([*levels, how.batch if ask.quality else 1])
     notes: dict[str, Any] = {}
     room: lab.Lab = lab.ServerLab(resolved.backend, resolved.installed, ask.work,
                                   app.dirs.logs, step, prefix="bench")
@@ -95,8 +99,9 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
     try:
         measured = bench_mod.measure(
             configs, resolved.backend, resolved.installed, ask.work, ask.repeats,
-            ask.max_tokens, app.dirs.logs, step, ask.levels, sequential=ask.sequential,
-            precision=ask.precision, budget=ask.budget, notes=notes, room=room, slots=slots)
+            ask.max_tokens, app.dirs.logs, step, levels, sequential=ask.sequential,
+            precision=ask.precision, budget=ask.budget, notes=notes, room=room, slots=slots,
+            objective=ask.objective)
         server_lab = room.inner if isinstance(room, route.RoutedLab) else room
         assert isinstance(server_lab, lab.ServerLab)
         checked = _sampled(server_lab, plan, rejecting, ask, how, slots, step) \
@@ -105,9 +110,9 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
         room.close()
     settings = {"workload": ask.work.describe(), "prompts": len(ask.work.prompts),
                 "repeats": ask.repeats, "max_tokens": ask.max_tokens,
-                "concurrency": list(ask.levels)}
+                "concurrency": list(levels), "objective": ask.objective}
     report = bench_mod.report(plan, resolved.installed, configs, measured, settings,
-                              ask.work.weights(), notes)
+                              ask.work.weights(), notes, ask.objective)
     if routing is not None:
         report["routing"] = {"route": routing.describe(), "memory": routing.memory(),
                              **route.confusion_report(ask.work, _suites())}
@@ -131,7 +136,7 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
 def _routing(app: App, ask: Ask, step: Say) -> route.Route:
     """`--also routed`: the route the gateway would serve (from the saved tune's per-category
     winners); an error that says why when there is none."""
-    if len(ask.levels) > 1:
+    if any(n > 1 for n in ask.levels):
         raise ProfileError("--also routed measures one request at a time; drop --concurrency")
     found, why = app.route(app.resolve(ask.profile, use_tuned=False))
     if found is None:
@@ -143,7 +148,7 @@ def _routing(app: App, ask: Ask, step: Say) -> route.Route:
 def _suites() -> dict[str, list[str]]:
     from specctl.orchestrator.measure import classify
 
-    return {name: bench_mod.load_suite(name) for name in classify.KINDS}
+    return {name: bench_mod.suite_texts(name) for name in classify.KINDS}
 
 
 def _sampled(room: lab.ServerLab, plan: Plan, rejecting: Plan | None, ask: Ask,

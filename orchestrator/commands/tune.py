@@ -14,6 +14,7 @@ from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.measure import lab, lossless, trials
 from specctl.orchestrator.measure import tune as tune_mod
 from specctl.orchestrator.measure import tuned as tuned_mod
+from specctl.orchestrator.measure.intervals import Objective
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning import costmodel
 
@@ -36,6 +37,7 @@ class Ask:
     precision: float = 0.05
     budget: float = 240.0
     sequential: bool = False
+    objective: Objective = "latency"  # what the race ranks by (measure/intervals.py)
 
 
 GATE_SHARE = 0.25  # of the budget, kept for the sampling check after the race (cpu-demo: 60-67 s)
@@ -127,7 +129,8 @@ def _tuned(app: App, resolved: Resolved, ask: Ask, step: Say) -> tuned_mod.Resul
                              precision=ask.precision, budget=ask.budget,
                              sequential=ask.sequential, methods=resolved.installed.methods,
                              chains=resolved.installed.chains,
-                             reserve=ask.budget * GATE_SHARE if ask.quality else 0.0)
+                             reserve=ask.budget * GATE_SHARE if ask.quality else 0.0,
+                             objective=ask.objective)
     finally:
         room.close()
 

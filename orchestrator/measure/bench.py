@@ -28,14 +28,17 @@ from specctl.orchestrator.config.profiles import MAX_K
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ProfileError
-from specctl.orchestrator.measure import engine, intervals, lab, lossless, stats
+from specctl.orchestrator.measure import engine, figures, intervals, lab, lossless, stats
 from specctl.orchestrator.measure.costs import Costs
+from specctl.orchestrator.measure.intervals import Objective
 from specctl.orchestrator.measure.lab import Timed
-from specctl.orchestrator.measure.tuned import bound_flag
-from specctl.orchestrator.measure.workload import Request, Workload
+from specctl.orchestrator.measure.workload import Prompt, Request, Workload
 from specctl.orchestrator.planning.plan import NGRAMS, Plan, Step
 
-SUITES = ("chat", "code", "summarize", "edit")
+_FOLDER = resources.files("specctl.orchestrator.measure") / "prompts"
+SUITES = tuple(name for name in ("chat", "code", "summarize", "edit", "docqa", "article",
+                                 "multiturn", "math", "translate", "qa")
+               if (_FOLDER / f"{name}.json").is_file())  # the shipped suites there are
 HELPS = 1 + engine.MARGIN  # a config "helps" when its speedup beats the baseline by 5%
 BASELINE = "baseline"
 FLOOR = "floor"  # drafts always rejected: the greedy identity numerics allow (lossless.py)
@@ -44,12 +47,34 @@ TWIN = "baseline twin"  # `--also baseline`: a second baseline server, the A/A c
 Progress = Callable[[str], None]
 
 
-def load_suite(name: str) -> list[str]:
-    path = resources.files("specctl.orchestrator.measure") / "prompts" / f"{name}.json"
-    if not path.is_file():
+def load_suite(name: str) -> list[Prompt]:
+    """A shipped suite's prompts (measure/prompts/NAME.json, its "prompts"): each a string (one
+    user message) or a conversation, {"turns": [...], "system": "..."} (the user's turns in
+    order; the system message optional), of category NAME."""
+    path = _FOLDER / f"{name}.json"
+    if name not in SUITES:
         raise ProfileError(f"no prompt suite '{name}'; choose from {', '.join(SUITES)}")
-    prompts: list[str] = json.loads(path.read_text())["prompts"]
-    return prompts
+    return [_entry(name, n, item) for n, item in
+            enumerate(json.loads(path.read_text())["prompts"], 1)]
+
+
+def suite_texts(name: str) -> list[str]:
+    """A suite's prompts as the router's classifier reads them (each one's last user turn)."""
+    return [p.text for p in load_suite(name)]
+
+
+def _entry(name: str, n: int, item: object) -> Prompt:
+    """One entry of a shipped suite; a malformed one is a bug of the suite, said so."""
+    if isinstance(item, str) and item.strip():
+        return Prompt(name, item)
+    fields = item if isinstance(item, dict) else {}
+    turns, system = fields.get("turns"), fields.get("system")
+    if not isinstance(turns, list) or not turns or not all(
+            isinstance(t, str) and t.strip() for t in turns) or not isinstance(
+            system, (str, type(None))) or set(fields) - {"turns", "system"}:
+        raise ProfileError(f"prompt suite '{name}', entry {n}: a prompt is text or "
+                           '{"turns": ["...", ...], "system": "..."}')
+    return Prompt(name, turns[-1], tuple(turns[:-1]), system or None)
 
 
 @dataclass(frozen=True)
@@ -87,6 +112,9 @@ class Sample:
     round_wall_s: float = 0.0  # that round's wall time
     text: str = ""  # the reply (level 1): where it leaves the baseline's (measure/verdicts.py)
     busy: float = 0.0  # cores other processes used while it ran (level 1: lab.CpuWatch)
+    ttft_s: float = 0.0  # the time to the first token (a conversation's, summed over turns)
+    prompt_tokens: int = 0  # the prompt's tokens as the server counted them (its last turn's)
+    turns: int = 1  # a conversation's requests
 
     @property
     def key(self) -> tuple[int, int, int, str, int]:
@@ -184,13 +212,13 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
             progress: Progress = lambda _m: None, levels: Sequence[int] = (1,),
             sequential: bool = False, precision: float | None = None, budget: float = 600.0,
             notes: dict[str, Any] | None = None, room: lab.Lab | None = None,
-            slots: int = 1) -> list[Sample]:
+            slots: int = 1, objective: Objective = "latency") -> list[Sample]:
     """Every prompt on every server, interleaved (lab.rounds: all servers up, or one at a time
     in alternating blocks when they do not fit in memory together, or `sequential`), `repeats`
     passes; with a `precision`, more passes until every configuration's overall 95% interval
-    is within it, and no pass (not even one of the `repeats`) that would end past `budget`
-    seconds. Then, per level above 1, rounds of that many
-    concurrent requests (servers side by side; enough slots are planned for the largest).
+    (by `objective`) is within it, and no pass (not even one of the `repeats`) that would end
+    past `budget` seconds. Then, per level above 1, rounds of that many concurrent requests
+    (servers side by side; enough slots are planned for the largest).
     `notes` receives how it was measured: c (for the physical bound), sequential, the
     baseline's drift, other processes' CPU, and what stopped it. `room`: where (default: real
     servers; the tests pass a simulated engine), left open when given: the caller's session
@@ -218,7 +246,8 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
                 if passes < repeats:
                     continue
                 break
-            if passes >= repeats and _widest(timed, configs, workload, cost) <= precision:
+            if passes >= repeats and _widest(timed, configs, workload, cost,
+                                             objective) <= precision:
                 stopped = "precision"
                 break
             # the budget bounds the passes --repeats asked for too: none is started that
@@ -230,9 +259,9 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
         if concurrent and isinstance(room, lab.ServerLab):
             room.keep(cfgs)
             running = [(cfg, room.served(cfg.label)) for cfg in configs]
-            by_cat = workload.by_category()
             for level in (n for n in levels if n > 1):
-                samples += _rounds(running, by_cat, level, repeats, max_tokens, progress)
+                samples += _rounds(running, workload.prompts, level, repeats, max_tokens,
+                                   progress)
     finally:
         if own:
             room.close()
@@ -268,11 +297,12 @@ def _from_timed(t: Timed, configs: Sequence[Config], workload: Workload) -> Samp
                   decode_tps=t.tokens / t.seconds if t.seconds > 0 else 0.0,
                   wall_s=round(t.wall_s, 4), timed_by=t.timed_by, drafted=t.spec.drafted,
                   accepted=t.spec.accepted, drafts=t.spec.drafts,
-                  text_sha=engine.text_sha(t.text), text=t.text, busy=round(t.busy, 4))
+                  text_sha=engine.text_sha(t.text), text=t.text, busy=round(t.busy, 4),
+                  ttft_s=round(t.ttft_s, 4), prompt_tokens=t.prompt_tokens, turns=t.turns)
 
 
 def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workload,
-            cost: float | None) -> float:
+            cost: float | None, objective: Objective) -> float:
     """The widest relative half-width of the configurations' overall intervals."""
     cats = {i: p.category for i, p in enumerate(workload.prompts)}
     widths = []
@@ -281,15 +311,19 @@ def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workloa
             continue
         limit = cfg.bound(cost) or float("inf")
         pairs, _ = intervals.plausible(intervals.pair(timed, cfg.label, BASELINE), limit)
-        got = intervals.speedup(pairs, cats, workload.weights(), poolable=cfg.poolable())
+        got = intervals.speedup(pairs, cats, workload.weights(), poolable=cfg.poolable(),
+                                objective=objective)
         widths.append(got.half_width if got else float("inf"))
     return max(widths, default=0.0)
 
 
-def _rounds(running: Sequence[tuple[Config, engine.Served]], by_cat: Mapping[str, list[str]],
+def _rounds(running: Sequence[tuple[Config, engine.Served]], prompts: Sequence[Prompt],
             level: int, repeats: int, max_tokens: int, progress: Progress) -> list[Sample]:
     """Rounds of `level` concurrent requests: the workload's prompts in turn, each round sent to
     every server (order rotating), paired by round."""
+    by_cat: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by_cat.setdefault(p.category, []).append(p)
     flat = [(cat, i, p) for cat, ps in by_cat.items() for i, p in enumerate(ps)]
     per_pass = max(1, len(flat) // level)
     out = []
@@ -306,7 +340,8 @@ def _rounds(running: Sequence[tuple[Config, engine.Served]], by_cat: Mapping[str
                         prompt=i, repeat=r, tokens=reply.tokens, decode_tps=reply.decode_tps,
                         wall_s=round(reply.wall_s, 4), timed_by=reply.timed_by,
                         drafted=0, accepted=0, drafts=0, text_sha=engine.text_sha(reply.text),
-                        level=level, round=n, round_wall_s=round(got.wall_s, 4)))
+                        level=level, round=n, round_wall_s=round(got.wall_s, 4),
+                        ttft_s=round(reply.ttft_s, 4), prompt_tokens=reply.prompt_tokens))
     return out
 
 
@@ -345,9 +380,11 @@ def _timed(pairs: Sequence[tuple[Sample, Sample]], ids: dict[tuple[str, int], in
         timed.setdefault(pid, []).append((
             Timed(s.config, pid, s.tokens, s.tokens / s.decode_tps,
                   SpecStats(s.drafted, s.accepted, s.drafts), busy=s.busy, block=s.repeat,
-                  timed_by=s.timed_by),
+                  timed_by=s.timed_by, wall_s=s.wall_s, ttft_s=s.ttft_s,
+                  prompt_tokens=s.prompt_tokens, turns=s.turns),
             Timed(BASELINE, pid, b.tokens, b.tokens / b.decode_tps, SpecStats(), busy=b.busy,
-                  block=b.repeat, timed_by=b.timed_by)))
+                  block=b.repeat, timed_by=b.timed_by, wall_s=b.wall_s, ttft_s=b.ttft_s,
+                  prompt_tokens=b.prompt_tokens, turns=b.turns)))
     return timed
 
 
@@ -372,47 +409,35 @@ def over_best(samples: Sequence[Sample], configs: Sequence[Config], report: Mapp
         sides.append(intervals.plausible(timed, limit)[0] if limit else timed)
     cats = {pid: c for (c, _), pid in ids.items()}
     got = intervals.relative(sides[0], sides[1], cats, report["mix"],
-                             poolable=(mine.poolable(), best.poolable()))
+                             poolable=(mine.poolable(), best.poolable()),
+                             objective=report.get("objective", "latency"))
     if got is None:
         return None
     return {"best": best.label, "speedup": round(got.point, 4), "speedup_low": round(got.low, 4),
             "speedup_high": round(got.high, 4), "n": got.n}
 
 
-def _speedup(pairs: Sequence[tuple[Sample, Sample]], weights: Mapping[str, float],
-             limit: float | None, poolable: intervals.Pooling = "steps") -> dict[str, Any]:
-    """The speedup of the paired samples and its 95% interval (measure/intervals.py: exact
-    steps, step times a low quantile), held to the physical bound: pairs above it are
-    discarded and counted, a figure above it is flagged (never reported bare)."""
-    ids: dict[tuple[str, int], int] = {}
-    timed = _timed(pairs, ids)
-    kept, dropped = intervals.plausible(timed, limit) if limit else (timed, 0)
-    got = intervals.speedup(kept, {pid: c for (c, _), pid in ids.items()}, weights,
-                            poolable=poolable)
-    if got is None:
-        return {"bound": limit, "discarded": dropped}
-    ratios = [b.per_token / s.per_token for ps in kept.values() for s, b in ps]
-    out = {"speedup": got.point, "speedup_low": got.low, "speedup_high": got.high,
-           "speedup_min": min(ratios), "speedup_max": max(ratios),
-           "noisy": got.n < 3 or (got.high - got.low) > stats.NOISY_SPREAD * got.point,
-           "bound": limit, "discarded": dropped}
-    flag = bound_flag(limit, {"speedup": got.point, "interval top": got.high})
-    return out | ({"implausible": flag} if flag else {})
-
-
 def _group(samples: Sequence[Sample], config: str, category: str | None,
            weights: Mapping[str, float], limit: float | None = None,
-           poolable: intervals.Pooling = "steps") -> dict[str, Any]:
-    """`poolable`: how the configuration's step times pool (intervals.Pooling)."""
+           poolable: intervals.Pooling = "steps", objective: Objective = "latency"
+           ) -> dict[str, Any]:
+    """One row: the objective's speedup and the end-to-end, first-token and decode figures
+    beside it (measure/figures.py), acceptance, identity. `poolable`: how the configuration's
+    step times pool (intervals.Pooling)."""
     pairs = _pairs(samples, config, category)
     mine = {category: 1.0} if category else weights
     out: dict[str, Any] = {
         "n": len(pairs),
         "baseline_tps": statistics.median([b.decode_tps for _, b in pairs]) if pairs else None,
         "tps": statistics.median([s.decode_tps for s, _ in pairs]) if pairs else None,
+        "baseline_wall_s": statistics.median([b.wall_s for _, b in pairs]) if pairs else None,
+        "wall_s": statistics.median([s.wall_s for s, _ in pairs]) if pairs else None,
     }
     if pairs:
-        out |= _speedup(pairs, mine, limit, poolable)
+        ids: dict[tuple[str, int], int] = {}
+        timed = _timed(pairs, ids)
+        out |= figures.row(timed, {pid: c for (c, _), pid in ids.items()}, mine, limit,
+                           poolable, objective)
     total = sum((SpecStats(s.drafted, s.accepted, s.drafts) for s, _ in pairs), SpecStats())
     identical, _ = _identity(samples, config, category)
     out |= {"drafted": total.drafted, "accepted": total.accepted,
@@ -456,11 +481,13 @@ def stops_paying(levels: Sequence[Mapping[str, Any]], single: float | None) -> i
 
 def summarize(samples: Sequence[Sample], configs: Sequence[Config],
               weights: Mapping[str, float] | None = None,
-              cost: float | None = None) -> dict[str, Any]:
+              cost: float | None = None, objective: Objective = "latency") -> dict[str, Any]:
+    """Per configuration, per category and overall: the objective's speedup and the figures
+    beside it (measure/figures.py); the end-to-end speedup by prompt length; the verdict."""
     categories = list(dict.fromkeys(s.category for s in samples if s.level == 1))
     weights = dict(weights or {c: 1 / len(categories) for c in categories})
     table = {cfg.label: {c or "overall": _group(samples, cfg.label, c, weights,
-                                                cfg.bound(cost), cfg.poolable())
+                                                cfg.bound(cost), cfg.poolable(), objective)
                          for c in [None, *categories]}
              for cfg in configs if cfg.label not in (BASELINE, FLOOR, TWIN)}
     has_floor = any(cfg.label == FLOOR for cfg in configs)
@@ -470,10 +497,13 @@ def summarize(samples: Sequence[Sample], configs: Sequence[Config],
             row["floor"] = floor if has_floor else None
             row["identity"] = lossless.floor_verdict(row["identical"], row["floor"], row["n"])
     levels = {label: concurrency(samples, label) for label in table}
-    out: dict[str, Any] = {"configs": table, "categories": categories, "mix": weights,
+    out: dict[str, Any] = {"objective": objective, "configs": table, "categories": categories,
+                           "mix": weights, "buckets": {
+                               cfg.label: lengths(samples, cfg.label, weights, cfg.bound(cost))
+                               for cfg in configs if cfg.label in table},
                            "verdict": verdict(table, categories) if categories else ""}
     if any(cfg.label == TWIN for cfg in configs):
-        out["control"] = control(samples, categories, weights)
+        out["control"] = control(samples, categories, weights, objective)
     if any(levels.values()):
         out["concurrency"] = {label: {"levels": rows, "stops_paying_at": stops_paying(
             rows, table[label]["overall"].get("speedup") if categories else None)}
@@ -481,14 +511,25 @@ def summarize(samples: Sequence[Sample], configs: Sequence[Config],
     return out
 
 
+def lengths(samples: Sequence[Sample], label: str, weights: Mapping[str, float],
+            limit: float | None = None) -> list[dict[str, Any]]:
+    """`label`'s end-to-end speedup per prompt-length bucket (figures.buckets), on the pairs
+    its rows keep (those above the physical bound `limit` are noise)."""
+    ids: dict[tuple[str, int], int] = {}
+    timed = _timed(_pairs(samples, label, None), ids)
+    kept = intervals.plausible(timed, limit)[0] if limit else timed
+    return figures.buckets(kept, {pid: c for (c, _), pid in ids.items()}, weights)
+
+
 def control(samples: Sequence[Sample], categories: Sequence[str],
-            weights: Mapping[str, float]) -> dict[str, Any]:
+            weights: Mapping[str, float], objective: Objective = "latency") -> dict[str, Any]:
     """The A/A control: the baseline's twin (same argv, its own server) against the baseline,
     measured like every configuration. It should be 1.00x; where its interval leaves 1.00x, the
     servers of this run differ by more than the pairing removes (`biased`), and a difference
     between configurations within that margin is not shown (on cpu-demo it measured 1.01x
     [0.96-1.05] over 48 requests). `margin`: how far its interval reaches from 1.00x."""
-    rows = {c or "overall": _group(samples, TWIN, c, weights) for c in [None, *categories]}
+    rows = {c or "overall": _group(samples, TWIN, c, weights, objective=objective)
+            for c in [None, *categories]}
     low, high = rows["overall"].get("speedup_low"), rows["overall"].get("speedup_high")
     if low is None or high is None:
         return {"rows": rows, "biased": False, "margin": None}
@@ -513,12 +554,13 @@ def verdict(table: dict[str, dict[str, dict[str, Any]]], categories: list[str]) 
 
 def report(plan: Plan, installed: Installed, configs: Sequence[Config], samples: list[Sample],
            settings: dict[str, Any], weights: Mapping[str, float] | None = None,
-           conditions: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           conditions: Mapping[str, Any] | None = None, objective: Objective = "latency"
+           ) -> dict[str, Any]:
     return {"profile": plan.profile, "hardware": plan.hardware.name,
             "hardware_fingerprint": plan.hardware.fingerprint(), "backend": plan.backend,
             "backend_version": installed.version, "target": plan.target.ref,
             "draft": plan.draft.ref if plan.draft else None,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "settings": settings,
             "conditions": dict(conditions or {}),
-            **summarize(samples, configs, weights, (conditions or {}).get("cost")),
+            **summarize(samples, configs, weights, (conditions or {}).get("cost"), objective),
             "samples": [asdict(s) for s in samples]}

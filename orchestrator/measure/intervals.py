@@ -1,13 +1,16 @@
-"""Estimates that outside load cannot pull up, their intervals, and the physical bound.
+"""Estimates that outside load cannot pull up, their intervals, and the physical bound, by
+objective: `latency` (the default of tune and bench: each request's end-to-end time, as the
+client waits for it), `throughput` (tokens per wall second) and the time to the first token
+are whole requests (measure/whole.py); `decode`, the verification steps' time, is below.
 
-Outside load only ever lengthens a request. So a configuration's time per token on a prompt is
-taken as a low quantile of its repeated timings (LOW_Q), per verification step: at temperature
-0 the steps a prompt takes are exact (its tokens less the drafts accepted, from the engine's
-counters), only their time is noisy, and each request's time counts with the outside load it
-ran beside taken out (lab.LOADED: the CPU watch's cores, a share of speed each). The speedup
-over the baseline is the workload's throughput (measure/workload.py) on those times against the
-baseline's, on the prompts both measured in the same blocks, with a bootstrap interval over the
-requests. Seeded: a report's figures can be recomputed from its samples.
+Outside load only ever lengthens a request. So a configuration's decode time per token on a
+prompt is taken as a low quantile of its repeated timings (LOW_Q), per verification step: at
+temperature 0 the steps a prompt takes are exact (its tokens less the drafts accepted, from the
+engine's counters), only their time is noisy, and each request's time counts with the outside
+load it ran beside taken out (lab.LOADED: the CPU watch's cores, a share of speed each). The
+speedup over the baseline is the workload's throughput (measure/workload.py) on those times
+against the baseline's, on the prompts both measured in the same blocks, with a bootstrap
+interval over the requests. Seeded: a report's figures can be recomputed from its samples.
 
 A low quantile of fewer timings is slower: a configuration pooled by prompt (a routed one: a
 pool of its repeats) has the baseline pooled by prompt too, and so has the configuration it is
@@ -20,8 +23,8 @@ both pulled by category).
 
 The physical bound: with the draft's step costing c target steps, no draft of length k can
 yield more than k+1 tokens per (k*c + 1) target steps, so (k+1)/(k*c+1) is the most any
-measurement may show (n-gram drafts cost nothing: k+1). A pair above it is noise on the
-baseline's side; it is discarded, counted and said.
+measurement may show (n-gram drafts cost nothing: k+1). A pair whose decode is above it is
+noise on the baseline's side; it is discarded (whatever the objective), counted and said.
 """
 
 from __future__ import annotations
@@ -32,47 +35,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from specctl.orchestrator.measure import workload
+from specctl.orchestrator.measure import whole, workload
+from specctl.orchestrator.measure.estimate import (
+    BOOT,
+    CONFIDENCE,
+    LOW_Q,
+    Interval,
+    Pairs,
+    interval,
+    quantile,
+)
 from specctl.orchestrator.measure.lab import Timed
 from specctl.orchestrator.measure.workload import Request
 from specctl.orchestrator.planning.plan import Plan
 
-LOW_Q = 0.1  # the quantile of repeated timings taken as a configuration's time
-CONFIDENCE = 0.95
-BOOT = 300
+__all__ = ["BOOT", "CONFIDENCE", "LOW_Q", "Interval", "Pairs", "quantile", "relative", "speedup"]
+Objective = Literal["latency", "decode", "throughput"]
+Figure = Literal["latency", "decode", "throughput", "ttft"]  # an objective's, or the first token's
 POOL = "all"
 # how a configuration's step times are pooled: "steps", all prompts as one where its steps
 # draft alike (_uniform; by category where not); "category"; "prompt", each prompt its own
 # (several servers behind one configuration: a routed one sends a prompt always to the same
 # server, and a category's prompts may go to servers whose steps cost unlike)
 Pooling = Literal["steps", "category", "prompt"]
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between order statistics (q=0: the minimum)."""
-    if not values:
-        raise ValueError("no samples")
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-@dataclass(frozen=True)
-class Interval:
-    point: float
-    low: float
-    high: float
-    n: int = 0  # pairs behind it
-
-    @property
-    def half_width(self) -> float:
-        """Half the interval's width, relative to the point."""
-        return (self.high - self.low) / 2 / self.point if self.point > 0 else math.inf
-
-    def text(self) -> str:
-        return f"{self.point:.2f}x [{self.low:.2f}-{self.high:.2f}]"
 
 
 def bound(method: str, k: int, cost: float, chained: Sequence[int] = ()) -> float:
@@ -87,9 +72,6 @@ def bound(method: str, k: int, cost: float, chained: Sequence[int] = ()) -> floa
     if method == "draft" and not chained:
         return (k + 1) / (k * cost + 1)
     return float(longest + 1)
-
-
-Pairs = dict[int, list[tuple[Timed, Timed]]]  # prompt -> (configuration's, baseline's) by block
 
 
 def pair(samples: Sequence[Timed], label: str, baseline: str) -> Pairs:
@@ -203,12 +185,6 @@ def _resampled(side: dict[str, list[float]], rng: random.Random) -> dict[str, li
     return {c: rng.choices(v, k=len(v)) for c, v in side.items()}
 
 
-def _interval(point: float, values: list[float], n: int) -> Interval:
-    values.sort()
-    tail = (1 - CONFIDENCE) / 2
-    return Interval(point, quantile(values, tail), quantile(values, 1 - tail), n)
-
-
 def _weighed(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
              only: str | None) -> tuple[Pairs, Mapping[str, float]]:
     if only is not None:
@@ -219,9 +195,11 @@ def _weighed(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float]
 
 def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
             only: str | None = None, seed: int = 0, rounds: int = BOOT,
-            poolable: Pooling = "steps") -> Interval | None:
-    """The workload speedup of the paired timings with its bootstrap interval (None: no
-    pairs). `only`: one category's.
+            poolable: Pooling = "steps", objective: Figure = "decode") -> Interval | None:
+    """The workload speedup of the paired timings by `objective` with its bootstrap interval
+    (None: no pairs). `only`: one category's. `latency`, `throughput` and `ttft` are whole
+    requests as the client waits for them (measure/whole.py); `decode` the verification steps'
+    (below).
 
     At temperature 0 a prompt's steps are exact (steps()); what noise moves is a step's time.
     Each side's step time is a low quantile of its requests' step times (all prompts pooled
@@ -231,19 +209,23 @@ def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
     pairs, weights = _weighed(pairs, cats, weights, only)
     if not pairs:
         return None
+    if objective != "decode":
+        return whole.speedup(pairs, cats, weights, objective, seed, rounds)
     mine, base, keys = _pools(pairs, cats, poolable)
     point = _score(pairs, keys, cats, weights, _times(mine), _times(base))
     rng = random.Random(seed)
     values = [_score(pairs, keys, cats, weights, _times(_resampled(mine, rng)),
                      _times(_resampled(base, rng))) for _ in range(rounds)]
-    return _interval(point, values, sum(len(ps) for ps in pairs.values()))
+    return interval(point, values, sum(len(ps) for ps in pairs.values()))
 
 
 def relative(a: Pairs, b: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
              only: str | None = None, seed: int = 0, rounds: int = BOOT,
-             poolable: tuple[Pooling, Pooling] = ("steps", "steps")) -> Interval | None:
-    """a's workload speedup over b's, with its bootstrap interval, on the prompts both measured
-    (None: none). Both are held to the same baseline, whose time then cancels: only the two
+             poolable: tuple[Pooling, Pooling] = ("steps", "steps"),
+             objective: Figure = "decode") -> Interval | None:
+    """a's workload speedup over b's by `objective`, with its bootstrap interval, on the
+    prompts both measured (None: none); whole requests' as measure/whole.py compares them,
+    decode's so: both are held to the same baseline, whose time then cancels: only the two
     configurations' step times are resampled. Two configurations are told apart far sooner so
     than by comparing their two intervals against the baseline, each carrying its noise. Where
     one is pooled by prompt, both are (pools of one size: a low quantile's pull is its pool's)."""
@@ -251,6 +233,8 @@ def relative(a: Pairs, b: Pairs, cats: Mapping[int, str], weights: Mapping[str, 
     common = [i for i in a if i in b]
     if not common:
         return None
+    if objective != "decode":
+        return whole.relative(a, b, cats, weights, objective, seed, rounds)
     a, b = {i: a[i] for i in common}, {i: b[i] for i in common}
     by_prompt = "prompt" in poolable
     mine_a, base, keys_a = _pools(a, cats, "prompt" if by_prompt else poolable[0])
@@ -264,7 +248,7 @@ def relative(a: Pairs, b: Pairs, cats: Mapping[int, str], weights: Mapping[str, 
 
     rng = random.Random(seed)
     values = [ratio(_resampled(mine_a, rng), _resampled(mine_b, rng)) for _ in range(rounds)]
-    return _interval(ratio(mine_a, mine_b), values, sum(len(ps) for ps in a.values()))
+    return interval(ratio(mine_a, mine_b), values, sum(len(ps) for ps in a.values()))
 
 
 def drift(samples: Sequence[Timed], baseline: str) -> float:

@@ -22,9 +22,11 @@ import psutil
 from specctl.adapters.base import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.stats import SpecStats
+from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure import engine
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.runtime import client
 
 Say = Callable[[str], None]
 Config = tuple[str, Plan]  # a label and what it serves
@@ -41,7 +43,7 @@ LOADED = 0.5  # of a request's speed, what it loses while another process uses a
 
 @dataclass(frozen=True)
 class Timed:
-    """One counted request."""
+    """One counted request, or one conversation (its turns summed)."""
 
     label: str
     prompt: int
@@ -51,16 +53,22 @@ class Timed:
     text: str = ""
     busy: float = 0.0  # cores other processes used while it ran
     block: int = 0  # which round (paired) or block (sequential) it was part of
-    wall_s: float = 0.0  # the request's wall time
+    wall_s: float = 0.0  # the request's wall time: what the client waited for
     timed_by: str = ""  # who measured the decode time (client.Reply.timed_by)
+    ttft_s: float = 0.0  # the time to the first token (a conversation's: summed)
+    prompt_tokens: int = 0  # the prompt's tokens (a conversation's: its last turn's, all of it)
+    turns: int = 1  # requests of a conversation
 
     @property
     def decoded(self) -> int:
         """The tokens whose making `seconds` covers. A server's own decode time starts once the
         prompt's pass has yielded the first token (llama-server's predicted_ms: a reply of 16
-        tokens with 13 drafts accepted took 2 verification steps, not 3); the client's clock
-        covers them all, the prompt's pass counting as a step."""
-        return max(1, self.tokens - 1) if self.timed_by == "server" else self.tokens
+        tokens with 13 drafts accepted took 2 verification steps, not 3), and so does the
+        stream's clock: each turn's first token is its prompt's. The client's clock over the
+        whole request covers them all, the prompt's pass counting as a step."""
+        if self.timed_by in ("server", "stream"):
+            return max(1, self.tokens - self.turns)
+        return self.tokens
 
     @property
     def per_token(self) -> float:
@@ -69,7 +77,23 @@ class Timed:
     @property
     def quiet_s(self) -> float:
         """The decode time with the outside load it ran beside taken out (LOADED)."""
-        return self.seconds * (1 - LOADED * min(self.busy, 1.0))
+        return self.seconds * self.calm
+
+    @property
+    def calm(self) -> float:
+        """The share of its time the request would have taken without the outside load."""
+        return 1 - LOADED * min(self.busy, 1.0)
+
+    @property
+    def end_to_end(self) -> float:
+        """What the client waited for, send to last byte, the outside load taken out (the
+        decode time where no wall time was recorded)."""
+        return (self.wall_s or self.seconds) * self.calm
+
+    @property
+    def first_token(self) -> float:
+        """The time to the first token, the outside load taken out."""
+        return self.ttft_s * self.calm
 
 
 class Lab(Protocol):
@@ -167,6 +191,21 @@ def _tag(t: Timed, block: int) -> Timed:
     return replace(t, block=block)
 
 
+def prompt_name(work: Workload, i: int) -> str:
+    """A prompt as the reports name it: its category and its number there ('docqa#3')."""
+    cat = work.prompts[i].category
+    return f"{cat}#{[n for n, p in enumerate(work.prompts) if p.category == cat].index(i) + 1}"
+
+
+def too_long(work: Workload, i: int, exc: client.TooLong, ctx: int) -> str:
+    """One line: the prompt that does not fit the context, with the figures."""
+    figures = (f"{exc.prompt_tokens} tokens where a request has {exc.context}"
+               if exc.prompt_tokens is not None and exc.context is not None else str(exc))
+    return (f"prompt {prompt_name(work, i)} does not fit the plan's context ({figures}; the "
+            f"profile's context is {ctx} tokens): raise [server] context, or leave the prompt "
+            "out (nothing is truncated)")
+
+
 class CpuWatch:
     """Other processes' CPU (in cores) between two readings: the machine's busy time less this
     process's and its children's (the servers)."""
@@ -248,11 +287,16 @@ class ServerLab:
         if self._watch is None:
             self._watch = CpuWatch()
         self._watch.others()
-        got = self._up[label][1].ask(self.workload.prompts[prompt].text, max_tokens)
+        asked = self.workload.prompts[prompt]
+        try:
+            got = self._up[label][1].ask(asked, max_tokens)
+        except client.TooLong as exc:
+            raise ProfileError(too_long(self.workload, prompt, exc, plan.context)) from None
         reply = got.reply
         seconds = reply.tokens / reply.decode_tps if reply.decode_tps > 0 else reply.wall_s
         return Timed(label, prompt, reply.tokens, seconds, got.spec, reply.text,
-                     self._watch.others(), wall_s=reply.wall_s, timed_by=reply.timed_by)
+                     self._watch.others(), wall_s=reply.wall_s, timed_by=reply.timed_by,
+                     ttft_s=reply.ttft_s, prompt_tokens=reply.prompt_tokens, turns=got.turns)
 
     def served(self, label: str) -> engine.Served:
         """The server of a kept configuration (for concurrent rounds): what it is asked outside

@@ -88,6 +88,7 @@ class Race:
     stopped: str = ""  # "precision", "decided" or "budget"
     pace: float = 1.0  # the last block's time over its expected time (restarts, starts, load)
     unseen: float = UNSEEN  # this block's: 1 where the first block's rival fits only so
+    objective: intervals.Objective = "latency"  # what a configuration's speedup is of
 
     @property
     def cats(self) -> dict[int, str]:
@@ -189,10 +190,10 @@ class Race:
         """label's speedup so far at best (0 where it has no pair yet), for ranking only: each
         of its requests with all the outside load it ran beside taken out (lab.LOADED takes
         out half), so one that ran beside a burst is not left out for it."""
-        best = [replace(t, seconds=t.seconds * (1 - min(t.busy, 1.0)), busy=0.0)
-                if t.label == label else t for t in seen]
+        best = [_unloaded(t) if t.label == label else t for t in seen]
         pairs = intervals.pair(best, label, self.baseline[0])
-        got = intervals.speedup(pairs, self.cats, self.weights, rounds=1) if pairs else None
+        got = intervals.speedup(pairs, self.cats, self.weights, rounds=1,
+                                objective=self.objective) if pairs else None
         return got.point if got is not None else 0.0
 
     def missing(self, e: Entry) -> set[str]:
@@ -206,17 +207,25 @@ class Race:
 
     def judge(self, e: Entry) -> None:
         pairs = self.pairs(e)
-        e.interval = intervals.speedup(pairs, self.cats, self.weights, poolable=e.poolable)
+        e.interval = intervals.speedup(pairs, self.cats, self.weights, poolable=e.poolable,
+                                       objective=self.objective)
         e.drafted = sum(s.spec.drafted for ps in pairs.values() for s, _ in ps)
 
-    def categories(self, e: Entry) -> dict[str, Interval]:
+    def figure(self, e: Entry, figure: intervals.Figure) -> Interval | None:
+        """e's speedup by another figure than the objective (the report's)."""
+        return intervals.speedup(self.pairs(e), self.cats, self.weights, poolable=e.poolable,
+                                 objective=figure)
+
+    def categories(self, e: Entry, figure: intervals.Figure | None = None
+                   ) -> dict[str, Interval]:
+        """e's speedup on each category of the traffic, by the objective (or `figure`)."""
         pairs = self.pairs(e)
         out = {}
         for cat in self.lab.workload.categories:
             if self.weights.get(cat, 0.0) <= 0:
                 continue  # not in the traffic tuned for
             got = intervals.speedup(pairs, self.cats, self.weights, only=cat,
-                                    poolable=e.poolable)
+                                    poolable=e.poolable, objective=figure or self.objective)
             if got is not None:
                 out[cat] = got
         return out
@@ -281,9 +290,11 @@ class Race:
 
     def _expected(self, label: str, tokens: int, samples: Sequence[Timed],
                   unseen: float = UNSEEN) -> float:
-        """Seconds a request of `tokens` takes on `label`, as the machine is now: the median
-        decode time per token and overhead of its own timings so far, else the
-        baseline's (`unseen` times slower)."""
+        """Seconds a request of `tokens` a turn takes on `label`, as the machine is now: the
+        median decode time per token of its own timings so far, else the baseline's (`unseen`
+        times slower), over the workload's turns, and the mean time beside decoding (the
+        prompts' prefill, which differs between prompts far more than decoding: a mean over a
+        block's prompts is the block's)."""
         mine = [t for t in samples if t.label == label and t.tokens]
         slower = 1.0
         if not mine:
@@ -293,8 +304,15 @@ class Race:
         if not mine:
             return 0.0
         per = slower * intervals.quantile([t.per_token for t in mine], 0.5)
-        extra = intervals.quantile([max(0.0, t.wall_s - t.seconds) for t in mine], 0.5)
-        return per * tokens + extra
+        extra = sum(max(0.0, t.wall_s - t.seconds) for t in mine) / len(mine)
+        return per * tokens * self.turns + extra
+
+    @property
+    def turns(self) -> float:
+        """Requests per prompt of the traffic (a conversation's turns), on average."""
+        order = self.order()
+        prompts = self.lab.workload.prompts
+        return sum(len(prompts[i].turns) for i in order) / len(order) if order else 1.0
 
     def cost(self, entries: Sequence[Entry], prompts: int, unseen: float | None = None) -> float:
         """Expected seconds of a block of `entries` (and the baseline) on `prompts` prompts,
@@ -388,7 +406,7 @@ class Race:
     def versus(self, e: Entry, lead: Entry) -> Interval | None:
         """e's speedup over the leader's on the prompts and blocks both measured."""
         return intervals.relative(self.pairs(e), self.pairs(lead), self.cats, self.weights,
-                                  poolable=(e.poolable, lead.poolable))
+                                  poolable=(e.poolable, lead.poolable), objective=self.objective)
 
     def hopeless(self, e: Entry, lead: Entry) -> bool:
         """e cannot beat the leader by the margin (by 95% intervals on two requests of each
@@ -457,6 +475,13 @@ class Race:
 
     def drift(self) -> float:
         return intervals.drift(self.samples, self.baseline[0])
+
+
+def _unloaded(t: Timed) -> Timed:
+    """A request with all the outside load it ran beside taken out (for ranking only)."""
+    share = 1 - min(t.busy, 1.0)
+    return replace(t, seconds=t.seconds * share, wall_s=t.wall_s * share,
+                   ttft_s=t.ttft_s * share, busy=0.0)
 
 
 def _point(e: Entry) -> float:

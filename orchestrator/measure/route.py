@@ -1,5 +1,7 @@
 """Speculation per request: each kind of request (measure/classify.py) goes to a server running
-the setting that `specctl tune` measured fastest for that kind.
+the setting that `specctl tune` measured fastest for that kind, by the objective the tune was
+decided on: end to end by default, so a kind of long prompts and short answers goes where the
+draft's prefill is not paid (no draft, or n-gram) when that is what its requests' time says.
 
 A route is built from a saved tune result's per-category winners and the profile's plan as
 written (its draft model): one server per winning setting, at most three (the settings that win

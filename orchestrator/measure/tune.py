@@ -45,6 +45,7 @@ from specctl.orchestrator.measure.lab import Config, Lab, Timed
 from specctl.orchestrator.measure.race import MIN_BLOCKS, SHARE, Entry, Race
 from specctl.orchestrator.measure.trials import Bench, Measurer, measured, speedup
 from specctl.orchestrator.measure.tuned import Measured, Result, Winner, bound_flag, chain_of
+from specctl.orchestrator.measure.workload import Prompt
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Method, Plan, Step
 
@@ -126,10 +127,11 @@ def _left(lab: Lab, deadline: float) -> str:
 def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_tokens: int = 64,
          precision: float = PRECISION, budget: float = BUDGET,
          sequential: bool = False, methods: frozenset[str] = frozenset(),
-         chains: bool = False, reserve: float = 0.0) -> Result:
+         chains: bool = False, reserve: float = 0.0,
+         objective: intervals.Objective = "latency") -> Result:
     """`methods`, `chains`: what the installed backend has beyond draft, n-gram and p-min
     (ngram-mod; several methods at once). `reserve`: seconds of the budget kept for what runs
-    after the race (tune's sampling check)."""
+    after the race (tune's sampling check). `objective`: what it ranks by (intervals)."""
     if plan.method != "draft" or plan.draft is None:
         raise ProfileError(f"{plan.profile}: tune needs a draft model in the profile (it also "
                            "tries n-gram and p-min itself)")
@@ -145,13 +147,11 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
                 + ("--sequential" if sequential else "two servers do not fit in memory"))
     lab.say(f"timing the draft alone against the target (c); {_left(lab, deadline)}")
     costs = Costs(lab, base, seq)  # 1. c from short timings
-    one_each = Race(lab, base, max_tokens, seq, margin, precision, deadline).order()
-    costs.time([alone], prompts=one_each[:len(lab.workload.categories)], least=4,
-               until=started + budget * FIXED_SHARE)
+    costs.time([alone], prompts=_shortest(lab), least=4, until=started + budget * FIXED_SHARE)
     cost = round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
     entries = [_entry(e.config[1], cost) for e in entries]
     race = Race(lab, base, max_tokens, seq, margin, precision, deadline, prior=costs.samples,
-                start_s=_start_s(lab, costs, started))
+                start_s=_start_s(lab, costs, started), objective=objective)
     first = race.fitting(entries, (deadline - lab.clock()) * SHARE, race.kinds)
     lab.say(f"first block: {len(entries)} candidates and the baseline on {first} prompt(s), "
             f"{max_tokens} tokens a request, about {race.cost(entries, first):.0f} s; "
@@ -183,6 +183,25 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     return _result(plan, lab, race, lead, kept, slowed, entries, est, curve, rows, skipped,
                    margin, precision, budget, seq, time.monotonic() - wall,
                    lab.clock() - started)
+
+
+def _shortest(lab: Lab) -> list[int]:
+    """The prompts that time c: the shortest of each category of the traffic (c is a decode
+    cost; a long prompt's prefill only makes its short requests long: cpu-demo spent 39 s of a
+    240 s budget on them with documents of 600-800 tokens in the workload)."""
+    prompts, weights = lab.workload.prompts, lab.workload.weights()
+    best: dict[str, int] = {}
+    for i in range(len(prompts)):
+        cat = prompts[i].category
+        if weights.get(cat, 0.0) <= 0:
+            continue
+        if cat not in best or _size(prompts[i]) < _size(prompts[best[cat]]):
+            best[cat] = i
+    return list(best.values())
+
+
+def _size(p: Prompt) -> int:
+    return sum(len(t) for t in p.turns) + len(p.system or "")
 
 
 def _plain(e: Entry) -> bool:
@@ -273,13 +292,32 @@ def _row(race: Race, e: Entry, note: str = "") -> Measured:
     label = e.label + (note or (f" ({e.blocks} block{'s' if e.blocks > 1 else ''})"
                                 if e.dropped else ""))
     limit = round(e.bound, 4) if math.isfinite(e.bound) else None
+    figs = {name: round(got[0], 4) for name, got in _figures(race, e).items()}
     return Measured(
         label=label, method=plan.method, k=plan.k, p_min=plan.p_min, chain=chain_of(plan.chain),
         speedup=round(iv.point, 4), low=round(iv.low, 4), high=round(iv.high, 4),
         tps=round(tps[len(tps) // 2], 3) if tps else 0.0,
         acceptance=spec.acceptance_rate if spec else None, categories=cats, bound=limit,
+        latency=figs.get("latency"), ttft=figs.get("ttft"), decode=figs.get("decode"),
         flag=bound_flag(limit, {"speedup": round(iv.point, 4), "interval top":
-                                round(iv.high, 4), **cats}, flag))
+                                round(iv.high, 4), "decode": figs.get("decode", 0.0),
+                                **cats}, flag))
+
+
+FIGURES: tuple[intervals.Figure, ...] = ("latency", "ttft", "decode")
+WHAT = {"latency": "end to end", "decode": "in decode speed",
+        "throughput": "in tokens per wall second"}  # what an objective's speedup is of
+
+
+def _figures(race: Race, e: Entry) -> dict[intervals.Figure, list[float]]:
+    """e's end-to-end, time-to-first-token and decode figures with their intervals (the
+    objective's is e.interval), where measured."""
+    out: dict[intervals.Figure, list[float]] = {}
+    for name in FIGURES:
+        got = e.interval if name == race.objective else race.figure(e, name)
+        if got is not None:
+            out[name] = [round(got.point, 4), round(got.low, 4), round(got.high, 4)]
+    return out
 
 
 def _unmeasured(race: Race, e: Entry) -> str:
@@ -325,8 +363,7 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
     top = kept or lead
     iv = top.interval or Interval(0.0, 0.0, 0.0)
     cats = race.categories(top)
-    drift = race.drift()
-    noise = intervals.noise(race.samples)
+    drift, noise = race.drift(), intervals.noise(race.samples)
     seen = f"{noise.text()}; the baseline drifted {drift:.0%} between blocks"
     if lab.restarts:
         seen += f"; {lab.restarts} restart(s) of servers that remember earlier requests"
@@ -345,8 +382,8 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
     else:
         tp = top.config[1]
         method, k, p_min = tp.method, tp.k, tp.p_min
-        summary = (f"{top.label} measured {iv.text()} over the baseline ("
-                   + ", ".join(f"{c} {v.point:.2f}x" for c, v in cats.items())
+        summary = (f"{top.label} measured {iv.text()} {WHAT[race.objective]} over the "
+                   "baseline (" + ", ".join(f"{c} {v.point:.2f}x" for c, v in cats.items())
                    + (f"; {_unmeasured(race, top)}" if race.missing(top) else "") + ")")
         if iv.low <= 1.0 or iv.point <= 1 + margin:
             summary += ("; not surely faster than the baseline (it needs an interval above "
@@ -366,9 +403,8 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
                   chain=chain_of(top.config[1].chain) if on else [],
                   speedup=round(iv.point, 4) if on else 1.0,
                   low=round(iv.low, 4) if on else None, high=round(iv.high, 4) if on else None,
-                  summary=summary[:2000],
+                  summary=summary[:2000], winners=_winners(race, entries),
                   categories={c: round(v.point, 4) for c, v in cats.items()} if on else {},
-                  winners=_winners(race, entries),
                   alpha=est.alpha if est else None, cost=est.cost if est else None,
                   verify={str(k_): round(v, 3) for k_, v in est.verify.items()} if est else {},
                   baseline_tps=round(1 / quantile(base_times, LOW_Q), 3) if base_times else 0.0,
@@ -377,6 +413,7 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
                   measured=rows, skipped=skipped, seconds=round(seconds, 1),
                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settled=settled,
                   stopped=race.stopped or "budget", noise=seen[:1000], sequential=seq,
+                  objective=race.objective, figures=_figures(race, top) if on else {},
                   replies=_replies(race, top) if on else [])
 
 

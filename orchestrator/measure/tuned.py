@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
@@ -33,6 +33,9 @@ from specctl.orchestrator.planning.plan import NGRAMS, Method, Plan, Step
 
 Ratio = Annotated[float, Field(ge=0, le=1e6)]  # a speedup, tokens/s or seconds: finite
 Rate = Annotated[float, Field(ge=0, le=1)]
+Objective = Literal["latency", "decode", "throughput"]  # what a speedup is of (intervals)
+FigureName = Literal["latency", "ttft", "decode", "throughput"]
+Span = Annotated[list[Ratio], Field(min_length=3, max_length=3)]  # a point, its 95% interval
 _SHAS = TypeAdapter(dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]])
 
 
@@ -101,12 +104,18 @@ class Measured(_Model):
     high: Ratio | None = None
     bound: Ratio | None = None  # the physical bound (k+1)/(k*c+1) for the c of the same run
     flag: str = Field("", max_length=500)  # why a figure is not to be trusted (said, not hidden)
+    # beside the objective's (speedup): the end-to-end speedup, the time-to-first-token ratio
+    # (the baseline's over its), the decode speedup
+    latency: Ratio | None = None
+    ttft: Ratio | None = None
+    decode: Ratio | None = None
 
     @model_validator(mode="after")
     def _within_bound(self) -> Measured:
         """A figure above the physical bound is never carried unflagged."""
         if self.bound is not None and not self.flag and any(
                 v > self.bound * 1.0001 for v in (self.speedup, self.high or 0.0,
+                                                  self.decode or 0.0,
                                                   *self.categories.values())):
             raise ValueError(f"{self.label}: a figure above the physical bound "
                              f"{self.bound:.2f}x is not flagged")
@@ -175,6 +184,10 @@ class Result(_Model):
     stopped: str = Field("", max_length=40)  # "precision", "decided" or "budget"
     noise: str = Field("", max_length=1000)  # what else ran, the baseline's drift
     sequential: bool = False  # one server at a time (two did not fit, or --sequential)
+    # what speedup, low, high, categories and winners are of (a result saved before the
+    # objective existed was decided on decode speed)
+    objective: Objective = "decode"
+    figures: dict[FigureName, Span] = Field(default_factory=dict)  # the pick's, each figure
     # the choice's greedy replies in the race beside the baseline's on the same prompts (reply,
     # baseline reply, baseline tokens): the sampling check reads them (lossless.gate); not saved
     replies: list[tuple[str, str, int]] = Field(default_factory=list, exclude=True,
@@ -198,7 +211,8 @@ class Result(_Model):
     @property
     def serves(self) -> bool:
         """Whether `up` serves it: speculation on, its interval's bottom above 1.00x and its
-        point over the baseline by the margin every comparison uses (a near-tie is noise)."""
+        point over the baseline by the margin every comparison uses (a near-tie is noise), by
+        the objective it was decided on."""
         from specctl.orchestrator.measure.engine import MARGIN  # (it pulls the HTTP client in)
 
         return self.method != "none" and self.speedup > 1 + MARGIN and (

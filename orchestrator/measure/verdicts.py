@@ -32,7 +32,9 @@ PROBLEMS = (OUTPUT_CHANGED, BROKEN_ENGINE, DID_NOT_DRAFT)
 SHORT = {OUTPUT_CHANGED: "replies differ from the target's alone",
          BROKEN_ENGINE: "the floor, every draft rejected, fails its own check",
          DID_NOT_DRAFT: "no drafted tokens reported"}
-SPEEDUP_KEYS = ("speedup", "speedup_low", "speedup_high", "speedup_min", "speedup_max", "noisy")
+SPEEDUP_KEYS = ("speedup", "speedup_low", "speedup_high", "speedup_min", "speedup_max", "noisy",
+                "e2e_speedup", "e2e_low", "e2e_high", "ttft_ratio", "ttft_low", "ttft_high",
+                "decode_speedup", "decode_low", "decode_high")  # figures.row's
 NUMERICS = (f"numerics flip at most 1 greedy token in {round(1 / FLIP_RATE)} (anywhere in a "
             f"reply); more or earlier divergence than that (p <= {LEVEL:g}) is a changed output")
 
@@ -112,6 +114,9 @@ def judge(result: dict[str, Any], counts_drafts: bool) -> dict[str, Any]:
             levels = (result.get("concurrency") or {}).pop(label, None)
             if levels is not None:
                 rows["overall"]["concurrency_not_a_speedup"] = levels
+            lengths = (result.get("buckets") or {}).pop(label, None)
+            if lengths:
+                rows["overall"]["buckets_not_a_speedup"] = lengths
         findings += problems
     result["findings"] = findings
     result["numerics"] = NUMERICS

@@ -22,6 +22,7 @@ from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.files import read_text
 from specctl.orchestrator.measure import formats
 
+OBJECTIVES = ("latency", "decode", "throughput")  # what tune and bench rank by (intervals)
 USER = "user"  # the category of prompts from a file that names none
 MAX_FILE = 16 << 20
 
@@ -91,14 +92,16 @@ def parse_mix(text: str | None) -> dict[str, float]:
     return out
 
 
-def from_suites(suites: Mapping[str, Sequence[str]], mix: Mapping[str, float]) -> Workload:
+def from_suites(suites: Mapping[str, Sequence[Prompt | str]], mix: Mapping[str, float]
+                ) -> Workload:
     """The shipped suites; with a mix, only the categories it names (share above 0)."""
     wanted = [c for c in suites if not mix or mix.get(c, 0) > 0]
     unknown = set(mix) - set(suites)
     if unknown:
         raise ProfileError(f"--mix names {', '.join(sorted(unknown))}; the categories are "
                            f"{', '.join(suites)} (or bring your own with --prompts FILE)")
-    return Workload(tuple(Prompt(c, t) for c in wanted for t in suites[c]), dict(mix))
+    return Workload(tuple(t if isinstance(t, Prompt) else Prompt(c, t)
+                          for c in wanted for t in suites[c]), dict(mix))
 
 
 def from_file(path: Path, mix: Mapping[str, float], per_category: int,
