@@ -22,14 +22,14 @@ from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.contract.launch import Installed, Launch
-from specctl.orchestrator.errors import BadInputError, ModelError, ProfileError, SpecctlError
+from specctl.orchestrator.errors import BadInputError, ProfileError, SpecctlError
 from specctl.orchestrator.files import check_name, inside
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.hub import Hub
-from specctl.orchestrator.models.info import ModelInfo, parse_ref
+from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.resolve import Resolver, hf_cache_dir
-from specctl.orchestrator.planning import backends, drafts, planner
+from specctl.orchestrator.planning import backends, drafts, planner, search
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime.provision import Needs
 
@@ -203,70 +203,25 @@ class App:
                 (home / ".lmstudio" / "models", "lm-studio"),
                 (home / ".cache" / "lm-studio" / "models", "lm-studio")]
 
+    def draft_sources(self, extra: tuple[Path, ...] = ()) -> search.Sources:
+        """Where draft candidates are looked for: specctl's models, the user's folders (and
+        `extra`), the resolver's caches and stores, the Hub."""
+        folders = ((self.dirs.models, "specctl"), *self.model_folders(extra))
+        return search.Sources(folders, self.resolver(), self.hub())
+
     def draft_candidates(self, target: ModelInfo, backend: Adapter,
                          extra: tuple[Path, ...] = (), methods: frozenset[str] = frozenset(),
                          room: int | None = None) -> list[drafts.Candidate]:
         """Every draft candidate for `target` on `backend` (on disk, on the Hub, in the catalog,
         and the draftless `methods`), judged by the backend's rule and ranked."""
-        folders = [(self.dirs.models, "specctl"), *self.model_folders(extra)]
-        resolver = self.resolver()
-        gguf = "gguf" in backend.formats
-        try:
-            on_hub = drafts.hub_entries(target, self.hub(), gguf, room)
-            on_hub += drafts.hub_heads(target, self.hub(), methods, gguf)
-            if gguf:
-                on_hub += drafts.sidecars(target, self.hub(), methods)
-            hub_note = None
-        except SpecctlError as exc:
-            on_hub, hub_note = [], drafts.Candidate("hub", "(Hub search)", None, "hub", False,
-                                                    f"not searched: {exc}", 0.0)
-        found = [*drafts.scan_local(folders, resolver.hf_hub, resolver.stores.values()),
-                 *on_hub, *drafts.catalog_entries(target, backend.formats)]
-        opts = backend.options()
-
-        def rule(t: ModelInfo, d: ModelInfo) -> str | None:
-            return backend.draft_problem(opts, t, d)
-
-        def describe(ref: str) -> ModelInfo:
-            return resolver.resolve(ref, backend.default_quant)
-
-        heads = methods if methods else "hf" in backend.formats
-        ranked = drafts.rank(target, found, rule, heads,
-                             backend.default_quant, describe, room, backend.formats)
-        extra_rows = [*drafts.draftless(target, methods), *([hub_note] if hub_note else [])]
-        ranked = sorted([*ranked, *extra_rows], key=lambda c: (c.compatible, c.score),
-                        reverse=True)
-        def requant(ref: str) -> str | None:  # the repo's best quantisation, as Hub search
-            parsed = parse_ref(ref)
-            if parsed.scheme != "hf" or not gguf:
-                return None
-            params = drafts.size_label(parsed.name.split("/")[1]) or 1.0
-            quant = drafts.draft_quant(self.hub(), parsed.name, params, room)
-            return None if quant in (None, parsed.quant) else f"hf:{parsed.name}:{quant}"
-
-        return drafts.confirm(target, ranked, describe, rule, heads, room, requant)
+        return search.candidates(search.Search(target, backend, methods, room),
+                                 self.draft_sources(extra))
 
     def pick_draft(self, target: ModelInfo, backend: Adapter, methods: frozenset[str],
-                   room: int | None) -> planner.Pick:
-        """draft = "auto": the best compatible candidate; one on disk unless another is clearly
-        better; one to download is fetched by `up` (or `specctl models pull`)."""
+                   room: int | None) -> search.Pick:
+        """draft = "auto": the best compatible candidate (planning/search.py)."""
         ranked = self.draft_candidates(target, backend, methods=methods, room=room)
-        best = drafts.best(ranked)
-        if best is None:
-            raise ModelError(f"no compatible draft for {target.name} on {backend.name}; name one "
-                             "in the profile (`specctl drafts MODEL` lists candidates and "
-                             "why each was rejected)")
-        rejected = sum(1 for c in ranked if not c.compatible)
-        unread = [c for c in ranked if c.reason.startswith(drafts.UNREAD)]
-        passed = "".join(f"; passed over {c.model}: {c.reason.removeprefix(drafts.UNREAD)}"
-                         for c in unread)
-        seen = f"{len(ranked)} candidates, {rejected} rejected{passed}"
-        if best.source in ("target", "built-in"):  # draftless: the target's heads, n-gram
-            return planner.Pick(None, best.method,
-                                f"Draft \"auto\": {best.name}: {best.reason} ({seen}).")
-        where = str(best.path) if best.path else f"{best.model}, {best.source}, to download"
-        return planner.Pick(best.model, best.method, f"Draft \"auto\": {best.name} ({where}) is "
-                            f"the best compatible draft: {best.reason} ({seen}).")
+        return search.pick(target, backend.name, ranked)
 
     def probe(self, registry: dict[str, Adapter]) -> dict[str, Installed | None]:
         """Installed backends, probed once per command (each probe runs a process or HTTP)."""

@@ -24,6 +24,7 @@ from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import backends as choosing
 from specctl.orchestrator.planning import drafts, memory
 from specctl.orchestrator.planning.plan import NGRAMS, WITH_DRAFT, Method, Plan, Step
+from specctl.orchestrator.planning.search import Pick
 
 DEFAULT_K = {"ngram": 4, "eagle": 3, "eagle3": 4, "mtp": 1, "medusa": 4, "dflash": 8,
              "dspark": 8, "ngram-mod": 16, "ngram-map-k": 8, "ngram-map-k4v": 8,
@@ -46,15 +47,6 @@ class Tuned:
 
 
 TunedLookup = Callable[[Plan, Installed], Tuned | None]
-
-
-@dataclass(frozen=True)
-class Pick:
-    """What draft = "auto" chose: a draft model (its reference), or a draftless method."""
-
-    ref: str | None
-    method: Method
-    why: str
 
 
 # (target, backend, its speculation methods, bytes left after the target or None) -> Pick
