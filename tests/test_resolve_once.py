@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from huggingface_hub import constants as hf_constants
 
 import specctl.orchestrator.cli.main  # noqa: F401 (importing it registers the commands)
 from specctl.adapters import registry
@@ -138,6 +139,9 @@ def test_up_resolves_anew_after_a_pull_instead_of_amending_the_plan(
     with FakeHub(root) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        # huggingface_hub reads HF_HUB_OFFLINE once, when first imported: by an earlier test
+        # in this process, offline (conftest), its download would still refuse
+        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
         done = CliRunner().invoke(cli, ["up", "hf:tiny/Tiny-GGUF", "--draft", "none",
                                         "--port", str(free_port()), "--foreground", "--yes"],
                                   catch_exceptions=False)
