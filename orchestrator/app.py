@@ -22,7 +22,7 @@ from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.contract.launch import Installed, Launch
-from specctl.orchestrator.errors import BadInputError, ProfileError, SpecctlError
+from specctl.orchestrator.errors import BadInputError, ProfileError, SpecctlError, StateError
 from specctl.orchestrator.files import check_name, inside
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
@@ -36,17 +36,6 @@ from specctl.orchestrator.runtime.provision import Needs
 if TYPE_CHECKING:  # measure/ pulls numpy and HTTP clients in: imported where used (a fast plan)
     from specctl.orchestrator.measure import certificates, tuned
     from specctl.orchestrator.measure import route as route_mod
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What a plan is resolved from, gathered once per resolution: the machine, what probing
-    found (None: planning for other machines), and the backend `bench --backends` measured
-    fastest here. The tuned result is looked up by the planner for the models it resolves."""
-
-    hardware: Hardware
-    probed: dict[str, Installed | None] | None
-    measured: tuple[str, str] | None
 
 
 @dataclass(frozen=True)
@@ -156,17 +145,16 @@ class App:
 
         return tuned.key(plan, installed.version, self.dirs.state / "model-sha256.json", self.say)
 
-    def tuned_result(self, plan: Plan, installed: Installed) -> planner.Tuned | None:
-        """The saved `specctl tune` result for this machine, build and model files. One that fails
-        validation is moved aside, and the StateError is the planner's to report."""
-        found = self.saved_tune(plan, installed)
-        if found is None:
+    def tune_for(self, built: planner.Built) -> planner.Saved:
+        """The saved `specctl tune` result for a built plan's machine, build and model files,
+        looked up only where one applies; one that fails validation is moved aside, and the
+        error is the planner's to say."""
+        if not built.tunable:
             return None
-        from specctl.orchestrator.measure import tuned
-
-        return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary,
-                             tuple((a, b, k) for a, b, k in found.k_by_batch),
-                             tuned.steps_of(found.chain), found.serves, found.state)
+        try:
+            return self.saved_tune(built.plan, built.installed)
+        except StateError as exc:
+            return exc
 
     def saved_tune(self, plan: Plan, installed: Installed) -> tuned.Result | None:
         """The saved `specctl tune` result for this plan's machine, build and model files."""
@@ -217,12 +205,6 @@ class App:
         return search.candidates(search.Search(target, backend, methods, room),
                                  self.draft_sources(extra))
 
-    def pick_draft(self, target: ModelInfo, backend: Adapter, methods: frozenset[str],
-                   room: int | None) -> search.Pick:
-        """draft = "auto": the best compatible candidate (planning/search.py)."""
-        ranked = self.draft_candidates(target, backend, methods=methods, room=room)
-        return search.pick(target, backend.name, ranked)
-
     def probe(self, registry: dict[str, Adapter]) -> dict[str, Installed | None]:
         """Installed backends, probed once per command (each probe runs a process or HTTP)."""
         missing = {n: b for n, b in registry.items() if n not in self._probed}
@@ -234,32 +216,35 @@ class App:
         self._probed.pop(name, None)
         return self.probe({name: self.backends()[name]})[name]
 
-    def facts(self, profile: Profile, recorded: Path | None = None) -> Facts:
-        """The machine, the probes the profile's backends need, the measured fastest backend."""
+    def facts(self, profile: Profile, recorded: Path | None = None) -> planner.Facts:
+        """The machine, the probes the profile's backends need, the measured fastest backend,
+        the resolver."""
         nodes = cluster.cluster_hardware(profile.cluster, Path.cwd())
         hw = nodes or self.hardware(recorded)
-        if recorded is not None or nodes is not None:
-            return Facts(hw, None, None)  # planning for other machines: nothing here is probed
-        registry = self.backends()
+        registry, resolver = self.backends(), self.resolver()
+        if recorded is not None or nodes is not None:  # other machines: nothing here is probed
+            return planner.Facts(hw, registry, None, resolver)
         probed = self.probe({n: b for n, b in registry.items()
                              if not profile.backend or n in profile.backend})
-        return Facts(hw, probed, self.fastest(profile, hw, probed))
+        return planner.Facts(hw, registry, probed, resolver, self.fastest(profile, hw, probed))
 
     def resolve(self, profile: Profile | str, recorded: Path | None = None,
                 use_tuned: bool = True) -> Resolved:
-        """The plan, resolved once from the facts gathered once; with what it needs here."""
+        """The plan, resolved once from the facts gathered once: the planner's stages, given
+        what each asks for as data (the draft candidates, the saved tune); with what it needs
+        here."""
         if isinstance(profile, str):
             profile = self.load(profile)
         facts = self.facts(profile, recorded)
-        registry = self.backends()
-        lookup = self.tuned_result if use_tuned and facts.probed is not None else (
-            lambda _p, _i: None)
-        plan, installed = planner.resolve(profile, facts.hardware, registry, facts.probed,
-                                          self.resolver(), lookup, self.pick_draft,
-                                          facts.measured)
-        needs = (Needs.of(plan, installed, profile, self.dirs.models) if facts.probed is not None
-                 else Needs())  # for other machines nothing is provided here
-        return Resolved(profile, plan, installed, registry[plan.backend], needs)
+        chosen = planner.choose(profile, facts)
+        wanted = chosen.draft_search
+        ranked = search.candidates(wanted, self.draft_sources()) if wanted else None
+        built = planner.build(chosen, ranked)
+        here = use_tuned and facts.probed is not None  # a tune is of this machine's build
+        plan = planner.finish(built, self.tune_for(built) if here else None)
+        needs = (Needs.of(plan, built.installed, profile, self.dirs.models)
+                 if facts.probed is not None else Needs())  # for other machines: nothing
+        return Resolved(profile, plan, built.installed, facts.backends[plan.backend], needs)
 
     def fastest(self, profile: Profile, hw: Hardware,
                 probed: Mapping[str, Installed | None] | None) -> tuple[str, str] | None:
