@@ -209,6 +209,11 @@ class Result(_Model):
         return "settled" if self.settled else "provisional"
 
     @property
+    def steps(self) -> tuple[Step, ...]:
+        """The chain as the plan's steps (what planning reads: planner.TunedResult)."""
+        return steps_of(self.chain)
+
+    @property
     def serves(self) -> bool:
         """Whether `up` serves it: speculation on, its interval's bottom above 1.00x and its
         point over the baseline by the margin every comparison uses (a near-tie is noise), by
