@@ -67,6 +67,7 @@ _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "develop
 class Recorded:
     kept: bool
     note: str | None = None  # one line to say: a file set aside, or why it was not kept
+    skipped: bool = False  # over MAX_REQUEST: counted, not kept
 
 
 def folder(dirs: Dirs) -> Path:
@@ -138,7 +139,7 @@ def record(dirs: Dirs, model: str, body: Mapping[str, Any], kind: str, tokens_in
         note = kept.add(path, model, min(keep, MAX_KEEP), SKIP if skip else text)
     if skip:
         said = f"a request over {MAX_REQUEST >> 10} KiB was not kept"
-        return Recorded(False, f"{note}; {said}" if note else said)
+        return Recorded(False, f"{note}; {said}" if note else said, skipped=True)
     return Recorded(True, note)
 
 
