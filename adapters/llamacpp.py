@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters import (
     llamacpp_build,
@@ -30,7 +29,7 @@ from specctl.adapters.llamacpp_dialect import (
 )
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
 from specctl.orchestrator.contract.options import Options
-from specctl.orchestrator.contract.settings import EnvVar, load_settings
+from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.sizes import from_gib, gib
@@ -78,9 +77,7 @@ class LlamaCppOptions(llamacpp_spec.SpecKnobs):
 _RPC_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\]")
 
 
-class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
-                                      env_ignore_empty=True)
+class _Settings(BackendSettings):
     llama_server: Path | None = Field(None, description="use this llama-server instead of "
                                       "finding one")
 

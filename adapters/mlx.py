@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters.base import Adapter, options_of
 from specctl.orchestrator.contract.launch import (
@@ -44,7 +43,7 @@ from specctl.orchestrator.contract.launch import (
     url_host,
 )
 from specctl.orchestrator.contract.options import Options
-from specctl.orchestrator.contract.settings import load_settings
+from specctl.orchestrator.contract.settings import BackendSettings, load_settings
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.files import expand_user
@@ -99,9 +98,7 @@ class MlxOptions(Options):
         return v
 
 
-class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
-                                      env_ignore_empty=True)
+class _Settings(BackendSettings):
     mlx_python: Path | None = Field(None, description="an interpreter whose environment has "
                                     "mlx_lm")
 

@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters.base import Adapter
 from specctl.adapters.ollama_store import OllamaStore, models_dir
 from specctl.orchestrator import http
 from specctl.orchestrator.contract.launch import HttpCall, Installed, Launch, is_loopback, url_host
-from specctl.orchestrator.contract.settings import EnvVar, load_settings
+from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import BackendError
 
@@ -35,9 +34,7 @@ DEFAULT_URL = "http://127.0.0.1:11434"
 DRAFT_SINCE = (0, 32, 12)  # draft_num_predict and the DRAFT layer
 
 
-class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
-                                      env_ignore_empty=True)
+class _Settings(BackendSettings):
     ollama_url: str = Field(DEFAULT_URL, pattern=r"^https?://[^\s/]+(/\S*)?$",
                             description="the Ollama daemon's address")
 

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters import prometheus, tgi_container, tgi_launcher
 from specctl.adapters.base import Adapter, Resources, options_of
@@ -37,7 +36,7 @@ from specctl.adapters.tgi_container import CONTAINER_PORT, DATA
 from specctl.adapters.tgi_launcher import LauncherOption
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
 from specctl.orchestrator.contract.options import Options
-from specctl.orchestrator.contract.settings import EnvVar, load_settings
+from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 
@@ -182,9 +181,7 @@ def check_image(image: str) -> str:
     return image
 
 
-class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
-                                      env_ignore_empty=True)
+class _Settings(BackendSettings):
     tgi_launcher: Path | None = Field(None, description="use this text-generation-launcher")
     tgi_image: str = Field(IMAGE, description="run this container image, not the recorded one")
 

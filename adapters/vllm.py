@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters import prometheus
 from specctl.adapters.base import Adapter, options_of
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
 from specctl.orchestrator.contract.options import Options
-from specctl.orchestrator.contract.settings import EnvVar, load_settings
+from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.files import expand_user
@@ -54,9 +53,7 @@ class VllmOptions(Options):
     heterogeneous_vocab: bool = Field(False, description="a draft with another vocabulary")
 
 
-class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
-                                      env_ignore_empty=True)
+class _Settings(BackendSettings):
     vllm_python: Path | None = Field(None, description="the interpreter of a separate vLLM "
                                      "environment")
 

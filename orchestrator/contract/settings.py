@@ -9,10 +9,20 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.orchestrator.errors import SettingsError, first_problem
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
+class BackendSettings(BaseSettings):
+    """A backend's own SPECCTL_* variables (its fields, e.g. `llama_server` is
+    SPECCTL_LLAMA_SERVER): an empty variable counts as unset, other SPECCTL_* names are not its
+    business (specctl's own settings and the misspelling check read those)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
+                                      env_ignore_empty=True)
 
 
 def load_settings(make: Callable[[], SettingsT], prefix: str = "SPECCTL_") -> SettingsT:
