@@ -146,9 +146,7 @@ def _routing(app: App, ask: Ask, step: Say) -> route.Route:
 
 
 def _suites() -> dict[str, list[str]]:
-    from specctl.orchestrator.measure import classify
-
-    return {name: bench_mod.suite_texts(name) for name in classify.KINDS}
+    return {name: bench_mod.suite_texts(name) for name in bench_mod.SUITES}
 
 
 def _sampled(room: lab.ServerLab, plan: Plan, rejecting: Plan | None, ask: Ask,
