@@ -17,7 +17,8 @@ from specctl.orchestrator.gateway.plans import Routing, Served
 from specctl.orchestrator.measure import classify, speeds
 from specctl.orchestrator.measure import route as route_mod
 from specctl.orchestrator.measure.classify import Facts
-from specctl.orchestrator.measure.route import Route, RoutedLab, choose, route_for
+from specctl.orchestrator.measure.route import Route, choose, route_for
+from specctl.orchestrator.measure.routed import RoutedLab
 from specctl.orchestrator.measure.tune import tune
 from specctl.orchestrator.measure.tuned import Result, Shape, Timing, Winner
 from specctl.orchestrator.measure.workload import Prompt, Workload

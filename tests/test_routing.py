@@ -16,7 +16,8 @@ import pytest
 from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.gateway.live import MIN_REQUESTS, Live
 from specctl.orchestrator.measure import bench, classify
-from specctl.orchestrator.measure.route import RoutedLab, route_for
+from specctl.orchestrator.measure.route import route_for
+from specctl.orchestrator.measure.routed import RoutedLab
 from specctl.orchestrator.measure.tune import tune
 from specctl.orchestrator.measure.tuned import Chained, Result, Winner
 from specctl.orchestrator.measure.workload import Prompt, Workload

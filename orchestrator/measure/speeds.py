@@ -87,8 +87,13 @@ def timing(label: str, config: Config, samples: Sequence[Timed], cats: Mapping[i
         by_cat.setdefault(cats[t.prompt], []).append(t)
     per = {c: decode(ts) for c, ts in by_cat.items()}
     return Timing(label=label, method=plan.method, k=plan.k, p_min=plan.p_min,
-                  chain=chain_of(plan.chain), prefill=round(f, 7) if f else None,
-                  decode={c: round(d, 6) for c, d in per.items() if d})
+                  chain=chain_of(plan.chain), prefill=_four(f) if f else None,
+                  decode={c: _four(d) for c, d in per.items() if d})
+
+
+def _four(x: float) -> float:
+    """Four significant figures (a GPU's prefill is a few microseconds a token)."""
+    return float(f"{x:.4g}")
 
 
 def shapes(baseline: Sequence[Timed], work: Workload, asked: int) -> dict[str, Shape]:
@@ -103,11 +108,12 @@ def shapes(baseline: Sequence[Timed], work: Workload, asked: int) -> dict[str, S
         long = [t for t in mine if t.turns == 1 and t.prompt_tokens >= MIN_PROMPT]
         chars = sum(_chars(work.prompts[t.prompt]) for t in long)
         tokens = sum(t.prompt_tokens for t in long)
-        limit = work.prompts[mine[0].prompt].max_tokens or asked
+        ran_out = [n >= (work.prompts[t.prompt].max_tokens or asked) - 1
+                   for n, t in zip(turns, mine, strict=True)]
         out[cat] = Shape(kind=classify.kind_of(cat, [p.text for p in work.prompts
                                                      if p.category == cat]),
                          answer=max(1, round(statistics.median(turns))),
-                         ran_out=statistics.median(turns) >= limit - 1,
+                         ran_out=2 * sum(ran_out) >= len(ran_out),
                          chars_per_token=min(64.0, max(0.5, round(chars / tokens, 3)))
                          if tokens else None)
     return out
@@ -122,13 +128,13 @@ def fitted(samples: Sequence[Timed], configs: Sequence[Config], work: Workload,
            asked: int) -> dict[str, object]:
     """The tuned result's `timings` (the baseline first) and `shapes`, from the race."""
     cats = {i: p.category for i, p in enumerate(work.prompts)}
-    kind = {label: prefills(plan) for label, plan in configs}
+    does = {label: prefills(plan) for label, plan in configs}
     pooled: dict[str, list[Timed]] = {}
     for t in samples:
-        if t.label in kind:
-            pooled.setdefault(kind[t.label], []).append(t)
-    f = {k: prefill(ts) for k, ts in pooled.items()}
-    rows = [timing(label, cfg, samples, cats, f.get(kind[label])) for label, cfg in
+        if t.label in does:
+            pooled.setdefault(does[t.label], []).append(t)
+    f = {work_: prefill(ts) for work_, ts in pooled.items()}
+    rows = [timing(label, cfg, samples, cats, f.get(does[label])) for label, cfg in
             dict((c[0], c) for c in configs).items()]
     base = [t for t in samples if t.label == configs[0][0]]
     return {"timings": [r for r in rows if r is not None],
