@@ -268,3 +268,16 @@ def test_a_kind_slower_live_than_its_baseline_goes_to_no_draft() -> None:
     assert "below the baseline's 10.0 tok/s" in rows["chat"]["demoted"]
     live.reset("m", {"chat": 10.0})  # a new tune: the table starts again
     assert not live.demoted("m", "chat") and live.rows("m") == []
+
+
+def test_a_kinds_long_prompts_on_another_setting_leave_its_window_as_it_was() -> None:
+    """A route sends some of a kind's requests (its long prompts) to another setting: the live
+    window is kept per setting, so requests interleaved on the two do not start it again, and
+    a kind slow on its draft is still sent to no draft."""
+    live = Live()
+    live.reset("m", {"code": 10.0})
+    for n in range(MIN_REQUESTS * 2):
+        live.observe("m", "code", "draft k=8" if n % 2 else "ngram k=8", 64,
+                     7.0 if n % 2 else 12.0, 30, 10)
+    assert live.demoted("m", "code")
+    assert "under draft k=8" in live.rows("m")[0]["demoted"]

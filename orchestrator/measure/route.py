@@ -54,9 +54,9 @@ THIN = 1.2  # a winner on one request of its kind beats the pick by this much to
 SWITCH = MARGIN  # a request leaves its kind's member only for one predicted this much faster
 # (the margin every comparison uses): a short request's prefill is a small share of its time,
 # and a few percent of noise in f does not move it. Not more: under 30% noise bursts the
-# simulated tunes' f of the baseline came out up to 14% high (a low quantile of one or two
-# 10-s requests), and at 10% one seed of six kept a 1,500-token prompt with a 32-token answer
-# on the draft, which the law has 18% slower
+# simulated tunes' f of the target came out up to 25% high (a low quantile of two 10-s
+# requests), and a 1,500-token prompt with a 32-token answer, which the law has 18% slower on
+# the draft, went to no draft on 10 of 12 seeds at 5%, 9 of 12 at 10%
 PREFILL = 0.9  # a setting whose prefill per token is at most this share of every member's
 # joins the route for long prompts (a draft model's prefill costs cpu-demo about 30% more)
 
