@@ -239,6 +239,13 @@ class Adapter:
         such cache, or it cannot be turned off per request."""
         return {}
 
+    def prompt_tokens(self, reply: Mapping[str, Any]) -> int | None:
+        """The prompt's tokens (the template included, cached ones too) as the server reports
+        them outside `usage`, which a stream carries only where the client asked for it
+        (`stream_options.include_usage`); None where it does not. The gateway's kept traffic
+        reads `usage` first."""
+        return None
+
     def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
         """(tokens, decode tokens/s) as the server measured them, when it reports them. The
         decode time starts once the prompt's pass has yielded the first token (llama-server's

@@ -356,6 +356,17 @@ class LlamaCpp(Adapter):
         for 34 s): `cache_prompt` false prefills it anew."""
         return {"cache_prompt": False}
 
+    def prompt_tokens(self, reply: Mapping[str, Any]) -> int | None:
+        """llama-server's `timings` (its last stream chunk carries them, usage or not): the
+        prompt's tokens taken from its cache (`cache_n`) and those prefilled (`prompt_n`)."""
+        timings = reply.get("timings")
+        if not isinstance(timings, Mapping):
+            return None
+        counts = [timings.get("cache_n", 0), timings.get("prompt_n")]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+            return None
+        return int(counts[0]) + int(counts[1])
+
     def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
         """llama-server's own `timings` of the reply: decode tokens and tokens/s."""
         timings = reply.get("timings") or {}

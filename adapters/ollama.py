@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specctl.adapters.base import Adapter
 from specctl.adapters.ollama_store import OllamaStore, models_dir
+from specctl.orchestrator import http
 from specctl.orchestrator.contract.launch import HttpCall, Installed, Launch, is_loopback, url_host
 from specctl.orchestrator.contract.settings import EnvVar, load_settings
 from specctl.orchestrator.contract.stores import ModelStore
@@ -96,12 +97,10 @@ class Ollama(Adapter):
     def probe(self) -> Installed | None:
         """A running daemon (its /api/version, and the client can list its models); else an
         installed `ollama` binary (`ollama --version`) that `up` can start."""
-        import requests
-
         try:
-            resp = requests.get(f"{self.url}/api/version", timeout=self.timeout)
-            version = str(resp.json().get("version", "")) if resp.ok else ""
-        except (requests.RequestException, ValueError):
+            resp = http.get(f"{self.url}/api/version", timeout=self.timeout)
+            version = str(resp.json().get("version", "")) if resp.is_success else ""
+        except (http.Unreachable, ValueError, AttributeError):
             return self._binary()
         if not version:
             return self._binary()

@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import ClassVar
 
+import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from specctl.orchestrator import http
 from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import ModelError, first_problem
 from specctl.orchestrator.files import UnreadableError, read_text
@@ -133,15 +135,13 @@ class OllamaStore(ModelStore):
 
     def pull(self, name: str, say: Callable[[str], None]) -> Path:
         """`ollama pull` through the daemon's API, its progress shown; then the GGUF blob."""
-        import requests
-
         name = self.normalize(name)
         if self.daemon is None:
             raise ModelError(f"no Ollama daemon to pull {name} through; {self.how_to_get(name)}")
         url = f"{self.daemon.rstrip('/')}/api/pull"
         try:
-            with requests.post(url, json={"model": name, "stream": True}, stream=True,
-                               timeout=(5, 3600)) as resp:
+            with http.stream("POST", url, json={"model": name, "stream": True},
+                             timeout=httpx.Timeout(3600, connect=5)) as resp:
                 for raw in resp.iter_lines():
                     line = json.loads(raw) if raw.strip() else {}
                     if "error" in line:
@@ -149,7 +149,7 @@ class OllamaStore(ModelStore):
                     if line.get("total"):
                         say(f"{line.get('status', 'pulling')}: {line.get('completed', 0)} of "
                             f"{line['total']} bytes")
-        except (requests.RequestException, ValueError) as exc:
+        except (http.Unreachable, ValueError) as exc:
             raise ModelError(f"cannot pull {name} through Ollama at {self.daemon} "
                              f"({type(exc).__name__}); is `ollama serve` running?") from None
         blob = self.locate(name)

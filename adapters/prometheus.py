@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from specctl.orchestrator import http
 from specctl.orchestrator.contract.launch import Endpoint
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError
@@ -53,15 +54,13 @@ def spec_stats(text: str, prefix: str, source: str) -> SpecStats:
 
 def fetch(endpoint: Endpoint, timeout: float = 5.0) -> str:
     """The endpoint's metrics page (its adapter says where it is)."""
-    import requests
-
     url = endpoint.metrics
     if not url:
         raise BackendError("this server has no metrics endpoint")
     try:
-        resp = requests.get(url, headers=endpoint.headers(), timeout=timeout)
-    except requests.RequestException as exc:
-        raise BackendError(f"cannot read {url}: {exc}") from None
+        resp = http.get(url, headers=endpoint.headers(), timeout=timeout)
+    except http.Unreachable as exc:
+        raise BackendError(f"cannot read the metrics page ({exc})") from None
     if resp.status_code != 200:
         raise BackendError(f"{url} answered {resp.status_code}; is the metrics endpoint "
                            "enabled?")

@@ -22,31 +22,20 @@ from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.contract.launch import Installed, Launch
-from specctl.orchestrator.errors import BadInputError, ModelError, ProfileError, SpecctlError
+from specctl.orchestrator.errors import BadInputError, ProfileError, SpecctlError, StateError
 from specctl.orchestrator.files import check_name, inside
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.hub import Hub
-from specctl.orchestrator.models.info import ModelInfo, parse_ref
+from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.resolve import Resolver, hf_cache_dir
-from specctl.orchestrator.planning import backends, drafts, planner
+from specctl.orchestrator.planning import backends, drafts, planner, search
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime.provision import Needs
 
 if TYPE_CHECKING:  # measure/ pulls numpy and HTTP clients in: imported where used (a fast plan)
     from specctl.orchestrator.measure import certificates, tuned
     from specctl.orchestrator.measure import route as route_mod
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What a plan is resolved from, gathered once per resolution: the machine, what probing
-    found (None: planning for other machines), and the backend `bench --backends` measured
-    fastest here. The tuned result is looked up by the planner for the models it resolves."""
-
-    hardware: Hardware
-    probed: dict[str, Installed | None] | None
-    measured: tuple[str, str] | None
 
 
 @dataclass(frozen=True)
@@ -156,17 +145,16 @@ class App:
 
         return tuned.key(plan, installed.version, self.dirs.state / "model-sha256.json", self.say)
 
-    def tuned_result(self, plan: Plan, installed: Installed) -> planner.Tuned | None:
-        """The saved `specctl tune` result for this machine, build and model files. One that fails
-        validation is moved aside, and the StateError is the planner's to report."""
-        found = self.saved_tune(plan, installed)
-        if found is None:
+    def tune_for(self, built: planner.Built) -> planner.Saved:
+        """The saved `specctl tune` result for a built plan's machine, build and model files,
+        looked up only where one applies; one that fails validation is moved aside, and the
+        error is the planner's to say."""
+        if not built.tunable:
             return None
-        from specctl.orchestrator.measure import tuned
-
-        return planner.Tuned(found.method, found.k, found.p_min, found.speedup, found.summary,
-                             tuple((a, b, k) for a, b, k in found.k_by_batch),
-                             tuned.steps_of(found.chain), found.serves, found.state)
+        try:
+            return self.saved_tune(built.plan, built.installed)
+        except StateError as exc:
+            return exc
 
     def saved_tune(self, plan: Plan, installed: Installed) -> tuned.Result | None:
         """The saved `specctl tune` result for this plan's machine, build and model files."""
@@ -203,70 +191,19 @@ class App:
                 (home / ".lmstudio" / "models", "lm-studio"),
                 (home / ".cache" / "lm-studio" / "models", "lm-studio")]
 
+    def draft_sources(self, extra: tuple[Path, ...] = ()) -> search.Sources:
+        """Where draft candidates are looked for: specctl's models, the user's folders (and
+        `extra`), the resolver's caches and stores, the Hub."""
+        folders = ((self.dirs.models, "specctl"), *self.model_folders(extra))
+        return search.Sources(folders, self.resolver(), self.hub())
+
     def draft_candidates(self, target: ModelInfo, backend: Adapter,
                          extra: tuple[Path, ...] = (), methods: frozenset[str] = frozenset(),
                          room: int | None = None) -> list[drafts.Candidate]:
         """Every draft candidate for `target` on `backend` (on disk, on the Hub, in the catalog,
         and the draftless `methods`), judged by the backend's rule and ranked."""
-        folders = [(self.dirs.models, "specctl"), *self.model_folders(extra)]
-        resolver = self.resolver()
-        gguf = "gguf" in backend.formats
-        try:
-            on_hub = drafts.hub_entries(target, self.hub(), gguf, room)
-            on_hub += drafts.hub_heads(target, self.hub(), methods, gguf)
-            if gguf:
-                on_hub += drafts.sidecars(target, self.hub(), methods)
-            hub_note = None
-        except SpecctlError as exc:
-            on_hub, hub_note = [], drafts.Candidate("hub", "(Hub search)", None, "hub", False,
-                                                    f"not searched: {exc}", 0.0)
-        found = [*drafts.scan_local(folders, resolver.hf_hub, resolver.stores.values()),
-                 *on_hub, *drafts.catalog_entries(target, backend.formats)]
-        opts = backend.options()
-
-        def rule(t: ModelInfo, d: ModelInfo) -> str | None:
-            return backend.draft_problem(opts, t, d)
-
-        def describe(ref: str) -> ModelInfo:
-            return resolver.resolve(ref, backend.default_quant)
-
-        heads = methods if methods else "hf" in backend.formats
-        ranked = drafts.rank(target, found, rule, heads,
-                             backend.default_quant, describe, room, backend.formats)
-        extra_rows = [*drafts.draftless(target, methods), *([hub_note] if hub_note else [])]
-        ranked = sorted([*ranked, *extra_rows], key=lambda c: (c.compatible, c.score),
-                        reverse=True)
-        def requant(ref: str) -> str | None:  # the repo's best quantisation, as Hub search
-            parsed = parse_ref(ref)
-            if parsed.scheme != "hf" or not gguf:
-                return None
-            params = drafts.size_label(parsed.name.split("/")[1]) or 1.0
-            quant = drafts.draft_quant(self.hub(), parsed.name, params, room)
-            return None if quant in (None, parsed.quant) else f"hf:{parsed.name}:{quant}"
-
-        return drafts.confirm(target, ranked, describe, rule, heads, room, requant)
-
-    def pick_draft(self, target: ModelInfo, backend: Adapter, methods: frozenset[str],
-                   room: int | None) -> planner.Pick:
-        """draft = "auto": the best compatible candidate; one on disk unless another is clearly
-        better; one to download is fetched by `up` (or `specctl models pull`)."""
-        ranked = self.draft_candidates(target, backend, methods=methods, room=room)
-        best = drafts.best(ranked)
-        if best is None:
-            raise ModelError(f"no compatible draft for {target.name} on {backend.name}; name one "
-                             "in the profile (`specctl drafts MODEL` lists candidates and "
-                             "why each was rejected)")
-        rejected = sum(1 for c in ranked if not c.compatible)
-        unread = [c for c in ranked if c.reason.startswith(drafts.UNREAD)]
-        passed = "".join(f"; passed over {c.model}: {c.reason.removeprefix(drafts.UNREAD)}"
-                         for c in unread)
-        seen = f"{len(ranked)} candidates, {rejected} rejected{passed}"
-        if best.source in ("target", "built-in"):  # draftless: the target's heads, n-gram
-            return planner.Pick(None, best.method,
-                                f"Draft \"auto\": {best.name}: {best.reason} ({seen}).")
-        where = str(best.path) if best.path else f"{best.model}, {best.source}, to download"
-        return planner.Pick(best.model, best.method, f"Draft \"auto\": {best.name} ({where}) is "
-                            f"the best compatible draft: {best.reason} ({seen}).")
+        return search.candidates(search.Search(target, backend, methods, room),
+                                 self.draft_sources(extra))
 
     def probe(self, registry: dict[str, Adapter]) -> dict[str, Installed | None]:
         """Installed backends, probed once per command (each probe runs a process or HTTP)."""
@@ -279,32 +216,35 @@ class App:
         self._probed.pop(name, None)
         return self.probe({name: self.backends()[name]})[name]
 
-    def facts(self, profile: Profile, recorded: Path | None = None) -> Facts:
-        """The machine, the probes the profile's backends need, the measured fastest backend."""
+    def facts(self, profile: Profile, recorded: Path | None = None) -> planner.Facts:
+        """The machine, the probes the profile's backends need, the measured fastest backend,
+        the resolver."""
         nodes = cluster.cluster_hardware(profile.cluster, Path.cwd())
         hw = nodes or self.hardware(recorded)
-        if recorded is not None or nodes is not None:
-            return Facts(hw, None, None)  # planning for other machines: nothing here is probed
-        registry = self.backends()
+        registry, resolver = self.backends(), self.resolver()
+        if recorded is not None or nodes is not None:  # other machines: nothing here is probed
+            return planner.Facts(hw, registry, None, resolver)
         probed = self.probe({n: b for n, b in registry.items()
                              if not profile.backend or n in profile.backend})
-        return Facts(hw, probed, self.fastest(profile, hw, probed))
+        return planner.Facts(hw, registry, probed, resolver, self.fastest(profile, hw, probed))
 
     def resolve(self, profile: Profile | str, recorded: Path | None = None,
                 use_tuned: bool = True) -> Resolved:
-        """The plan, resolved once from the facts gathered once; with what it needs here."""
+        """The plan, resolved once from the facts gathered once: the planner's stages, given
+        what each asks for as data (the draft candidates, the saved tune); with what it needs
+        here."""
         if isinstance(profile, str):
             profile = self.load(profile)
         facts = self.facts(profile, recorded)
-        registry = self.backends()
-        lookup = self.tuned_result if use_tuned and facts.probed is not None else (
-            lambda _p, _i: None)
-        plan, installed = planner.resolve(profile, facts.hardware, registry, facts.probed,
-                                          self.resolver(), lookup, self.pick_draft,
-                                          facts.measured)
-        needs = (Needs.of(plan, installed, profile, self.dirs.models) if facts.probed is not None
-                 else Needs())  # for other machines nothing is provided here
-        return Resolved(profile, plan, installed, registry[plan.backend], needs)
+        chosen = planner.choose(profile, facts)
+        wanted = chosen.draft_search
+        ranked = search.candidates(wanted, self.draft_sources()) if wanted else None
+        built = planner.build(chosen, ranked)
+        here = use_tuned and facts.probed is not None  # a tune is of this machine's build
+        plan = planner.finish(built, self.tune_for(built) if here else None)
+        needs = (Needs.of(plan, built.installed, profile, self.dirs.models)
+                 if facts.probed is not None else Needs())  # for other machines: nothing
+        return Resolved(profile, plan, built.installed, facts.backends[plan.backend], needs)
 
     def fastest(self, profile: Profile, hw: Hardware,
                 probed: Mapping[str, Installed | None] | None) -> tuple[str, str] | None:

@@ -91,6 +91,7 @@ class Law:
     draft_prefill: float = 0.3
     draft_prefill_in: str = "ttft"
     replies: Sequence[int] = ()  # each prompt's reply length (none: max_tokens)
+    categories: Sequence[str] = CATEGORIES  # each prompt's
 
     def ramped(self, tokens: int) -> float:
         """How far into its full behaviour a reply of `tokens` is (1: all the way)."""
@@ -116,7 +117,7 @@ class Law:
 
     def workload(self) -> Workload:
         return Workload(tuple(Prompt(c, f"{c} prompt {n}", max_tokens=self.reply(n))
-                              for n, c in enumerate(CATEGORIES)), dict(self.mix))
+                              for n, c in enumerate(self.categories)), dict(self.mix))
 
     def reply(self, i: int) -> int | None:
         return self.replies[i] if self.replies else None
@@ -131,19 +132,23 @@ class Law:
     def true_speedup(self, plan: Plan, draft_ref: str, tokens: int = 64) -> float:
         """The decode speedup the law gives (the step-time estimator's target)."""
         weights = self.workload().weights()
-        base = [Request(c, tokens, tokens / self.base_tps) for c in CATEGORIES]
+        base = [Request(c, tokens, tokens / self.base_tps) for c in self.categories]
         mine = [Request(c, tokens, tokens * self.per_token(plan, i, draft_ref, tokens)[0])
-                for i, c in enumerate(CATEGORIES)]
+                for i, c in enumerate(self.categories)]
         return speedup(mine, base, weights)
 
-    def true_latency(self, plan: Plan, draft_ref: str, tokens: int = 64) -> float:
-        """The end-to-end speedup the law gives: each prompt's prefill and decode, quiet."""
-        weights = self.workload().weights()
+    def true_latency(self, plan: Plan, draft_ref: str, tokens: int = 64,
+                     only: str | None = None) -> float:
+        """The end-to-end speedup the law gives: each prompt's prefill and decode, quiet (on
+        the category `only`, where given)."""
+        weights = {only: 1.0} if only is not None else self.workload().weights()
         base_plan = plan.baseline()
         base: list[Request] = []
         mine: list[Request] = []
-        for i, c in enumerate(CATEGORIES):
+        for i, c in enumerate(self.categories):
             n = self.reply(i) or tokens
+            if only is not None and c != only:
+                continue
             for side, out in ((base_plan, base), (plan, mine)):
                 pre, draft = self.prefill(side, i, draft_ref)
                 out.append(Request(c, 1, pre + draft

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
-import requests
 
 from specctl.adapters import llamacpp_rpc
 from specctl.adapters.vllm import check_parallel
@@ -90,7 +90,7 @@ def test_cpu_demo_pair_across_two_rpc_workers(tmp_path: Path) -> None:
         assert any("split across 2 workers" in r for r in plan["reasons"])
         done = specctl("up", "--profile", str(profile), "--no-provision", env=env)
         assert done.returncode == 0, done.stderr
-        reply = requests.post(f"http://127.0.0.1:{server_port}/v1/chat/completions",
+        reply = httpx.post(f"http://127.0.0.1:{server_port}/v1/chat/completions",
                               timeout=300, json={"messages": [{"role": "user", "content":
                                                                "Write hello world in Python"}],
                                                  "max_tokens": 16, "temperature": 0}).json()

@@ -10,7 +10,7 @@ import pytest
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.models import catalog, testbed
-from specctl.orchestrator.planning import drafts
+from specctl.orchestrator.planning import drafts, search
 from tests.cli import specctl
 
 
@@ -102,7 +102,9 @@ def test_draft_auto_without_a_draft_on_disk_picks_a_known_one_to_download(
     monkeypatch.setenv("SPECCTL_CACHE_DIR", str(tmp_path / "cache"))
     app = App.from_env()
     target = app.resolver().resolve("hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M")
-    pick = app.pick_draft(target, app.backends()["llamacpp"], frozenset({"draft"}), 60 << 30)
+    found = app.draft_candidates(target, app.backends()["llamacpp"],
+                                 methods=frozenset({"draft"}), room=60 << 30)
+    pick = search.pick(target, "llamacpp", found)
     assert pick.method == "draft" and pick.ref is not None
     assert pick.ref.startswith("hf:bartowski/Llama-3.2") and "to download" in pick.why
     ranked = app.draft_candidates(target, app.backends()["llamacpp"])

@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
-import requests
 
 from specctl.orchestrator.app import App
 from specctl.orchestrator.runtime import procs
@@ -112,7 +112,7 @@ def test_server_killed_while_serving_is_restarted(env: dict[str, str], smol: Pat
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: read_state(env)["server_pid"] != pid and
              read_state(env)["status"] == "running")
-    reply = requests.post(url_of(smol) + "/v1/chat/completions", timeout=60, json={
+    reply = httpx.post(url_of(smol) + "/v1/chat/completions", timeout=60, json={
         "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     assert reply.status_code == 200
     assert read_state(env)["restarts"] == 1
@@ -360,8 +360,8 @@ def test_api_key_reaches_the_server_by_environment_never_argv(env: dict[str, str
     assert secret not in (runs(env) / "smol.json").read_text()
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     url = url_of(profile) + "/v1/chat/completions"
-    assert requests.post(url, json=body, timeout=60).status_code == 401
-    ok = requests.post(url, json=body, timeout=60, headers={"Authorization": f"Bearer {secret}"})
+    assert httpx.post(url, json=body, timeout=60).status_code == 401
+    ok = httpx.post(url, json=body, timeout=60, headers={"Authorization": f"Bearer {secret}"})
     assert ok.status_code == 200
     rows = json.loads(specctl("status", "--json", env=env).stdout)
     assert rows[0]["drafted"] is not None  # status reads /metrics with the key

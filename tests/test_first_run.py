@@ -215,7 +215,7 @@ def test_up_a_hub_model_without_a_profile_serves_with_an_auto_draft(
     """Fresh state, cache and Hugging Face cache; the Hub (stand-in) serves the real testbed
     target; a folder of the user's GGUFs (SPECCTL_MODELS_DIRS) holds the 0.5B of its family,
     which draft = "auto" finds. `up` pulls the target, serves with the draft, `down` stops it."""
-    import requests
+    import httpx
 
     from specctl.adapters.llamacpp import LlamaCpp
     from specctl.orchestrator.config.paths import Dirs
@@ -249,7 +249,7 @@ def test_up_a_hub_model_without_a_profile_serves_with_an_auto_draft(
             draft = testbed.path_of("qwen-0.5b-q4", shared.models)
             assert plan["draft"]["path"] == str(draft)  # the 0.5B of its family, found by auto
             assert any(r.startswith('Draft "auto"') for r in plan["reasons"])
-            reply = requests.post(f"{url}/chat/completions", timeout=600, json={
+            reply = httpx.post(f"{url}/chat/completions", timeout=600, json={
                 "messages": [{"role": "user", "content": "Count from 1 to 20."}],
                 "max_tokens": 12, "temperature": 0}).json()
             assert reply["timings"]["draft_n"] > 0  # drafted by the auto draft

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -627,3 +628,70 @@ def test_a_long_prompt_with_a_short_answer_goes_where_prefill_is_cheapest(
         assert {s: after[s] - before.get(s, 0.0) for s in after if after[s] != before.get(s)} \
             == {setting: 1.0}, (text[:40], before, after)
     assert stop(gw) == 0
+
+
+def test_kept_traffic_holds_the_messages_never_a_key_or_header_and_forget_leaves_nothing(
+        env: dict[str, str], tmp_path: Path, gateways: list[Gateway]) -> None:
+    """`[gateway] keep_traffic`: requests sent with the gateway's key, a secret-looking custom
+    header and a secret in fields the allow-list does not name (an unknown one, `user`) are
+    kept as their messages, kind and token counts alone; `specctl traffic` summarises them and
+    `specctl traffic forget` leaves no file in the state dir holding a prompt."""
+    profile(env, "keeper", SMOL + "k = 3\n[server]\ncontext = 1024\n[gateway]\n"
+            "keep_traffic = 50\n")
+    env["SPECCTL_GATEWAY_API_KEY"] = KEY
+    gw = start(env, tmp_path, "keeper")
+    gateways.append(gw)
+    in_body, in_header = "sk-body-SECRET-5b1d7e", "hdr-SECRET-93c0aa"
+    asks = [f"Name a colour of the rainbow, request {n} of the kept-traffic test." for n in
+            range(4)]
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=KEY, max_retries=0, timeout=120,
+                           default_headers={"X-Internal-Token": in_header})
+    client.chat.completions.create(  # the whole reply: usage counts the prompt
+        model="keeper", messages=[{"role": "system", "content": "Be brief."},
+                                  {"role": "user", "content": asks[0]}],
+        max_tokens=6, temperature=0, user=in_body, extra_body={"session_secret": in_body})
+    stream = client.chat.completions.create(  # streamed, no usage asked: the engine's count
+        model="keeper", messages=[{"role": "user", "content": asks[1]}], max_tokens=6,
+        stream=True, extra_body={"api_key": in_body})
+    assert [c for c in stream]
+    client.completions.create(model="keeper", prompt=asks[2], max_tokens=6)
+    reply = httpx.post(f"{gw.url}/v1/chat/completions", timeout=120, json={
+        "model": "keeper", "messages": [{"role": "user", "content": asks[3]}], "max_tokens": 6,
+        "metadata": {"authorization": f"Bearer {in_body}"}},
+        headers={"Authorization": f"Bearer {KEY}", "Cookie": f"session={in_header}",
+                 "X-Forwarded-For": "203.0.113.9"})
+    assert reply.status_code == 200, reply.text
+    refused = httpx.post(f"{gw.url}/v1/chat/completions", timeout=30, json={
+        "model": "keeper", "messages": [{"role": "user", "content": "not kept: no key"}]})
+    assert refused.status_code == 401
+
+    path = Path(env["SPECCTL_STATE_DIR"]) / "traffic" / "keeper.jsonl"
+    wait_for(lambda: path.exists() and len(path.read_text().splitlines()) == 5, 30,
+             "four requests kept (and the head)")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    raw = path.read_text()
+    for secret in (KEY, in_body, in_header, "Bearer", "203.0.113.9", "127.0.0.1", "X-Internal",
+                   "not kept: no key"):
+        assert secret not in raw, secret
+    rows = [json.loads(line) for line in raw.splitlines()[1:]]
+    assert [[m["content"] for m in r["messages"]] for r in rows] == [
+        ["Be brief.", asks[0]], [asks[1]], [asks[2]], [asks[3]]]
+    for r in rows:
+        assert set(r) == {"at", "kind", "tokens_in", "tokens_out", "messages", "params"}
+        assert r["kind"] and r["tokens_in"] > 10 and 0 < r["tokens_out"] <= 6, r
+
+    shown = subprocess.run([sys.executable, "-m", "specctl", "traffic", "keeper", "--json"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    (summary,) = json.loads(shown.stdout)
+    assert summary["requests"] == 4 and sum(k["requests"] for k in summary["kinds"].values()) == 4
+    assert summary["tokens_in"]["median"] > 10 and summary["enough_for_idle_tune"] is False
+    assert stop(gw) == 0
+    gone = subprocess.run([sys.executable, "-m", "specctl", "traffic", "forget", "keeper"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 0 and "keeper.jsonl" in gone.stdout, gone.stderr
+    state = Path(env["SPECCTL_STATE_DIR"])
+    holding = [p for p in state.rglob("*") if p.is_file() and any(
+        a.encode() in p.read_bytes() for a in asks)]
+    assert holding == [] and not (state / "traffic").exists()

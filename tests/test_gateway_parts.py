@@ -37,7 +37,8 @@ STREAM = "".join(f"data: {json.dumps(c)}\n\n" for c in CHUNKS).encode() + b"data
 def watch(stream: bool) -> Watch:
     ticks = iter(range(100))
     adapter = LlamaCpp()
-    return Watch(stream, adapter.decode_timing, adapter.reply_stats, lambda: float(next(ticks)))
+    return Watch(stream, adapter.decode_timing, adapter.reply_stats, lambda: float(next(ticks)),
+                 prompt=adapter.prompt_tokens)
 
 
 @pytest.mark.parametrize("cut", [1, 7, 50, len(STREAM)])
@@ -47,7 +48,7 @@ def test_a_stream_is_read_whatever_its_chunks(cut: int) -> None:
         seen.feed(STREAM[at:at + cut])
     seen.finish()
     assert seen.generated == 3 and seen.chunks == 3  # the role-only chunk is no token
-    assert seen.first_at == 0.0 and seen.engine_tps == 41.5
+    assert seen.first_at == 0.0 and seen.engine_tps == 41.5 and seen.prompt_tokens == 9
     assert seen.stats is not None and (seen.stats.drafted, seen.stats.accepted) == (6, 4)
 
 
@@ -61,6 +62,27 @@ def test_a_reply_that_is_not_a_stream_is_read_at_its_end() -> None:
     seen.finish()
     assert seen.generated == 7 and seen.engine_tps == 20.0 and seen.first_at == 0.0
     assert seen.stats is not None and seen.stats.drafted == 0  # nothing drafted: no counters
+
+
+def test_the_prompts_tokens_from_usage_else_from_the_engines_timings() -> None:
+    """A stream carries usage only where the client asked (`stream_options.include_usage`);
+    llama-server's last chunk has its timings either way: the tokens from its cache and those
+    prefilled (its reply to a request of 31 tokens asked twice: cache_n 30, prompt_n 1)."""
+    timings = {"cache_n": 30, "prompt_n": 1, "predicted_n": 4, "predicted_per_second": 40.0}
+    last = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+            "timings": timings}
+    seen = watch(True)
+    seen.feed(f"data: {json.dumps(CHUNKS[1])}\n\ndata: {json.dumps(last)}\n\n".encode())
+    seen.finish()
+    assert seen.prompt_tokens == 31 and seen.generated == 1
+    with_usage = watch(False)  # usage wins over the timings
+    with_usage.feed(json.dumps({**last, "usage": {"prompt_tokens": 33,
+                                                  "completion_tokens": 4}}).encode())
+    with_usage.finish()
+    assert with_usage.prompt_tokens == 33 and with_usage.generated == 4
+    for bad in ({"cache_n": -1, "prompt_n": 1}, {"prompt_n": "9"}, {"prompt_n": True}, {}):
+        assert LlamaCpp().prompt_tokens({"timings": bad}) is None
+    assert LlamaCpp().prompt_tokens({"timings": {"prompt_n": 9}}) == 9
 
 
 def test_garbage_passes_through_unread() -> None:

@@ -441,10 +441,8 @@ def test_7_tuned_results_beyond_the_profile_limits_are_set_aside(
 
 
 def test_7_plan_reports_a_set_aside_tuned_result(tmp_path: Path) -> None:
-    def broken(_plan: object, _installed: object) -> None:
-        raise StateError("tuning result x.json was unreadable; moved it to x.json.corrupt")
-
-    plan, _ = plan_for(mac_profile(), MAC, tmp_path, broken)
+    broken = StateError("tuning result x.json was unreadable; moved it to x.json.corrupt")
+    plan, _ = plan_for(mac_profile(), MAC, tmp_path, broken)  # what the lookup found
     assert plan.k_source == "cost model"
     assert any("x.json.corrupt" in r for r in plan.reasons)
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-import requests
 
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.models import digest, testbed
@@ -204,7 +204,7 @@ def test_up_pulls_a_draft_that_is_only_on_the_hub_and_serves_with_it(
             done = specctl("up", "--profile", str(profile), env=env)
             assert done.returncode == 0, done.stderr
             assert "pulling hf:HuggingFaceTB/SmolLM2-135M-Instruct-GGUF" in done.stderr
-            reply = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
+            reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
                                   json={"messages": [{"role": "user", "content": "Count to 9"}],
                                         "max_tokens": 16, "temperature": 0}).json()
             assert reply["timings"]["draft_n"] > 0

@@ -10,8 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import psutil
-import requests
 
 from specctl.orchestrator.contract.launch import Launch
 from specctl.orchestrator.runtime import procs, state
@@ -40,7 +40,7 @@ def test_the_log_is_capped_and_rotated_while_the_server_writes(tmp_path: Path) -
         while not procs.healthy(url) and time.monotonic() < deadline:
             time.sleep(0.1)
         for i in range(400):  # about 80 bytes of access log each: 8 times the cap
-            requests.get(f"{url}?request={i}", timeout=10)
+            httpx.get(f"{url}?request={i}", timeout=10)
             if i % 20 == 0:
                 time.sleep(0.3)  # the supervisor checks the size every 2 s
                 seen.append(log.stat().st_size)

@@ -10,7 +10,7 @@ import pytest
 from specctl.adapters.ollama_store import OllamaStore
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models import catalog
-from specctl.orchestrator.models.info import ModelRef, parse_ref, with_quant
+from specctl.orchestrator.models.info import ModelRef, parse_ref
 from specctl.orchestrator.models.resolve import Resolver
 from tests.ggufs import write_gguf
 
@@ -110,14 +110,6 @@ def test_catalog_quant_from_the_repo_name(resolver: Resolver) -> None:
                             default_quant="BF16")
     assert info.quant == "INT4"
     assert info.size_bytes == int(70.55e9 * catalog.BYTES_PER_WEIGHT["INT4"])
-
-
-def test_with_quant_recomputes_the_size(resolver: Resolver) -> None:
-    info = resolver.resolve("hf:bartowski/Llama-3.2-1B-Instruct-GGUF:Q8_0")
-    q4 = with_quant(info, "Q4_0")
-    assert q4.quant == "Q4_0"
-    assert q4.size_bytes == int(1.24e9 * 0.5625)
-    assert q4.size_bytes < info.size_bytes
 
 
 def test_gguf_file_you_wrote(tmp_path: Path, resolver: Resolver) -> None:

@@ -19,7 +19,7 @@ import pytest
 from specctl.orchestrator.measure import bench, intervals
 from specctl.orchestrator.measure.route import route_for
 from specctl.orchestrator.measure.tune import tune
-from specctl.orchestrator.measure.tuned import Result
+from specctl.orchestrator.measure.tuned import OnCategory, Result
 from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 from tests.simengine import Law, SimLab
@@ -64,11 +64,17 @@ def test_long_prompts_short_answers_latency_drops_the_draft_decode_keeps_it(
         plan: Plan, where: str) -> None:
     """Where the server counts the draft's prefill in the time to the first token, the
     decode objective cannot see it and keeps the draft; where it counts it in the decode time,
-    the decode steps carry it too. Either way, end to end the draft does not pay."""
+    the decode steps carry it too. Either way, end to end the draft does not pay.
+
+    Decode picks the draft in 4 of the 6 (5 before the pick refused a setting that surely slows
+    a category: one of them led with draft k=8, which the law has 0.94x in decode on chat and
+    measured 0.90x on its one chat request, with nothing else measured on every category in
+    the budget: "off", not a draft that slows chat; the other's lead was not served then
+    either)."""
     law = long_prompts(where)
     if where == "ttft":
         decode = [tuned(plan, law, seed, "decode") for seed in SEEDS]
-        assert sum(r.method == "draft" and r.serves for r in decode) >= 5, [
+        assert sum(r.method == "draft" and r.serves for r in decode) >= 4, [
             r.summary for r in decode]
     latency = [tuned(plan, law, seed, "latency") for seed in SEEDS]
     # end to end nothing pays its way here: no draft (or n-gram, which prefills nothing)
@@ -155,3 +161,71 @@ def test_the_route_sends_long_prompts_with_short_answers_where_prefill_is_cheape
                 assert route is None or route.member_for("summarize").plan.draft is None, why
     assert all(m in ("none", "ngram") for m in settings["latency"]), settings
     assert settings["decode"].count("draft") >= 2, settings
+
+
+def code_and_documents() -> Law:
+    """Short code prompts with long answers, where the draft is 1.3x end to end, and questions
+    over 2,000-token documents answered in 32 tokens, where its prefill makes it 0.84x (n-gram,
+    which prefills nothing of its own, about 1.0x on both). Weighed 70/30, the draft is 1.15x
+    on the whole: the weighted figure alone picks it for all traffic."""
+    return Law(categories=("code", "code", "code", "docqa", "docqa", "docqa"),
+               alphas=(0.7, 0.7, 0.7, 0.6, 0.6, 0.6),
+               prompt_tokens=(60, 60, 60, 2000, 2000, 2000), replies=(160, 160, 160, 32, 32, 32),
+               prefill_tps=400.0, draft_prefill=0.3, ngram_gain=(1.02,) * 6,
+               mix={"code": 0.7, "docqa": 0.3})
+
+
+def test_the_pick_never_surely_slows_a_kind(plan: Plan) -> None:
+    """The draft wins the workload's figure and slows its long-document questions: tune picks
+    n-gram or off, never the draft, and says which category the draft slows and by how much;
+    the draft stays the code category's winner (the route serves code from it). `up` serves no
+    result that slows a category (Result.serves)."""
+    law = code_and_documents()
+    assert law.true_latency(plan, DRAFT) > 1.1  # the premise
+    assert law.true_latency(plan, DRAFT, only="code") > 1.25
+    assert law.true_latency(plan, DRAFT, only="docqa") < 0.9
+    got = [tuned(plan, law, seed, "latency") for seed in range(10)]
+    fair = [r for r in got if r.method in ("ngram", "none")]
+    assert len(fair) >= 9, [r.summary for r in got]  # 10 of 10 here
+    # never a draft served (before: one of the 10, k=3 at 1.16x, measured 0.78x on the one
+    # document question its budget had room for, an interval no wider than its point)
+    assert not any(r.method == "draft" and r.serves for r in got), [r.summary for r in got]
+    assert all(not r.slows for r in got if r.serves)
+    for r in fair:
+        assert any(x.category == "docqa" and x.label.startswith("draft")
+                   and x.speedup.point < 1.0 for x in r.refused), r.refused
+        assert "slows docqa to 0." in r.summary, r.summary
+    code = [next(w for w in r.winners if w.category == "code") for r in got]
+    assert sum(w.method == "draft" for w in code) >= 9, code
+
+
+def test_where_the_draft_helps_every_category_it_is_picked_as_before(plan: Plan) -> None:
+    """The same shape with documents of 300 tokens and long answers: the draft is 1.2x or more
+    on both categories and is picked, served, and refused for nothing (10 of 10 here)."""
+    law = Law(categories=("code", "code", "code", "docqa", "docqa", "docqa"),
+              alphas=(0.8, 0.8, 0.8, 0.85, 0.85, 0.85), prompt_tokens=(60, 60, 60, 300, 300, 300),
+              replies=(160, 160, 160, 128, 128, 128), prefill_tps=400.0, draft_prefill=0.3,
+              ngram_gain=(1.02,) * 6, mix={"code": 0.7, "docqa": 0.3})
+    assert min(law.true_latency(plan, DRAFT, only=c) for c in ("code", "docqa")) > 1.2
+    got = [tuned(plan, law, seed, "latency") for seed in range(10)]
+    assert sum(r.method == "draft" and r.serves for r in got) >= 9, [r.summary for r in got]
+    assert all(not r.refused for r in got), [r.refused for r in got]
+
+
+def test_up_serves_no_saved_result_that_slows_a_category() -> None:
+    """Result.serves: surely faster on the whole and slowing no category (tuned.slowed: an
+    interval wholly below 1.00x on two requests or more; one request's figure below it by the
+    margin)."""
+    def result(**spans: tuple[float, float, float, int]) -> Result:
+        return Result.from_json(Result(
+            profile="p", method="draft", k=3, p_min=None, speedup=1.2, low=1.1, high=1.3,
+            summary="", alpha=None, cost=None, verify={}, baseline_tps=5.0,
+            spans={c: OnCategory(point=p, low=lo, high=hi, requests=n)
+                   for c, (p, lo, hi, n) in spans.items()}).to_json())
+
+    assert result().serves  # saved before spans existed: as before
+    assert result(code=(1.3, 1.2, 1.4, 4), docqa=(1.01, 0.97, 1.05, 4)).serves
+    slow = result(code=(1.3, 1.2, 1.4, 4), docqa=(0.8, 0.76, 0.84, 4))
+    assert not slow.serves and set(slow.slows) == {"docqa"}
+    assert result(docqa=(0.97, 0.97, 0.97, 1)).serves  # one request, within the margin
+    assert not result(docqa=(0.9, 0.9, 0.9, 1)).serves

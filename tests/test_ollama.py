@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-import requests
 
 from specctl.adapters import ollama_store
 from specctl.adapters.ollama import Ollama
@@ -123,7 +123,7 @@ def test_llamacpp_serves_ollama_models_with_a_draft(real_store: Path, tmp_path: 
         done = specctl("up", "--profile", str(profile), "--no-provision", env=env)
         assert done.returncode == 0, done.stderr
         url = next(w for w in done.stdout.split() if w.startswith("http://"))
-        reply = requests.post(f"{url}/chat/completions", timeout=300, json={
+        reply = httpx.post(f"{url}/chat/completions", timeout=300, json={
             "messages": [{"role": "user", "content": "Write hello world in C."}],
             "max_tokens": 24, "temperature": 0}).json()
         assert reply["timings"]["draft_n"] > 0
@@ -141,9 +141,9 @@ def fake_daemon(store: Path) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
-            requests.get(f"{url}/api/version", timeout=0.2)
+            httpx.get(f"{url}/api/version", timeout=0.2)
             break
-        except requests.RequestException:
+        except httpx.HTTPError:
             time.sleep(0.05)
     yield url
     proc.terminate()
@@ -183,17 +183,17 @@ def test_up_serves_through_ollama(store: Path, tmp_path: Path, version: str,
         state = json.loads((tmp_path / "s" / "runs" / "ollama.json").read_text())
         reasons = " ".join(state["plan"]["reasons"])
         model = state["plan"]["model"]
-        tags = requests.get(f"http://127.0.0.1:{port}/api/tags", timeout=5).json()["models"]
+        tags = httpx.get(f"http://127.0.0.1:{port}/api/tags", timeout=5).json()["models"]
         if speculates:
             assert state["plan"]["method"] == "mtp" and model == "specctl-ollama"
-            show = requests.post(f"http://127.0.0.1:{port}/api/show", timeout=5,
+            show = httpx.post(f"http://127.0.0.1:{port}/api/show", timeout=5,
                                  json={"model": model}).json()
             assert show["parameters"] == "draft_num_predict 2"
         else:
             assert state["plan"]["method"] == "none" and model == "qwen2.5-coder:1.5b"
             assert "Speculation unavailable" in reasons and "llama.cpp" in reasons
             assert "specctl-ollama" not in {t["name"] for t in tags}
-        reply = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=5,
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=5,
                               json={"model": model, "messages": [
                                   {"role": "user", "content": "hi"}]})
         assert reply.status_code == 200
@@ -236,9 +236,9 @@ def test_models_pull_goes_through_the_daemon(tmp_path: Path) -> None:
     try:
         for _ in range(100):
             try:
-                requests.get(f"http://127.0.0.1:{port}/api/version", timeout=0.2)
+                httpx.get(f"http://127.0.0.1:{port}/api/version", timeout=0.2)
                 break
-            except requests.RequestException:
+            except httpx.HTTPError:
                 time.sleep(0.05)
         done = specctl("models", "pull", "ollama:qwen2.5-coder:0.5b", env=env)
         assert done.returncode == 0, done.stderr

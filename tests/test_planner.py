@@ -23,6 +23,7 @@ from specctl.orchestrator.errors import (
     IncompatibleDraftError,
     ProfileError,
 )
+from specctl.orchestrator.measure import tuned
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import costmodel, drafts, planner
 from specctl.orchestrator.planning.plan import Plan
@@ -38,11 +39,27 @@ def registry() -> dict[str, Adapter]:
     return {"llamacpp": LlamaCpp(), "vllm": Vllm(), "ollama": Ollama()}
 
 
-def plan_for(data: dict[str, Any], machine: str, hub: Path,
-             tuned: planner.TunedLookup = lambda _p, _i: None) -> tuple[Plan, Installed]:
+def built_for(data: dict[str, Any], machine: str, hub: Path) -> planner.Built:
+    """The planner's first two stages on a recorded machine (no draft candidates gathered)."""
     profile = profile_model().model_validate({"name": "test", **data})
     resolver = Resolver(models_dir=Dirs.from_env().models, hf_hub=hub)
-    return planner.resolve(profile, recorded(machine), registry(), None, resolver, tuned)
+    facts = planner.Facts(recorded(machine), registry(), None, resolver)
+    return planner.build(planner.choose(profile, facts))
+
+
+def plan_for(data: dict[str, Any], machine: str, hub: Path,
+             saved: planner.Saved = None) -> tuple[Plan, Installed]:
+    """The plan (with `saved`, the saved tune looked up for it) and the build it is for."""
+    built = built_for(data, machine, hub)
+    return planner.finish(built, saved), built.installed
+
+
+def saved_tune(**changes: Any) -> tuned.Result:
+    """A saved `specctl tune` result, as measure/tuned.py reads one back."""
+    return tuned.Result.from_json({
+        "profile": "test", "method": "draft", "k": 3, "p_min": 0.4, "speedup": 1.7,
+        "summary": "k=3 p-min 0.4: 1.70x", "alpha": 0.7, "cost": 0.1, "verify": {"3": 1.7},
+        "baseline_tps": 10.0, **changes})
 
 
 def mac_profile(**changes: Any) -> dict[str, Any]:
@@ -220,16 +237,10 @@ def test_tensor_parallel_budget_uses_that_many_gpus(tmp_path: Path) -> None:
 
 
 def test_tuned_result_replaces_the_cost_model(tmp_path: Path) -> None:
-    seen: list[tuple[Plan, Installed]] = []
-
-    def tuned(plan: Plan, installed: Installed) -> planner.Tuned:
-        seen.append((plan, installed))
-        return planner.Tuned(method="draft", k=3, p_min=0.4, speedup=1.7,
-                             summary="k=3 p-min 0.4: 1.70x")
-
-    plan, installed = plan_for(mac_profile(), MAC, tmp_path, tuned)
-    assert len(seen) == 1
-    assert seen[0][1] == installed  # looked up for the backend build it will run on
+    built = built_for(mac_profile(), MAC, tmp_path)
+    assert built.tunable  # the command looks a saved tune up for this plan
+    plan = planner.finish(built, saved_tune())
+    installed = built.installed  # looked up for the backend build it will run on
     assert (plan.k, plan.p_min, plan.k_source) == (3, 0.4, "tuned")
     assert plan.draft is not None
     assert "(tuned)" in plan.reasons[-1]
@@ -239,10 +250,9 @@ def test_tuned_result_replaces_the_cost_model(tmp_path: Path) -> None:
 
 
 def test_tuned_result_is_not_asked_when_k_is_fixed(tmp_path: Path) -> None:
-    def tuned(plan: Plan, installed: Installed) -> planner.Tuned:
-        raise AssertionError("a fixed k must not be replaced")
-
-    plan, _ = plan_for(mac_profile(k=2), MAC, tmp_path, tuned)
+    built = built_for(mac_profile(k=2), MAC, tmp_path)
+    assert not built.tunable  # a fixed k must not be replaced: none is looked up
+    plan = planner.finish(built, saved_tune())
     assert plan.k == 2
 
 

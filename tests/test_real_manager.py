@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-import requests
 
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.runtime import state
@@ -124,8 +124,8 @@ def test_a_unit_serves_survives_kill_9_once_and_stops_clean(manager: Manager) ->
 
 def _ok(url: str) -> bool:
     try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.RequestException:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
         return False
 
 

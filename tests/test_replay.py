@@ -36,7 +36,7 @@ def test_summary_counts_kinds_and_lengths(isolated_dirs: Dirs) -> None:
         "<256": 3, "256-1k": 3, "1k-4k": 2, ">=4k": 2}}
     assert s["tokens_out"] == {"median": 55.0, "p90": 90, "max": 100}
     assert s["oldest"] <= s["newest"] and s["oldest"].endswith("Z")
-    assert s["enough_for_idle_tune"] is False and s["file"].endswith("cpu-demo.json")
+    assert s["enough_for_idle_tune"] is False and s["file"].endswith("cpu-demo.jsonl")
 
 
 def test_replay_takes_the_observed_mix_and_each_answer_length(isolated_dirs: Dirs) -> None:
@@ -131,9 +131,9 @@ def test_cli_traffic_shows_and_forgets(isolated_dirs: Dirs, monkeypatch: pytest.
     code, _out, err = run_main(monkeypatch, capsys, "traffic", "forget", "cpu-dmeo")
     assert code == 2 and "did you mean cpu-demo?" in err
     code, out, _err = run_main(monkeypatch, capsys, "traffic", "forget", "cpu-demo")
-    assert code == 0 and "deleted" in out and "cpu-demo.json" in out
+    assert code == 0 and "deleted" in out and "cpu-demo.jsonl" in out
     code, out, _err = run_main(monkeypatch, capsys, "traffic", "forget")
-    assert code == 0 and "coder.json" in out
+    assert code == 0 and "coder.jsonl" in out
     code, out, _err = run_main(monkeypatch, capsys, "traffic", "forget")
     assert code == 0 and "nothing deleted" in out
     assert not traffic.folder(isolated_dirs).exists()
@@ -148,4 +148,4 @@ def test_cli_traffic_says_a_corrupt_file(isolated_dirs: Dirs, monkeypatch: pytes
     bad.write_text('{"version": 1, "model": "bad", "requests": "oops"}')
     code, out, err = run_main(monkeypatch, capsys, "traffic")
     assert code == 1 and "good: 1 requests" in out
-    assert err.count("\n") == 1 and "bad.json.corrupt" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "bad.jsonl.corrupt" in err and "Traceback" not in err

@@ -8,6 +8,7 @@ first server process (`Server.spawn`), after resolving."""
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from huggingface_hub import constants as hf_constants
 
 import specctl.orchestrator.cli.main  # noqa: F401 (importing it registers the commands)
 from specctl.adapters import registry
@@ -22,7 +24,7 @@ from specctl.orchestrator import runs
 from specctl.orchestrator.app import App
 from specctl.orchestrator.cli.base import cli
 from specctl.orchestrator.contract.launch import Installed
-from specctl.orchestrator.measure import winners
+from specctl.orchestrator.measure import tuned, winners
 from specctl.orchestrator.planning import backends, memory, planner
 from specctl.orchestrator.planning.plan import Plan, plan_json
 from specctl.orchestrator.runtime import handoff
@@ -43,15 +45,14 @@ class Counts:
         self.plans: list[tuple[Plan, Installed]] = []
         self.served: list[handoff.Ready] = []
         self.spawned: list[list[str]] = []
+        self.planning = 0  # > 0 while one of the planner's stages runs
         self._count(monkeypatch, backends, "choose")
         self._count(monkeypatch, winners, "load")
         self._count(monkeypatch, memory, "budget_for")
-        resolve = planner.resolve
-
-        def resolved(*args: Any, **kw: Any) -> tuple[Plan, Installed]:
-            found = resolve(*args, **kw)
-            self.plans.append(found)
-            return found
+        self._count(monkeypatch, tuned, "load", "saved tune")
+        for stage in ("choose", "build", "finish"):
+            self._stage(monkeypatch, stage)
+        self._watch_app(monkeypatch)
 
         def serve(_app: Any, ready: handoff.Ready, _say: Any, **_k: Any) -> int:
             self.served.append(ready)
@@ -61,21 +62,53 @@ class Counts:
             self.spawned.append(list(argv))
             raise Launched
 
-        monkeypatch.setattr(planner, "resolve", resolved)
         monkeypatch.setattr(runs, "serve_foreground", serve)
         monkeypatch.setattr(Server, "spawn", classmethod(spawn))
 
-    def _count(self, monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> None:
+    def _count(self, monkeypatch: pytest.MonkeyPatch, module: object, name: str,
+               label: str = "") -> None:
         real = getattr(module, name)
 
         def counted(*args: Any, **kw: Any) -> Any:
-            self.calls[name] += 1
+            self.calls[label or name] += 1
             return real(*args, **kw)
 
         monkeypatch.setattr(module, name, counted)
 
+    def _stage(self, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+        """A planner stage, counted; the plan it finishes recorded with its build."""
+        real = getattr(planner, name)
+
+        def staged(*args: Any, **kw: Any) -> Any:
+            self.calls[f"planner.{name}"] += 1
+            self.planning += 1
+            try:
+                found = real(*args, **kw)
+            finally:
+                self.planning -= 1
+            if name == "finish":
+                self.plans.append((found, args[0].installed))
+            return found
+
+        monkeypatch.setattr(planner, name, staged)
+
+    def _watch_app(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Every App method, counted when a planner stage calls it (back up into App)."""
+        for name, member in list(vars(App).items()):
+            if name.startswith("__") or not inspect.isfunction(member):
+                continue
+
+            def watched(*args: Any, _name: str = name, _real: Any = member, **kw: Any) -> Any:
+                if self.planning:
+                    self.calls[f"App.{_name} from the planner"] += 1
+                return _real(*args, **kw)
+
+            monkeypatch.setattr(App, name, watched)
+
     def once(self) -> None:
-        assert self.calls == Counter({"choose": 1, "load": 1, "budget_for": 1}), self.calls
+        assert self.calls == Counter({"choose": 1, "load": 1, "budget_for": 1,
+                                      "planner.choose": 1, "planner.build": 1,
+                                      "planner.finish": 1}), self.calls
         assert len(self.plans) == 1
 
 
@@ -128,6 +161,23 @@ def test_bench_and_tune_resolve_once(counts: Counts, profile: Path, command: lis
     assert counts.spawned  # it got as far as starting a server of the resolved plan
 
 
+@pytest.mark.parametrize(("k", "reads", "source"), [('"auto"', 1, "cost model"),
+                                                   ("3", 0, "profile")])
+def test_a_saved_tune_is_read_once_and_only_for_k_auto(counts: Counts, profile: Path, k: str,
+                                                        reads: int, source: str) -> None:
+    """The saved tune is looked up once, by the command, for the plan built (a fixed k is
+    never replaced, so none is read); the planner is given what was found."""
+    profile.write_text(f"k = {k}\n" + profile.read_text())
+    App.from_env().dirs.tuned.mkdir(parents=True)
+    (App.from_env().dirs.tuned / "another-plan.json").write_text("{}")  # something is tuned
+    done = CliRunner().invoke(cli, ["plan", "-p", str(profile), "--json"],
+                              catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert counts.calls.pop("saved tune", 0) == reads
+    counts.once()
+    assert counts.plans[0][0].k_source == source
+
+
 def test_up_resolves_anew_after_a_pull_instead_of_amending_the_plan(
         counts: Counts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A target only on the Hub: the first plan lists it to pull (Resolved.needs); after the
@@ -138,6 +188,9 @@ def test_up_resolves_anew_after_a_pull_instead_of_amending_the_plan(
     with FakeHub(root) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        # huggingface_hub reads HF_HUB_OFFLINE once, when first imported: by an earlier test
+        # in this process, offline (conftest), its download would still refuse
+        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
         done = CliRunner().invoke(cli, ["up", "hf:tiny/Tiny-GGUF", "--draft", "none",
                                         "--port", str(free_port()), "--foreground", "--yes"],
                                   catch_exceptions=False)
@@ -170,13 +223,13 @@ def test_a_gateway_resolves_each_model_at_its_start_and_never_per_request(
     path = tmp_path / "smol.toml"
     path.write_text('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
                     "k = 3\n[server]\ncontext = 1024\n")
-    resolve, seen = planner.resolve, []
+    choose, seen = planner.choose, []
 
-    def counted(*args: Any, **kw: Any) -> tuple[Plan, Installed]:
+    def counted(*args: Any, **kw: Any) -> planner.Chosen:
         seen.append(1)
-        return resolve(*args, **kw)
+        return choose(*args, **kw)
 
-    monkeypatch.setattr(planner, "resolve", counted)
+    monkeypatch.setattr(planner, "choose", counted)  # each resolution's first stage
     app = App.from_env()
     models = run.gather(app, (str(path),), lambda _line: None)
     pool = Pool(Plans(app, models.profiles, models.resolved, None), Options(), Metrics(),

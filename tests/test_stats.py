@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from specctl.orchestrator.measure import stats
-
-
-def test_paired_ratios_divide_pairwise_and_skip_zero_baselines() -> None:
-    assert stats.paired_ratios([10.0, 12.0, 9.0], [5.0, 8.0, 0.0]) == [2.0, 1.5]
-    with pytest.raises(ValueError):
-        stats.paired_ratios([1.0], [1.0, 2.0])
 
 
 def test_summary_of_known_samples() -> None:

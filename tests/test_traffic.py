@@ -17,6 +17,7 @@ import pytest
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import NameRefusedError, ProfileError, StateError
+from specctl.orchestrator.measure import kept as store
 from specctl.orchestrator.measure import traffic
 
 SECRET = "sk-live-0123456789abcdefSECRET"
@@ -73,7 +74,9 @@ def test_only_the_allow_list_is_kept(isolated_dirs: Dirs) -> None:
         "temperature": 1.0, "top_p": 0.9, "max_tokens": 64, "seed": 7, "stop": ["\n\n"],
         "n": 1}
     assert (kept.kind, kept.tokens_in, kept.tokens_out) == ("chat", 40, 9)
-    fields = set(json.loads(raw)["requests"][0])
+    head, line = raw.splitlines()
+    assert json.loads(head) == {"version": 2, "model": "m", "keep": 100, "skipped": 0}
+    fields = set(json.loads(line))
     assert fields == {"at", "kind", "tokens_in", "tokens_out", "messages", "params"}
 
 
@@ -121,7 +124,7 @@ def test_bounded_in_count_newest_kept(isolated_dirs: Dirs) -> None:
 
 def test_bounded_in_bytes_oldest_dropped(isolated_dirs: Dirs,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(traffic, "MAX_FILE", 32 << 10)
+    monkeypatch.setattr(store, "MAX_FILE", 32 << 10)
     for i in range(40):
         _record(isolated_dirs, _body(f"{i:03} " + "x" * 3000), keep=1000)
         assert traffic.path_of(isolated_dirs, "m").stat().st_size <= 32 << 10
@@ -177,16 +180,20 @@ def test_concurrent_processes_lose_nothing(isolated_dirs: Dirs) -> None:
     assert kept is not None and len(kept.requests) == 60
 
 
+HEAD = '{"version": 2, "model": "m", "keep": 100, "skipped": 0}\n'
+LINE = json.dumps({"at": 1.0, "kind": "chat", "tokens_in": 1, "tokens_out": 1,
+                   "messages": [{"role": "user", "content": "x"}], "params": {}}) + "\n"
+
+
 @pytest.mark.parametrize("content", [
-    "not json at all",
-    '{"version": 1, "model": "m", "skipped": 0, "requests": [{"at": 1}]}',
-    json.dumps({"version": 1, "model": "other", "skipped": 0, "requests": []}),
-    json.dumps({"version": 1, "model": "m", "skipped": 0, "requests": [
-        {"at": 1.0, "kind": "chat", "tokens_in": 1, "tokens_out": 1, "authorization": SECRET,
-         "messages": [{"role": "user", "content": "x"}], "params": {}}]}),
-    json.dumps({"version": 1, "model": "m", "skipped": 0, "requests": [
-        {"at": 1.0, "kind": "chat", "tokens_in": "1", "tokens_out": 1,
-         "messages": [{"role": "user", "content": "x"}], "params": {}}]}),
+    "not json at all\n",
+    HEAD.replace('"m"', '"other"') + LINE,
+    json.dumps({"version": 1, "model": "m", "skipped": 0, "requests": []}) + "\n",  # no head
+    HEAD + LINE.replace('"params"', f'"authorization": "{SECRET}", "params"'),
+    HEAD + LINE.replace('"tokens_in": 1', '"tokens_in": "1"'),
+    HEAD + LINE + "garbage\n" + LINE,  # a bad line among good ones
+    HEAD.replace("100", "2") + LINE * 4,  # more lines than its keep and margin
+    HEAD + '{"skipped":2}\n',
 ])
 def test_a_corrupt_file_is_set_aside_in_one_line(isolated_dirs: Dirs, content: str) -> None:
     path = traffic.path_of(isolated_dirs, "m")
@@ -194,27 +201,83 @@ def test_a_corrupt_file_is_set_aside_in_one_line(isolated_dirs: Dirs, content: s
     path.write_text(content)
     with pytest.raises(StateError) as caught:
         traffic.load(isolated_dirs, "m")
-    assert "\n" not in str(caught.value) and "m.json.corrupt" in str(caught.value)
-    assert not path.exists() and path.with_name("m.json.corrupt").exists()
+    assert "\n" not in str(caught.value) and "m.jsonl.corrupt" in str(caught.value)
+    assert not path.exists() and path.with_name("m.jsonl.corrupt").exists()
     path.write_text(content)  # record: set aside too, and a new file begun
     done = _record(isolated_dirs)
     assert done.kept and done.note and "corrupt" in done.note
     assert len(traffic.load(isolated_dirs, "m").requests) == 1  # type: ignore[union-attr]
 
 
+def test_a_request_is_a_line_added_and_the_file_compacted_past_its_margin(
+        isolated_dirs: Dirs) -> None:
+    """`record` adds a line (the file is not rewritten: the same inode, only longer) until the
+    file would pass its keep by its margin; then it is compacted to the newest `keep`. A reader
+    sees the newest `keep` whenever it reads."""
+    path = traffic.path_of(isolated_dirs, "m")
+    keep, extra = 16, store.margin(16)
+    assert extra == 2
+    _record(isolated_dirs, _body("request 0"), keep=keep)
+    inode = path.stat().st_ino
+    for i in range(1, keep + extra):
+        size = path.stat().st_size
+        _record(isolated_dirs, _body(f"request {i}"), keep=keep)
+        assert path.stat().st_ino == inode and path.stat().st_size > size  # appended
+    assert len(path.read_text().splitlines()) == 1 + keep + extra
+    kept = traffic.load(isolated_dirs, "m")
+    assert kept is not None and [r.messages[0].content for r in kept.requests] == [
+        f"request {i}" for i in range(extra, keep + extra)]
+    _record(isolated_dirs, _body(f"request {keep + extra}"), keep=keep)  # past the margin
+    assert path.stat().st_ino != inode  # compacted: rewritten whole, atomically
+    assert len(path.read_text().splitlines()) == 1 + keep
+    kept = traffic.load(isolated_dirs, "m")
+    assert kept is not None and kept.requests[0].messages[0].content == f"request {extra + 1}"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_torn_last_line_is_left_out_and_compacted_away(isolated_dirs: Dirs) -> None:
+    """A crash while a line was added leaves it torn: readers leave it out, and the next
+    request compacts the file before adding its own line."""
+    for i in range(3):
+        _record(isolated_dirs, _body(f"request {i}"))
+    path = traffic.path_of(isolated_dirs, "m")
+    with open(path, "a") as fh:
+        fh.write('{"at": 1.0, "kind": "chat", "tokens_in": 1, "tok')
+    kept = traffic.load(isolated_dirs, "m")
+    assert kept is not None and len(kept.requests) == 3
+    _record(isolated_dirs, _body("request 3"))
+    assert path.read_text().endswith("}\n") and '"tok\n' not in path.read_text()
+    kept = traffic.load(isolated_dirs, "m")
+    assert kept is not None and [r.messages[0].content for r in kept.requests] == [
+        f"request {i}" for i in range(4)]
+
+
+def test_another_processs_changes_are_read_before_a_line_is_added(isolated_dirs: Dirs) -> None:
+    """A writer that finds the file changed since it last wrote (another gateway, a hand)
+    validates it before adding to it: a corrupt one is set aside then, not added to."""
+    _record(isolated_dirs, _body("request 0"))
+    path = traffic.path_of(isolated_dirs, "m")
+    with open(path, "a") as fh:
+        fh.write('{"at": 1.0, "kind": "chat", "what": "else"}\n')
+    done = _record(isolated_dirs, _body("request 1"))
+    assert done.kept and done.note and "m.jsonl.corrupt" in done.note
+    kept = traffic.load(isolated_dirs, "m")
+    assert kept is not None and [r.messages[0].content for r in kept.requests] == ["request 1"]
+
+
 def test_forget_leaves_nothing(isolated_dirs: Dirs) -> None:
     for model in ("alpha", "beta"):
         _record(isolated_dirs, model=model)
     base = traffic.folder(isolated_dirs)
-    (base / "alpha.json.corrupt").write_text("old")
-    (base / ".alpha.json.abc123").write_text("a temp file a crash left")
+    (base / "alpha.jsonl.corrupt").write_text("old")
+    (base / ".alpha.jsonl.abc123").write_text("a temp file a crash left")
     gone = traffic.forget(isolated_dirs, "alpha")
-    assert sorted(p.name for p in gone) == [".alpha.json.abc123", "alpha.json",
-                                             "alpha.json.corrupt"]
-    assert [p.name for p in base.iterdir()] == ["beta.json"]
+    assert sorted(p.name for p in gone) == [".alpha.jsonl.abc123", "alpha.jsonl",
+                                             "alpha.jsonl.corrupt"]
+    assert [p.name for p in base.iterdir()] == ["beta.jsonl"]
     assert traffic.load(isolated_dirs, "alpha") is None
     assert traffic.forget(isolated_dirs, "alpha") == []
-    assert [p.name for p in traffic.forget(isolated_dirs, None)] == ["beta.json"]
+    assert [p.name for p in traffic.forget(isolated_dirs, None)] == ["beta.jsonl"]
     assert not base.exists()
     assert traffic.forget(isolated_dirs, None) == []
 

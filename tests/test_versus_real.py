@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-import requests
 
 from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import ROOT, specctl
@@ -53,7 +53,7 @@ def test_the_gguf_is_the_same_model(tiny: Path, tmp_path: Path) -> None:
     up = specctl("up", "-p", str(profile), "--no-provision", timeout=120)
     try:
         assert up.returncode == 0, up.stderr
-        got = requests.post(f"http://127.0.0.1:{port}/completion", timeout=60, json={
+        got = httpx.post(f"http://127.0.0.1:{port}/completion", timeout=60, json={
             "prompt": ids, "n_predict": 16, "temperature": 0, "return_tokens": True}).json()
     finally:
         specctl("down", "--all")

@@ -14,8 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-import requests
 
 from specctl.adapters.vllm import Vllm
 from specctl.orchestrator.contract.launch import Endpoint
@@ -214,7 +214,7 @@ def test_real_vllm_cpu_serves_the_k_by_batch_schedule_tune_saves(
 
 def ask(url: str) -> None:
     for prompt in ("the cat sat on the mat and the cat sat on the", "hello hello hello"):
-        reply = requests.post(f"{url}/v1/chat/completions", timeout=120, json={
+        reply = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
             "model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 32,
             "temperature": 0})
         assert reply.status_code == 200, reply.text

@@ -28,7 +28,8 @@ from specctl.orchestrator.cli.base import address, cli, err_console, seconds
                    "error event (504) and the server is restarted.")
 @click.option("--idle-tune", default="2m", show_default=True, metavar="DURATION|off",
               help='Tune an untuned k = "auto" profile in the background after this long '
-                   "without requests (a request stops the tune); off: never.")
+                   "without requests (on its kept traffic once it holds 40 requests, else the "
+                   "suites; a request stops the tune); off: never.")
 @click.option("--api-key-env", default="SPECCTL_GATEWAY_API_KEY", show_default=True,
               metavar="VAR", help="Variable holding the API key(s), comma-separated; when it "
               "is set, every request needs `Authorization: Bearer KEY`.")

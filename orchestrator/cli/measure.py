@@ -298,7 +298,8 @@ def tune(profile_ref: str | None, objective: str, mix: str | None, levels: str |
             render.show_tuned(console, found)
         return
     streams = _ints(levels)
-    ask = command.Ask(profile_ref, _workload(suite, prompts_arg, mix, profile_ref or "", max_tokens), max_k,
+    work = _workload(suite, prompts_arg, mix, profile_ref or "", max_tokens)
+    ask = command.Ask(profile_ref, work, max_k,
                       max(streams) if streams else None, max_tokens, quality, precision,
                       seconds, sequential, objective)  # type: ignore[arg-type]
     with render.progress_bar(err_console, "tune") as step:

@@ -415,9 +415,10 @@ def show_tuned(console: Console, result: Tuned) -> None:
                   f"took {result.seconds:.0f} s)")
     _show_pick(console, result)
     if result.method != "none" and not result.serves:
-        console.print("served: without a draft (not surely faster: it needs an interval "
-                      "above 1.00x and a point 5% over)",
-                      highlight=False, markup=False)
+        slows = ", ".join(f"{c} {s.text()}" for c, s in result.slows.items())
+        console.print("served: without a draft (" + (
+            f"it surely slows {slows}" if slows else "not surely faster: it needs an interval "
+            "above 1.00x and a point 5% over") + ")", highlight=False, markup=False)
 
 
 def sweep_json(results: list[Measured], base_tps: float, seconds: float,

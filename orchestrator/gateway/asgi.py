@@ -35,6 +35,7 @@ from specctl.orchestrator.gateway.engines import Engine
 from specctl.orchestrator.gateway.errors import error
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.intake import MAX_BODY as MAX_BODY
+from specctl.orchestrator.gateway.keep import Keeper
 from specctl.orchestrator.gateway.owned import Ledger
 from specctl.orchestrator.gateway.pool import NotReady, Pool, StartFailed, Unknown
 from specctl.orchestrator.gateway.room import NoRoom
@@ -94,9 +95,10 @@ STOPPING = "the gateway is shutting down; try again shortly"
 
 class Gateway:
     def __init__(self, pool: Pool, tuner: IdleTuner | None, keys: Sequence[str],
-                 url: str = "", ledger: Ledger | None = None, bounds: Bounds | None = None
-                 ) -> None:
+                 url: str = "", ledger: Ledger | None = None, bounds: Bounds | None = None,
+                 keeper: Keeper | None = None) -> None:
         self.pool, self.tuner, self.keys = pool, tuner, tuple(keys)
+        self.keeper = keeper or Keeper(pool.plans.app.dirs, pool.say)  # the kept traffic
         self.url, self.ledger = url, ledger  # the state file: engines, routes for `status`
         self.bounds = bounds or Bounds()
         self.client: httpx.AsyncClient | None = None
@@ -131,6 +133,7 @@ class Gateway:
                     if self.tuner is not None:
                         await anyio.to_thread.run_sync(self.tuner.close)
                     await self.pool.close()
+                    await anyio.to_thread.run_sync(self.keeper.close)
                 if self.ledger is not None:
                     self.ledger.close()
 
@@ -245,7 +248,7 @@ class Gateway:
                 return await failed(scope, _never, send)
             kept = {k: v for k, v in reply.headers.items()
                     if k.lower() in ("content-type", "cache-control", "x-request-id")}
-            relay = self._relay(engine, reply, data.get("stream") is True, arrived, kind, sent)
+            relay = self._relay(engine, reply, data, arrived, kind, sent)
             await StreamingResponse(relay, reply.status_code, kept)(scope, _never, send)
         finally:
             with anyio.CancelScope(shield=True):
@@ -298,13 +301,14 @@ class Gateway:
             self._count(engine.model, engine.setting, 503)
             return None, error(503, STOPPING, "server_error", {"Retry-After": str(RETRY_AFTER)})
 
-    async def _relay(self, engine: Engine, reply: httpx.Response, stream: bool,
+    async def _relay(self, engine: Engine, reply: httpx.Response, data: dict[str, Any],
                      arrived: float, kind: str, sent: float) -> AsyncIterator[bytes]:
-        """The engine's reply, chunk by chunk as it comes, read for metrics on the way. A
-        stream whose engine fails, hangs past a bound, or whose gateway stops ends with an
-        error event and `data: [DONE]`."""
-        adapter = engine.resolved.backend
-        watch = Watch(stream, adapter.decode_timing, adapter.reply_stats, self.pool.clock)
+        """The engine's reply to the request `data`, chunk by chunk as it comes, read for
+        metrics (and the kept traffic) on the way. A stream whose engine fails, hangs past a
+        bound, or whose gateway stops ends with an error event and `data: [DONE]`."""
+        adapter, stream = engine.resolved.backend, data.get("stream") is True
+        watch = Watch(stream, adapter.decode_timing, adapter.reply_stats, self.pool.clock,
+                      prompt=adapter.prompt_tokens)
         chunks, bounds = reply.aiter_raw(), self.bounds.timeouts
         deadline, what = sent + bounds.first_byte, f"the first-byte bound of {bounds.first_byte:g}"
         try:
@@ -325,7 +329,7 @@ class Gateway:
                 yield event(message, status)
             return
         watch.finish()
-        self._observe(engine, watch, arrived, reply.status_code, kind)
+        self._observe(engine, watch, arrived, reply.status_code, kind, data)
 
     def _cut(self, engine: Engine, exc: Exception) -> tuple[int, str]:
         """A stream cut short: its status and the words of its error event."""
@@ -339,11 +343,13 @@ class Gateway:
                      "request starts it again")
 
     def _observe(self, engine: Engine, watch: Watch, arrived: float, status: int,
-                 kind: str) -> None:
+                 kind: str, data: dict[str, Any]) -> None:
         m, labels = self.pool.metrics, (engine.model, engine.setting)
         self._count(engine.model, engine.setting, status)
         if status != 200:
             return
+        self.keeper.keep(engine.model, self.pool.profiles[engine.model].gateway.keep_traffic,
+                         data, kind, watch.prompt_tokens, watch.generated)  # (a worker writes)
         m.tokens.labels(*labels).inc(watch.generated)
         tps = None
         if watch.first_at is not None:

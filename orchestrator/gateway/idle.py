@@ -4,7 +4,12 @@ while; a request stops that tune at once (serving comes first) and it is tried a
 next idle spell, a few times at most. The tune runs as a runtime/server.Server, like an engine
 (its own process group, leashed to the gateway, stopped whole), with no health URL. When the
 tune saves a setting that pays, the pool's watch on the tuned results swaps it in. A profile
-opts out with `[gateway] tune_when_idle = false`."""
+opts out with `[gateway] tune_when_idle = false`.
+
+What it tunes on: the model's own kept traffic (`[gateway] keep_traffic`, `specctl tune
+--prompts traffic`) once it holds enough (measure/replay.enough: 40 requests, so that every kind
+replayed has the two requests a settled tune needs), else the shipped suites; the log line says
+which. The kept file is read when a tune starts (an idle gateway: no request in flight)."""
 
 from __future__ import annotations
 
@@ -16,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.files import inside
 from specctl.orchestrator.gateway.pool import Pool
+from specctl.orchestrator.measure import replay, traffic
 from specctl.orchestrator.runtime.server import Server
 
 UNTUNED = "cost model"  # a plan's k_source when no saved tune set it
@@ -81,12 +88,30 @@ class IdleTuner:
     def _log(self, model: str) -> Path:
         return inside(self.logs, model, ".log", "model name", prefix="gateway-tune-")
 
+    def argv(self, model: str) -> tuple[list[str], str]:
+        """The tune to run for `model` and what it tunes on, in words: its kept traffic where
+        that is enough (replay.enough), else the shipped suites."""
+        argv = [sys.executable, "-m", "specctl", "tune", "--profile", self.refs[model]]
+        keep = self.pool.profiles[model].gateway.keep_traffic
+        if keep <= 0:
+            return argv, "on the shipped suites"
+        try:
+            kept = traffic.load(self.pool.plans.app.dirs, model)
+        except SpecctlError as exc:  # set aside (said): the suites
+            self.pool.say(f"traffic of {model}: {exc}")
+            kept = None
+        count = len(kept.requests) if kept is not None else 0
+        if replay.enough(kept):
+            return [*argv, "--prompts", "traffic"], f"on its kept traffic ({count} requests)"
+        return argv, (f"on the shipped suites (its kept traffic has {count} requests; "
+                      f"{replay.ENOUGH} with two of a kind are needed)")
+
     def _start(self, model: str) -> None:
         self.model = model
         self.tries[model] = self.tries.get(model, 0) + 1
-        argv = [sys.executable, "-m", "specctl", "tune", "--profile", self.refs[model]]
-        self.pool.say(f"idle: tuning {model} in the background (try {self.tries[model]} of "
-                      f"{TRIES}; a request stops it)")
+        argv, on = self.argv(model)
+        self.pool.say(f"idle: tuning {model} in the background {on} (try {self.tries[model]} "
+                      f"of {TRIES}; a request stops it)")
         self.proc = Server.spawn(argv, os.environ, str(self._log(model)), f"tune {model}",
                                  self.grace)
 

@@ -1,5 +1,6 @@
-"""What the gateway reads from a reply as it passes through, for metrics: the first token's
-time, the tokens, the engine's own decode timing and draft counters. A stream (server-sent
+"""What the gateway reads from a reply as it passes through, for metrics and the kept traffic:
+the first token's time, the tokens generated and the prompt's (`usage`, else what the engine
+reports beside it), the engine's own decode timing and draft counters. A stream (server-sent
 events) is read line by line; any other reply is kept (bounded) and read at its end. Nothing
 here changes a byte of what the client gets."""
 
@@ -18,6 +19,7 @@ LINE = 1 << 20  # a longer event line is passed through unread
 
 Timing = Callable[[Mapping[str, Any]], tuple[int, float] | None]
 Drafts = Callable[[Mapping[str, Any]], SpecStats | None]
+Count = Callable[[Mapping[str, Any]], int | None]
 
 
 @dataclass
@@ -28,6 +30,8 @@ class Watch:
     clock: Callable[[], float] = time.monotonic
     first_at: float | None = None
     tokens: int = 0  # usage's completion_tokens, else content chunks seen
+    prompt_tokens: int = 0  # usage's, else the engine's own count (`prompt`); 0: not said
+    prompt: Count | None = None  # the adapter's prompt_tokens (a stream without usage)
     chunks: int = 0
     engine_tps: float | None = None
     stats: SpecStats | None = None
@@ -82,6 +86,10 @@ class Watch:
         usage = reply.get("usage")
         if isinstance(usage, Mapping) and isinstance(usage.get("completion_tokens"), int):
             self.tokens = usage["completion_tokens"]
+        if isinstance(usage, Mapping) and _count(usage.get("prompt_tokens")):
+            self.prompt_tokens = usage["prompt_tokens"]
+        elif not self.prompt_tokens and self.prompt is not None:
+            self.prompt_tokens = self.prompt(reply) or 0
         timed = self.timing(reply)
         if timed is not None:
             self.engine_tps = timed[1]
@@ -92,6 +100,10 @@ class Watch:
     @property
     def generated(self) -> int:
         return self.tokens or self.chunks
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _has_content(event: Mapping[str, Any]) -> bool:

@@ -12,7 +12,12 @@ Decisions rest on intervals (95%, measure/intervals.py), never on one sample:
   so near-ties stay with the leader, the cost model's pick, and a tune repeats;
 - "off" is decided only when no measured configuration's top reaches the margin;
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
-- a pair above the physical bound is discarded as noise (and counted).
+- a pair above the physical bound is discarded as noise (and counted);
+- the pick never surely slows a category of the workload: a configuration whose interval on
+  one lies wholly below 1.00x (`slows`, tuned.slowed: a tie within 2% and one request within
+  the margin do not) gives way to the best of those that slow none and pay (`fair`), or to
+  "off" where none does; so a draft that wins the weighted figure on code and loses end to
+  end on questions over long documents is not picked for all traffic.
 The budget holds: a block runs only as far as it fits in what is left (by the expected time of
 each configuration's requests, from its own timings so far, else the baseline's). Every request
 is full length (max_tokens): a reply's speedup depends on its length (on cpu-demo at 16 tokens
@@ -37,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from specctl.orchestrator.measure import intervals
+from specctl.orchestrator.measure import intervals, tuned
 from specctl.orchestrator.measure.intervals import Interval
 from specctl.orchestrator.measure.lab import BUSY, Config, Lab, Timed, rounds
 
@@ -402,6 +407,30 @@ class Race:
             if rel.point > max(top, need):
                 best, top = e, rel.point
         return best
+
+    def slows(self, e: Entry) -> dict[str, Interval]:
+        """The categories of the workload e surely slows by the objective (tuned.slowed): its
+        interval there wholly below 1.00x on two requests or more; on one, that request's
+        figure under 1 by the margin. One request of a category is all a provisional tune may
+        have of it: a draft measured 0.78x on the one document question a 240 s tune had room
+        for was picked for all traffic (tests/test_objective.py), where its interval, no wider
+        than its point, was not counted."""
+        return {c: iv for c, iv in self.categories(e).items()
+                if tuned.slowed(iv.point, iv.high, iv.n, self.margin)}
+
+    def fair(self, entries: Sequence[Entry], lead: Entry) -> Entry | None:
+        """The pick where `lead` (final's) slows a category: the best, as final() judges
+        them, of the configurations that slow none and beat the baseline by the margin (by
+        their point); None where none does (speculation off)."""
+        ok = [e for e in entries if self.eligible(e, lead) and not self.slows(e)
+              and _point(e) > 1 + self.margin]
+        return self.final(ok, max(ok, key=_point)) if ok else None
+
+    def eligible(self, e: Entry, lead: Entry) -> bool:
+        """e could be picked in `lead`'s stead: measured (a block, drafts made, within the
+        physical bound) on every category `lead` was measured on."""
+        return e.interval is not None and e.drafted > 0 and e.blocks >= MIN_BLOCKS \
+            and e.interval.point <= e.bound and self.missing(e) <= self.missing(lead)
 
     def versus(self, e: Entry, lead: Entry) -> Interval | None:
         """e's speedup over the leader's on the prompts and blocks both measured."""

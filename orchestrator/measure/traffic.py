@@ -2,7 +2,7 @@
 (`[gateway] keep_traffic = N`; 0, the default, keeps nothing), to summarise (`specctl traffic`)
 and to replay (`--prompts traffic`, measure/replay.py).
 
-One file per model, `STATE/traffic/MODEL.json`, created 0600 in a 0700 folder and kept so.
+One file per model, `STATE/traffic/MODEL.jsonl`, created 0600 in a 0700 folder and kept so.
 What a request leaves there is an allow-list, copied field by field from its body:
 
 - its messages: role (system, user, assistant; developer is kept as system) and text content
@@ -15,23 +15,21 @@ What a request leaves there is an allow-list, copied field by field from its bod
 Nothing else: no key, no header, no client address, no user id, no other field of the body
 (the gateway passes the body alone; this module never sees the headers).
 
-Bounds: a request takes at most MAX_REQUEST bytes as kept (256 KiB, about 64k tokens of text);
-a larger one is not kept (its text cut would replay another prompt) but counted as `skipped`. A
-model's file holds at most the last N requests (N up to 10,000) and MAX_FILE bytes (8 MiB): the
-oldest go first.
+The file (measure/kept.py: its format, bounds and compaction) is JSON lines: a head, then a
+line per request, added at the end; past its bounds (MAX_FILE bytes, the profile's N by more
+than an eighth) it is compacted to its newest N, atomically. A reader sees the last N.
 
 `record` is safe from several threads and processes at once: a lock, and an advisory lock on
-the folder (`specctl traffic forget` takes it too), around a read, then an atomic rewrite (temp
-file, fsync, rename). It does file work: the gateway calls it off its event loop. A file read
-back is untrusted input: validated by the models it was written with; one that fails is set
-aside as `MODEL.json.corrupt` and said in one line.
+the folder (`specctl traffic forget` takes it too), around each addition or compaction. It does
+file work: the gateway calls it off its event loop (gateway/keep.py). A file read back is
+untrusted input: validated by the models it was written with; one that fails is set aside as
+`MODEL.jsonl.corrupt` and said in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import json
 import os
 import re
 import threading
@@ -39,94 +37,37 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import ProfileError, StateError
-from specctl.orchestrator.files import (
-    NAME_PATTERN,
-    inside,
-    private_dir,
-    read_back,
-    remove_own,
-    write_atomic,
-)
-from specctl.orchestrator.measure import formats
+from specctl.orchestrator.files import NAME_PATTERN, inside, private_dir, remove_own
+from specctl.orchestrator.measure import formats, kept
+from specctl.orchestrator.measure.kept import MAX_KEEP as MAX_KEEP
+from specctl.orchestrator.measure.kept import MAX_MESSAGES, SKIP
+from specctl.orchestrator.measure.kept import MAX_REQUEST as MAX_REQUEST
+from specctl.orchestrator.measure.kept import Entry as Entry
+from specctl.orchestrator.measure.kept import Kept as Kept
+from specctl.orchestrator.measure.kept import Params as Params
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover (Windows: the lock within this process only)
     fcntl = None  # type: ignore[assignment]
 
-MAX_REQUEST = 256 << 10
-MAX_FILE = 8 << 20
-MAX_KEEP = 10_000  # the profile's keep_traffic is at most this
-MAX_MESSAGES = 512
-MAX_TOKENS = 1 << 24
 FOLDER = "traffic"
-_LOCK = threading.Lock()
+SUFFIX = ".jsonl"
+_LOCK = threading.Lock()  # and kept's record of the files it wrote
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
-Count = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-class Message(_Model):
-    role: Literal["system", "user", "assistant"]
-    content: str = Field(max_length=MAX_REQUEST)
-
-
-class Params(_Model):
-    """The sampling parameters kept: each a valid value or absent."""
-
-    temperature: float | None = Field(None, ge=0, le=100)
-    top_p: float | None = Field(None, ge=0, le=1)
-    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    seed: int | None = Field(None, ge=-(1 << 63), lt=1 << 64)
-    stop: str | list[Annotated[str, Field(max_length=256)]] | None = Field(
-        None, max_length=256)
-    n: int | None = Field(None, ge=1, le=128)
-
-    @field_validator("temperature", "top_p", mode="before")
-    @classmethod
-    def _number(cls, value: Any) -> Any:
-        """JSON writes 1 for 1.0: a whole number is a number here (never a bool)."""
-        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-class Entry(_Model):
-    """One kept request."""
-
-    at: float = Field(ge=0)  # seconds since the epoch (UTC)
-    kind: str = Field(pattern=r"^[a-z0-9_-]{1,32}$")  # the router's
-    tokens_in: Count
-    tokens_out: Count
-    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
-    params: Params = Params()
-
-    @field_validator("at", mode="before")
-    @classmethod
-    def _number(cls, value: Any) -> Any:
-        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-class Kept(_Model):
-    """A model's file."""
-
-    version: Literal[1] = 1
-    model: str = Field(pattern=NAME_PATTERN)
-    skipped: int = Field(0, ge=0, le=1 << 40)  # requests over MAX_REQUEST, not kept
-    requests: list[Entry] = Field(default_factory=list, max_length=MAX_KEEP)
 
 
 @dataclass(frozen=True)
 class Recorded:
     kept: bool
     note: str | None = None  # one line to say: a file set aside, or why it was not kept
+    skipped: bool = False  # over MAX_REQUEST: counted, not kept
 
 
 def folder(dirs: Dirs) -> Path:
@@ -134,7 +75,7 @@ def folder(dirs: Dirs) -> Path:
 
 
 def path_of(dirs: Dirs, model: str) -> Path:
-    return inside(folder(dirs), model, ".json", "model")
+    return inside(folder(dirs), model, SUFFIX, "model")
 
 
 def entry(body: Mapping[str, Any], kind: str, tokens_in: int, tokens_out: int,
@@ -193,59 +134,20 @@ def record(dirs: Dirs, model: str, body: Mapping[str, Any], kind: str, tokens_in
     if found is None and not large:
         return Recorded(False, "no user message with text")
     text = found.model_dump_json() if found is not None else ""
+    skip = large or len(text.encode()) > MAX_REQUEST
     with locked(dirs):
-        kept, note = _for_update(path, model)
-        if large or len(text.encode()) > MAX_REQUEST:
-            _write(path, kept.model_copy(update={"skipped": kept.skipped + 1}), [
-                e.model_dump_json() for e in kept.requests])
-            said = f"a request over {MAX_REQUEST >> 10} KiB was not kept"
-            return Recorded(False, f"{note}; {said}" if note else said)
-        older = kept.requests[max(0, len(kept.requests) - (keep - 1)):] if keep > 1 else []
-        _write(path, kept, _fit([*(e.model_dump_json() for e in older), text],
-                                MAX_FILE - 256))
+        note = kept.add(path, model, min(keep, MAX_KEEP), SKIP if skip else text)
+    if skip:
+        said = f"a request over {MAX_REQUEST >> 10} KiB was not kept"
+        return Recorded(False, f"{note}; {said}" if note else said, skipped=True)
     return Recorded(True, note)
-
-
-def _fit(texts: list[str], room: int) -> list[str]:
-    """The newest of `texts` whose sum fits `room` bytes (the oldest go first)."""
-    total, start = sum(len(t.encode()) + 2 for t in texts), 0
-    while total > room and start < len(texts) - 1:
-        total -= len(texts[start].encode()) + 2
-        start += 1
-    return texts[start:]
-
-
-def _write(path: Path, kept: Kept, texts: list[str]) -> None:
-    """The file, whole, from each request's JSON (written once, not dumped again)."""
-    head = json.dumps({"version": 1, "model": kept.model, "skipped": kept.skipped})
-    write_atomic(path, head[:-1] + ', "requests": [\n' + ",\n".join(texts) + "\n]}\n")
-
-
-def _for_update(path: Path, model: str) -> tuple[Kept, str | None]:
-    try:
-        return load_path(path, model) or Kept(model=model), None
-    except StateError as exc:  # set aside: a new file begins
-        return Kept(model=model), str(exc)
-
-
-def load_path(path: Path, model: str) -> Kept | None:
-    """A model's kept requests (None when there are none); a file that fails validation is
-    set aside and said in one line (StateError)."""
-    def parse(text: str) -> Kept:
-        kept = Kept.model_validate_json(text, strict=True)
-        if kept.model != model:
-            raise ValueError(f"it holds the traffic of {kept.model!r}")
-        return kept
-
-    return read_back(path, parse, "kept traffic", "It starts again from the next request",
-                     limit=MAX_FILE + MAX_REQUEST)
 
 
 def load(dirs: Dirs, model: str) -> Kept | None:
     """A model's kept requests, None when there are none (StateError: set aside)."""
     path = path_of(dirs, model)
     with locked(dirs, create=False):
-        return load_path(path, model)
+        return kept.load_path(path, model)
 
 
 def models(dirs: Dirs) -> list[str]:
@@ -254,8 +156,8 @@ def models(dirs: Dirs) -> list[str]:
         names = sorted(p.name for p in folder(dirs).iterdir())
     except OSError:
         return []
-    return [n.removesuffix(".json") for n in names if n.endswith(".json")
-            and re.fullmatch(NAME_PATTERN, n.removesuffix(".json"))]
+    return [n.removesuffix(SUFFIX) for n in names if n.endswith(SUFFIX)
+            and re.fullmatch(NAME_PATTERN, n.removesuffix(SUFFIX))]
 
 
 def forget(dirs: Dirs, model: str | None) -> list[Path]:
@@ -269,8 +171,8 @@ def forget(dirs: Dirs, model: str | None) -> list[Path]:
         if not base.is_dir():
             return []
         for p in sorted(base.iterdir()):
-            if model is None or p.name in (f"{model}.json", f"{model}.json.corrupt") or \
-                    p.name.startswith(f".{model}.json."):
+            if model is None or p.name in (f"{model}{SUFFIX}", f"{model}{SUFFIX}.corrupt") or \
+                    p.name.startswith(f".{model}{SUFFIX}."):
                 remove_own(p, base)
                 gone.append(p)
         if model is None or not any(base.iterdir()):
@@ -286,9 +188,9 @@ def close(dirs: Dirs, model: str) -> list[str]:
 
 def unknown(dirs: Dirs, model: str) -> ProfileError:
     """The error for a model with nothing kept: which models have some, or the one meant."""
-    kept, near = models(dirs), close(dirs, model)
+    names, near = models(dirs), close(dirs, model)
     hint = (f"; did you mean {', '.join(near)}?" if near else
-            f" (kept: {', '.join(kept)})" if kept else
+            f" (kept: {', '.join(names)})" if names else
             " (the gateway keeps a model's requests where its profile sets [gateway] "
             "keep_traffic = N)")
     return ProfileError(f"no traffic kept for {model!r}{hint}")

@@ -18,18 +18,11 @@ from specctl.adapters.base import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure import engine, workload
-from specctl.orchestrator.measure.bench import load_suite
 from specctl.orchestrator.measure.tuned import Measured, chain_of
-from specctl.orchestrator.measure.workload import Request, Workload, from_suites
+from specctl.orchestrator.measure.workload import Request, Workload
 from specctl.orchestrator.planning.plan import Plan
 
 Say = Callable[[str], None]
-
-
-def tune_prompts(per_category: int = 2) -> Workload:
-    """The shipped suites' first prompts (the same ones `bench --prompts N` takes)."""
-    return from_suites({c: load_suite(c)[:per_category] for c in ("code", "chat", "summarize")},
-                       {})
 
 
 @dataclass(frozen=True)

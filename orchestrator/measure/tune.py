@@ -18,8 +18,10 @@ one paired race, within the budget, and always leave a decision.
    is its prefix), each measured draft length's step time in target steps (v(k) = step - k*c,
    linear between, its fixed part kept), each prompt's share of the workload's time. Its
    favourite k joins the race when it is not measured yet.
-4. A category counts as slowed only when its interval's top is under GUARD; then the best
-   measured that slows none and pays wins.
+4. The pick never surely slows a category: where the race's pick has an interval wholly
+   below 1.00x on one (race.slows), a p-min and a shorter k are measured too while the budget
+   lasts, and the best measured that slows none and pays wins (race.fair), else "off"; the
+   result lists each configuration refused so, with the category and its interval there.
 5. Always a decision: the best measured configuration, with its interval, "settled" (the
    precision reached, or "off" decided: no interval's top reaches the baseline plus the margin)
    or "provisional" (the budget ran out first). `up` serves a saved setting only when its
@@ -44,9 +46,17 @@ from specctl.orchestrator.measure.costs import Costs
 from specctl.orchestrator.measure.fit import Estimates, fit_alpha
 from specctl.orchestrator.measure.intervals import LOW_Q, Interval, quantile
 from specctl.orchestrator.measure.lab import Config, Lab, Timed
-from specctl.orchestrator.measure.race import MIN_BLOCKS, SHARE, Entry, Race
+from specctl.orchestrator.measure.race import SHARE, Entry, Race
 from specctl.orchestrator.measure.trials import Bench, Measurer, measured, speedup
-from specctl.orchestrator.measure.tuned import Measured, Result, Winner, bound_flag, chain_of
+from specctl.orchestrator.measure.tuned import (
+    Measured,
+    OnCategory,
+    Refused,
+    Result,
+    Winner,
+    bound_flag,
+    chain_of,
+)
 from specctl.orchestrator.measure.workload import Prompt
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Method, Plan, Step
@@ -54,8 +64,6 @@ from specctl.orchestrator.planning.plan import Method, Plan, Step
 MARGIN = engine.MARGIN
 P_MIN_TRY = 0.5
 SHORT_K = 2
-GUARD = 0.98  # a category is slowed when its interval's top is under this (two pairs at least:
-# one request's interval has no width)
 PRECISION = 0.05  # the headline's interval half-width to reach
 BUDGET = 240.0  # seconds of tune, by default
 FIXED_SHARE = 0.15  # the most of the budget the draft-alone timings may take
@@ -174,16 +182,16 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
                 f"race; {_left(lab, deadline)}")
         lead = race.run(entries, leader=lead)
     lead = race.final(entries, lead)
-    cats = race.categories(lead)
-    slowed = {c: iv for c, iv in cats.items() if iv.high < GUARD and iv.n >= 2}
+    slowed = race.slows(lead)
     kept: Entry | None = lead
-    if slowed and lead.interval is not None and lead.interval.point > 1 + margin:
-        kept = _guard(plan, lab, race, lead, slowed, entries, margin, cost)  # 4.
+    if slowed and _point(lead) > 1 + margin:  # (one that does not pay is not served anyway)
+        kept = _guard(plan, lab, race, lead, slowed, entries, cost)  # 4.
     race.unmeasured(entries)
     rows = [_row(race, e) for e in entries if e.interval is not None]
     skipped += [f"{e.label}: {e.dropped}" for e in entries if e.interval is None and e.dropped]
-    result = _result(plan, lab, race, lead, kept, slowed, entries, est, curve, rows, skipped,
-                     margin, precision, budget, seq, time.monotonic() - wall,
+    refused = _refused(race, [e for e in entries if e is not kept])
+    result = _result(plan, lab, race, lead, kept, refused, entries, est, curve,
+                     rows, skipped, margin, precision, budget, seq, time.monotonic() - wall,
                      lab.clock() - started)
     return result.model_copy(update=speeds.fitted(  # the route's cost model (speeds.py)
         race.samples, [base, *(e.config for e in entries)], lab.workload,
@@ -250,12 +258,12 @@ def _model(lab: Lab, race: Race, entries: Sequence[Entry], cost: float,
 
 
 def _guard(plan: Plan, lab: Lab, race: Race, lead: Entry, slowed: dict[str, Interval],
-           entries: list[Entry], margin: float, cost: float) -> Entry | None:
-    """The lead slows a category down (by its interval): a p-min at its k and a shorter k are
-    measured too while the budget lasts; the best measured that slows none and pays wins (None:
-    none does)."""
+           entries: list[Entry], cost: float) -> Entry | None:
+    """The lead surely slows a category (race.slows): a p-min at its k and a shorter k are
+    measured too while the budget lasts; the best measured that slows none and pays wins
+    (race.fair; None: none does)."""
     lab.say(f"{lead.label} slows " + ", ".join(f"{c} ({iv.text()})" for c, iv in slowed.items())
-            + ": trying what keeps every category")
+            + ": trying what slows no category")
     seen = {e.label for e in entries}
     k = lead.config[1].k
     extra = []
@@ -267,15 +275,24 @@ def _guard(plan: Plan, lab: Lab, race: Race, lead: Entry, slowed: dict[str, Inte
     if extra and lab.clock() < race.deadline:
         race.run(extra, leader=lead)
         entries += extra
-    fair = []
-    for e in entries:
-        if e.interval is None or e.drafted == 0 or e.blocks < MIN_BLOCKS \
-                or e.interval.point > e.bound or not race.missing(e) <= race.missing(lead):
+    return race.fair(entries, lead)
+
+
+def _refused(race: Race, entries: Sequence[Entry]) -> list[Refused]:
+    """Each configuration faster than the baseline on the whole but surely slower on some
+    category (race.slows): not picked, with the category and its interval there."""
+    out = []
+    for e in sorted(entries, key=_point, reverse=True):
+        if e.interval is None or e.drafted == 0 or e.interval.point <= 1.0:
             continue
-        if e.interval.point > 1 + margin and all(iv.high >= GUARD for iv in
-                                                  race.categories(e).values()):
-            fair.append(e)
-    return max(fair, key=lambda e: e.interval.point if e.interval else 0.0) if fair else None
+        for cat, iv in race.slows(e).items():
+            out.append(Refused(label=e.label, category=cat, speedup=_on(iv)))
+    return out[:256]
+
+
+def _on(iv: Interval) -> OnCategory:
+    return OnCategory(point=round(iv.point, 4), low=round(iv.low, 4), high=round(iv.high, 4),
+                      requests=max(iv.n, 1))
 
 
 def _row(race: Race, e: Entry, note: str = "") -> Measured:
@@ -361,7 +378,7 @@ def _winners(race: Race, entries: Sequence[Entry]) -> list[Winner]:
 
 
 def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
-            slowed: dict[str, Interval], entries: Sequence[Entry], est: Estimates | None,
+            refused: list[Refused], entries: Sequence[Entry], est: Estimates | None,
             curve: list[costmodel.Point], rows: list[Measured], skipped: list[str],
             margin: float, precision: float, budget: float, seq: bool, seconds: float,
             spent: float) -> Result:
@@ -376,9 +393,8 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
     method: Method
     if kept is None:
         method, k, p_min = "none", 0, None
-        summary = (f"{lead.label} measured {iv.text()} but slows "
-                   + ", ".join(f"{c} to {v.text()}" for c, v in slowed.items())
-                   + "; nothing that keeps every category pays: speculation off")
+        summary = (f"nothing that slows no category beats the baseline by {margin:.0%}: "
+                   "speculation off")
     elif race.stopped == "decided" or iv.point <= 1.0 or top.drafted == 0:
         method, k, p_min = "none", 0, None
         summary = (f"nothing beats the baseline (best {top.label} {iv.text()}"
@@ -394,6 +410,8 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
             summary += ("; not surely faster than the baseline (it needs an interval above "
                         f"1.00x and a point over {1 + margin:.2f}x): `up` serves without a "
                         "draft until a tune shows it is")
+    if refused:
+        summary += "; refused, as each surely slows a category: " + _slowing(entries, refused)
     if settled:
         summary += f"; settled: {race.stopped} reached (±{iv.half_width:.0%})"
     else:
@@ -419,7 +437,23 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), settled=settled,
                   stopped=race.stopped or "budget", noise=seen[:1000], sequential=seq,
                   objective=race.objective, figures=_figures(race, top) if on else {},
-                  replies=_replies(race, top) if on else [])
+                  replies=_replies(race, top) if on else [], refused=refused,
+                  spans={c: _on(v) for c, v in cats.items()} if on else {})
+
+
+def _slowing(entries: Sequence[Entry], refused: list[Refused], most: int = 4) -> str:
+    """The refused configurations in words (`most` of them): each with its figure on the whole
+    and the categories it slows, by how much."""
+    by: dict[str, list[Refused]] = {}
+    for r in refused:
+        by.setdefault(r.label, []).append(r)
+    words = []
+    for label, rs in list(by.items())[:most]:
+        whole = next((e.interval for e in entries if e.label == label), None)
+        words.append(f"{label}{f' {whole.text()}' if whole else ''} slows " + ", ".join(
+            f"{r.category} to {r.speedup.text()}" for r in rs))
+    more = len(by) - most
+    return "; ".join(words) + (f" (and {more} more: --json)" if more > 0 else "")
 
 
 def _replies(race: Race, e: Entry) -> list[tuple[str, str, int]]:

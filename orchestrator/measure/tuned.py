@@ -149,6 +149,46 @@ class Winner(_Model):
     baseline_tps: Ratio | None = None  # the baseline's decode tokens/s on the category
 
 
+NEAR = 0.02  # a point this close under 1.00x is a tie (see `slowed`)
+
+
+def slowed(point: float, high: float, requests: int, margin: float) -> bool:
+    """Whether a speedup on a category says the configuration surely slows it: its 95%
+    interval wholly below 1.00x (its top under 1) on two requests or more, its point NEAR or
+    more under 1 (a configuration measured on fewer requests than the baseline reads a little
+    slow where it runs as fast: a low quantile of fewer timings is slower; ngram-mod, drafting
+    nothing on a summary and as fast as the baseline, measured 0.99x [0.99-1.00]); on one
+    request, whose interval is that request's figure, that figure under 1 by the margin every
+    comparison uses (a near tie is noise)."""
+    if requests >= 2:
+        return high < 1.0 and point < 1 - NEAR
+    return point * (1 + margin) < 1.0
+
+
+class OnCategory(_Model):
+    """A speedup on one category: its point, its 95% interval and the requests it rests on."""
+
+    point: Ratio
+    low: Ratio
+    high: Ratio
+    requests: int = Field(ge=1, le=1 << 30)
+
+    def slowed(self, margin: float) -> bool:
+        return slowed(self.point, self.high, self.requests, margin)
+
+    def text(self) -> str:
+        return f"{self.point:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+
+
+class Refused(_Model):
+    """A configuration not picked because it surely slows a category (`slowed`), by the
+    objective."""
+
+    label: str = Field(max_length=200)
+    category: str = Field(max_length=64)
+    speedup: OnCategory  # on the category
+
+
 PerToken = Annotated[float, Field(gt=0, le=1e3)]  # seconds a token: finite, above 0
 
 
@@ -225,6 +265,10 @@ class Result(_Model):
     # baseline reply, baseline tokens): the sampling check reads them (lossless.gate); not saved
     replies: list[tuple[str, str, int]] = Field(default_factory=list, exclude=True,
                                                 max_length=256)
+    # the choice's speedup on each category with its 95% interval (saved before this existed:
+    # none), and the configurations refused because each surely slows a category
+    spans: dict[str, OnCategory] = Field(default_factory=dict, max_length=64)
+    refused: list[Refused] = Field(default_factory=list, max_length=256)
 
     @model_validator(mode="after")
     def _k_for_method(self) -> Result:
@@ -242,14 +286,26 @@ class Result(_Model):
         return "settled" if self.settled else "provisional"
 
     @property
+    def steps(self) -> tuple[Step, ...]:
+        """The chain as the plan's steps (what planning reads: planner.TunedResult)."""
+        return steps_of(self.chain)
+
+    @property
     def serves(self) -> bool:
         """Whether `up` serves it: speculation on, its interval's bottom above 1.00x and its
         point over the baseline by the margin every comparison uses (a near-tie is noise), by
-        the objective it was decided on."""
+        the objective it was decided on, and no category it surely slows (`slows`)."""
         from specctl.orchestrator.measure.engine import MARGIN  # (it pulls the HTTP client in)
 
         return self.method != "none" and self.speedup > 1 + MARGIN and (
-            self.low is None or self.low > 1.0)
+            self.low is None or self.low > 1.0) and not self.slows
+
+    @property
+    def slows(self) -> dict[str, OnCategory]:
+        """The categories the choice surely slows (`slowed`)."""
+        from specctl.orchestrator.measure.engine import MARGIN
+
+        return {c: s for c, s in self.spans.items() if s.slowed(MARGIN)}
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump()

@@ -5,7 +5,7 @@ the built-in catalog. Where a reference is found is resolve.py's job."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -238,10 +238,3 @@ def from_catalog(ref: ModelRef, default_quant: str) -> ModelInfo | None:
         kind=known.kind, spec_heads=known.spec_heads, expert_share=known.expert_share,
         context=known.context,
     )
-
-
-def with_quant(info: ModelInfo, quant: str) -> ModelInfo:
-    if info.params_b is None:
-        return info
-    size = int(info.params_b * 1e9 * catalog.BYTES_PER_WEIGHT.get(quant, 2.0))
-    return replace(info, quant=quant, size_bytes=size)

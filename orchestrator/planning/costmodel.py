@@ -86,15 +86,6 @@ def curve_over_prompts(accept_at: Sequence[Sequence[float]], alpha: float, c: fl
             for k in range(1, max_k + 1)]
 
 
-def stop_early_gain(e: float, k: int, c: float, verify: Verify = lambda _k: 1.0) -> float:
-    """The most that stopping drafts early (llama.cpp's p-min) can gain over drafting k tokens
-    each step, where E(k) = e tokens come per step. At best it drafts only the tokens the target
-    accepts: E(k) unchanged, e-1 draft steps instead of k. (It cannot take fewer verification
-    steps than drafting k each time, so with a linear v(k) no p-min does better.)"""
-    kept = max(e - 1.0, 0.0)
-    return (k * c + verify(k)) / (kept * c + verify(kept))
-
-
 def best(points: Sequence[Point]) -> Point:
     """The point of highest predicted speedup, even when that is a slowdown (see `gain`)."""
     return max(points, key=lambda p: p.speedup)

@@ -469,11 +469,6 @@ def best_on_disk(ranked: list[Candidate]) -> Candidate | None:
     return next((c for c in ranked if c.compatible and c.path is not None), None)
 
 
-def best_to_download(ranked: list[Candidate]) -> Candidate | None:
-    return next((c for c in ranked if c.compatible and c.path is None and c.method == "draft"),
-                None)
-
-
 def best(ranked: list[Candidate], prefer_on_disk: float = 0.05) -> Candidate | None:
     """The best compatible candidate; one on disk wins unless another is clearly better."""
     ok = [c for c in ranked if c.compatible]

@@ -1,9 +1,20 @@
-"""planner.resolve(): profile + hardware + installed backends + models -> an explained Plan."""
+"""From profile + machine + installed backends + models to one frozen, explained Plan, in stages,
+each a function of the facts the command gathered, given as data (nothing here calls back up):
+
+1. `choose`: the backend, the target resolved, the context, the method, the memory budget.
+   Its `draft_search` says what draft = "auto" needs; the command gathers the candidates
+   (planning/search.py, on the folders, caches and Hub it has).
+2. `build`: the Plan from that choice and those candidates, k from the cost model or the
+   profile. Its `tunable` says whether a saved tune applies; the command looks it up.
+3. `finish`: the saved tune applied (or a bad one said and not used), and the last reason.
+
+Each step returns its reasons; the plan's reasons are theirs, in that order."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol, TypeAlias
 
 from specctl.adapters.base import Adapter
 from specctl.orchestrator.config.profiles import Profile
@@ -22,7 +33,7 @@ from specctl.orchestrator.models.catalog import original_repo
 from specctl.orchestrator.models.info import GGUF_QUANTS, ModelInfo
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import backends as choosing
-from specctl.orchestrator.planning import drafts, memory
+from specctl.orchestrator.planning import drafts, memory, search
 from specctl.orchestrator.planning.plan import NGRAMS, WITH_DRAFT, Method, Plan, Step
 
 DEFAULT_K = {"ngram": 4, "eagle": 3, "eagle3": 4, "mtp": 1, "medusa": 4, "dflash": 8,
@@ -31,39 +42,101 @@ DEFAULT_K = {"ngram": 4, "eagle": 3, "eagle3": 4, "mtp": 1, "medusa": 4, "dflash
 
 
 @dataclass(frozen=True)
-class Tuned:
-    """What `specctl tune` found for this machine and these models."""
+class Facts:
+    """What a plan is resolved from, gathered before planning: the machine, the backends and what
+    probing found of them (None: planning for other machines, nothing probed), the backend
+    `bench --backends` measured fastest here (and why), and the resolver (a model reference's
+    metadata, read from its file, a cache or the Hub)."""
 
-    method: Method
-    k: int
-    p_min: float | None
-    speedup: float
-    summary: str
-    k_by_batch: tuple[tuple[int, int, int], ...] = ()
-    chain: tuple[Step, ...] = ()
-    served: bool = True  # surely faster (measure.tuned.Result.serves): else served without
-    state: str = "settled"  # or "provisional": the budget ran out before the precision
+    hardware: Hardware
+    backends: Mapping[str, Adapter]
+    probed: Mapping[str, Installed | None] | None
+    resolver: Resolver
+    measured: tuple[str, str] | None = None
 
 
-TunedLookup = Callable[[Plan, Installed], Tuned | None]
+class TunedResult(Protocol):
+    """What the planner reads of a saved `specctl tune` result (measure/tuned.Result is one)."""
+
+    @property
+    def method(self) -> Method: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def p_min(self) -> float | None: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def k_by_batch(self) -> Sequence[tuple[int, int, int]]: ...
+    @property
+    def steps(self) -> tuple[Step, ...]: ...  # the methods chained after `method`
+    @property
+    def serves(self) -> bool: ...  # surely faster: else served without a draft
+    @property
+    def state(self) -> str: ...  # "settled", or "provisional": the budget ran out first
+
+
+# what the lookup of a saved tune found: one, none, or a bad one set aside (said, not used)
+Saved: TypeAlias = "TunedResult | StateError | None"
 
 
 @dataclass(frozen=True)
-class Pick:
-    """What draft = "auto" chose: a draft model (its reference), or a draftless method."""
+class Chosen:
+    """Stage 1: the backend chosen and its options, the target resolved (one it can serve), the
+    context and the method to plan, the memory budget (computed once); the reasons so far."""
 
-    ref: str | None
+    profile: Profile
+    facts: Facts
+    choice: choosing.Choice
+    options: Options
+    target: ModelInfo
+    context: int
     method: Method
+    budget: Budget
+    reasons: tuple[str, ...]
+    notices: tuple[str, ...]
+
+    @property
+    def backend(self) -> Adapter:
+        return self.facts.backends[self.choice.name]
+
+    @property
+    def installed(self) -> Installed:
+        return self.choice.installed
+
+    @property
+    def draft_search(self) -> search.Search | None:
+        """What draft = "auto" needs gathered: the draft candidates for the target on this
+        backend (for a head method, heads of that method only) that fit the room left."""
+        if self.method not in WITH_DRAFT or _draft_of(self.profile, self.options) != "auto":
+            return None
+        methods = self.installed.methods if self.method == "draft" else (
+            self.installed.methods & {self.method})
+        return search.Search(self.target, self.backend, methods,
+                             _room(self.budget, self.backend, self.target))
+
+
+@dataclass(frozen=True)
+class Built:
+    """Stage 2: the plan before a saved tune, its reasons so far, and why its k."""
+
+    profile: Profile
+    plan: Plan
+    installed: Installed
+    reasons: tuple[str, ...]
     why: str
 
+    @property
+    def tunable(self) -> bool:
+        """Whether a saved `specctl tune` result applies: k = "auto", speculation on."""
+        return self.profile.k == "auto" and self.plan.method != "none"
 
-# (target, backend, its speculation methods, bytes left after the target or None) -> Pick
-DraftPicker = Callable[[ModelInfo, Adapter, frozenset[str], int | None], Pick]
 
-
-def no_auto_draft(target: ModelInfo, backend: Adapter, methods: frozenset[str],
-                  room: int | None) -> Pick:
-    raise ProfileError("draft = \"auto\" needs a draft picker; name a draft model instead")
+@dataclass(frozen=True)
+class _Drafted:
+    method: Method
+    draft: ModelInfo | None
+    reasons: tuple[str, ...] = ()
 
 
 def _draft_of(profile: Profile, options: Options) -> str:
@@ -125,32 +198,33 @@ def _auto_k(method: Method, target: ModelInfo, draft: ModelInfo | None,
                     f"{slower}; `specctl tune` measures both here")
 
 
-def _draft(profile: Profile, method: Method, target: ModelInfo, backend: Adapter,
-           installed: Installed, options: Options, resolver: Resolver, pick_draft: DraftPicker,
-           room: int, reasons: list[str]) -> tuple[Method, ModelInfo | None]:
+def _draft(chosen: Chosen, ranked: Sequence[drafts.Candidate] | None) -> _Drafted:
+    """The draft: the one the profile names, or draft = "auto"'s pick from `ranked` (a head
+    method's pick must be a head of that method), resolved and checked."""
+    c, method = chosen, chosen.method
     if method not in WITH_DRAFT:
-        return method, None
-    draft_ref: str | None = _draft_of(profile, options)
-    if draft_ref == "auto" and method == "draft":
-        pick = pick_draft(target, backend, installed.methods, room)
-        reasons.append(pick.why)
-        draft_ref, method = pick.ref, pick.method
-    elif draft_ref == "auto":  # a head of this method (eagle3, dflash, ...), found for the target
-        pick = pick_draft(target, backend, installed.methods & {method}, room)
-        if pick.method != method or pick.ref is None:
+        return _Drafted(method, None)
+    ref: str | None = _draft_of(c.profile, c.options)
+    said: list[str] = []
+    if c.draft_search is not None:
+        if ranked is None:
+            raise ProfileError("draft = \"auto\" needs the draft candidates gathered; name a "
+                               "draft model instead")
+        pick = search.pick(c.target, c.backend.name, list(ranked))
+        if method != "draft" and (pick.method != method or pick.ref is None):
             raise ProfileError(f"draft = \"auto\" with draft_method = \"{method}\": no {method} "
-                               f"head for {target.name} was found on disk or on the Hub; name "
+                               f"head for {c.target.name} was found on disk or on the Hub; name "
                                "one (draft = \"hf:ORG/REPO\") or set draft_method = \"draft\"")
-        reasons.append(pick.why)
-        draft_ref = pick.ref
-    if draft_ref is None:
-        return method, None
-    draft = resolver.resolve(draft_ref, backend.default_quant)
+        said.append(pick.why)
+        ref, method = pick.ref, pick.method
+    if ref is None:
+        return _Drafted(method, None, tuple(said))
+    draft = c.facts.resolver.resolve(ref, c.backend.default_quant)
     if draft.note:
-        reasons.append(draft.note + ".")
+        said.append(draft.note + ".")
     if method == "draft":
-        reasons.append(_check_draft(backend, options, target, draft))
-    return method, draft
+        said.append(_check_draft(c.backend, c.options, c.target, draft))
+    return _Drafted(method, draft, tuple(said))
 
 
 def is_gguf(info: ModelInfo) -> bool:
@@ -163,18 +237,18 @@ def is_gguf(info: ModelInfo) -> bool:
     return name.upper().endswith("GGUF") or (info.quant or "") in GGUF_QUANTS
 
 
-def _servable(target: ModelInfo, backend: Adapter, resolver: Resolver,
-              reasons: list[str]) -> ModelInfo:
+def _servable(target: ModelInfo, backend: Adapter,
+              resolver: Resolver) -> tuple[ModelInfo, list[str]]:
     """A GGUF target for a backend that cannot load GGUF: its original repo when the Hub's model
     card names it (base_model), else a refusal naming the repo to use."""
     if "gguf" in backend.formats or not is_gguf(target):
-        return target
+        return target, []
     base = target.remote.base_model if target.remote else None
     if base is not None:
         original = resolver.resolve(f"hf:{base}", backend.default_quant)
-        reasons.append(f"Target: {target.ref} is a GGUF, which {backend.name} cannot load; "
-                       f"planned on hf:{base}, the original its model card names (base_model).")
-        return original
+        return original, [f"Target: {target.ref} is a GGUF, which {backend.name} cannot load; "
+                          f"planned on hf:{base}, the original its model card names "
+                          "(base_model)."]
     named = original_repo(target.name) or original_repo(target.ref)
     instead = f"hf:{named}" if named else "the Hugging Face repo it was converted from"
     raise ProfileError(f"{target.ref} is a GGUF file, which {backend.name} cannot load; use "
@@ -182,35 +256,31 @@ def _servable(target: ModelInfo, backend: Adapter, resolver: Resolver,
                        "backend that serves GGUF")
 
 
-def _chain(profile: Profile, method: Method, installed: Installed,
-           reasons: list[str]) -> tuple[Step, ...]:
+def _chain(profile: Profile, method: Method,
+           installed: Installed) -> tuple[tuple[Step, ...], list[str]]:
     """The profile's `speculative.chain`, where this build takes several methods at once."""
     wanted = [m for m in profile.speculative.chain if m != method]
     if not wanted or method == "none":
-        return ()
+        return (), []
     if not installed.chains:
-        reasons.append(f"Chain {' + '.join(wanted)} left out: {installed.describe()} takes one "
-                       "speculation method at a time.")
-        return ()
+        return (), [f"Chain {' + '.join(wanted)} left out: {installed.describe()} takes one "
+                    "speculation method at a time."]
     missing = [m for m in wanted if m not in installed.methods]
-    if missing:
-        reasons.append(f"Chain {' + '.join(missing)} left out: {installed.describe()} has no "
-                       "such method.")
-    return tuple(Step(m, DEFAULT_K[m]) for m in dict.fromkeys(wanted) if m not in missing)
+    said = [f"Chain {' + '.join(missing)} left out: {installed.describe()} has no such "
+            "method."] if missing else []
+    return tuple(Step(m, DEFAULT_K[m]) for m in dict.fromkeys(wanted) if m not in missing), said
 
 
-def _budget(budget: Budget, hw: Hardware, backend: Adapter, options: Options,
-            installed: Installed, target: ModelInfo, draft: ModelInfo | None,
-            reasons: list[str]) -> tuple[Budget, Options]:
+def _budget(chosen: Chosen, budget: Budget, options: Options,
+            draft: ModelInfo | None) -> tuple[Budget, Options, list[str]]:
     """The memory budget (this machine's devices, `budget`, plus what the backend adds, e.g.
     remote workers), after the backend's own rules for the plan; the options as filled in."""
-    more = backend.resources(options, installed, hw, budget)
+    backend, hw = chosen.backend, chosen.facts.hardware
+    more = backend.resources(options, chosen.installed, hw, budget)
     if more.extra_bytes:
         budget = replace(budget, limit=budget.limit + more.extra_bytes, why=more.why)
-    reasons += more.notes
     options = more.options or options
-    reasons += backend.check(options, hw, target, draft)
-    return budget, options
+    return budget, options, [*more.notes, *backend.check(options, hw, chosen.target, draft)]
 
 
 def _room(budget: Budget, backend: Adapter, target: ModelInfo) -> int:
@@ -222,52 +292,55 @@ def _room(budget: Budget, backend: Adapter, target: ModelInfo) -> int:
     return left
 
 
-def _fit(profile: Profile, hw: Hardware, backend: Adapter, options: Options,
-         installed: Installed, target: ModelInfo, draft: ModelInfo | None, budget: Budget,
-         context: int, reasons: list[str]) -> tuple[MemoryPlan, Options]:
-    """The memory plan, on the devices the options name (`budget`, computed once for them);
+def _fit(chosen: Chosen, draft: ModelInfo | None) -> tuple[MemoryPlan, Options, list[str]]:
+    """The memory plan, on the devices the options name (the budget computed once for them);
     when it does not fit, on the wider layouts the backend infers (e.g. vLLM's tensor
     parallelism, each its own budget), before a refusal."""
-    tries = [(options, ""), *backend.wider(options, hw, target)]
+    profile, hw, backend, options = chosen.profile, chosen.facts.hardware, chosen.backend, \
+        chosen.options
+    tries = [(options, ""), *backend.wider(options, hw, chosen.target)]
     refusal: SpecctlError | None = None
     for opts, why in tries:
-        said: list[str] = [why] if why else []
-        devices = budget if opts is options else memory.budget_for(hw, profile.memory,
-                                                                  backend.devices(opts))
+        devices = chosen.budget if opts is options else memory.budget_for(
+            hw, profile.memory, backend.devices(opts))
         try:
-            devices, opts = _budget(devices, hw, backend, opts, installed, target, draft, said)
+            devices, opts, said = _budget(chosen, devices, opts, draft)
         except SpecctlError as exc:
             raise type(exc)(f"{profile.name}: {exc}") from None
         try:
-            mem, notes = memory.plan(target, draft, context, profile.memory,
+            mem, notes = memory.plan(chosen.target, draft, chosen.context, profile.memory,
                                      devices, backend.cache_types, backend.spills)
         except DoesNotFitError as exc:
             refusal = refusal or exc  # the first refusal: the profile's own layout
             continue
-        reasons += said + notes
-        return mem, opts
+        return mem, opts, [*([why] if why else []), *said, *notes]
     assert refusal is not None
     tried = "" if len(tries) == 1 else (
         f" (nor on {', '.join(str(backend.devices(o)) for o, _ in tries[1:])} GPUs)")
     raise DoesNotFitError(f"{profile.name} on {hw.name}: {refusal}{tried}") from None
 
 
-def _context(profile: Profile, target: ModelInfo, reasons: list[str],
-             notices: list[str]) -> int:
+def _context(profile: Profile, target: ModelInfo) -> tuple[int, list[str]]:
     """The context to plan: the profile's (or --ctx), refused beyond what the target was
-    trained for when it was asked for, and held to it, said, when it is the default."""
+    trained for when it was asked for, and held to it, said (a reason and a notice), when it
+    is the default."""
     asked, trained = profile.server.context, target.context
     if not trained or asked <= trained:
-        return asked
+        return asked, []
     if "context" in profile.server.model_fields_set:
         raise ProfileError(f"{profile.name}: context {asked} tokens is beyond what "
                            f"{target.name} was trained for ({trained}); set --ctx "
                            f"(server.context) to {trained} or less")
-    line = (f"Context {trained} tokens, not the default {asked}: {target.name} was trained for "
-            f"{trained}.")
-    reasons.append(line)
-    notices.append(line)
-    return trained
+    return trained, [f"Context {trained} tokens, not the default {asked}: {target.name} was "
+                     f"trained for {trained}."]
+
+
+def _available(method: Method, installed: Installed, backend: Adapter) -> tuple[Method, list[str]]:
+    """The method, or none where this build has no such speculation (said)."""
+    if method in installed.methods:
+        return method, []
+    return "none", [f"Speculation unavailable: {installed.describe()} has no '{method}' "
+                    f"speculation, so it serves without; {backend.no_spec_hint}."]
 
 
 def _changed(asked: int, profile: Profile, backend: Adapter, mem: MemoryPlan) -> list[str]:
@@ -297,10 +370,10 @@ def _check_host(profile: Profile, backend: Adapter) -> None:
                            "and put an authenticating proxy in front to share it")
 
 
-def _with_tuned(plan: Plan, found: Tuned) -> tuple[Plan, str]:
+def _with_tuned(plan: Plan, found: TunedResult) -> tuple[Plan, str]:
     """The plan with `tune`'s saved setting, or without a draft when the setting is not surely
     faster; and why."""
-    if found.method != "none" and not found.served:
+    if found.method != "none" and not found.serves:
         return plan.but(method="none", k=0, draft=None, chain=(), k_source="tuned"), (
             f"`specctl tune` ({found.state}) found {found.summary.split('; ', 1)[0]}, not "
             "surely faster than without a draft (its interval must be above 1.00x and its "
@@ -309,66 +382,68 @@ def _with_tuned(plan: Plan, found: Tuned) -> tuple[Plan, str]:
     p_min = found.p_min if found.p_min is not None else plan.p_min
     return plan.but(method=found.method, k=found.k, p_min=p_min,
                     draft=plan.draft if found.method == "draft" else None, k_source="tuned",
-                    k_by_batch=found.k_by_batch, chain=found.chain), \
+                    k_by_batch=tuple(found.k_by_batch), chain=found.steps), \
         f"`specctl tune` on this machine: {found.summary}"
 
 
-def resolve(profile: Profile, hw: Hardware, backends: Mapping[str, Adapter],
-            probed: Mapping[str, Installed | None] | None, resolver: Resolver,
-            tuned: TunedLookup = lambda _p, _i: None,
-            pick_draft: DraftPicker = no_auto_draft,
-            measured: tuple[str, str] | None = None) -> tuple[Plan, Installed]:
-    """The plan and the backend installation it is for. Raises a SpecctlError with what to do."""
-    srv = profile.server
-    choice = choosing.choose(list(profile.backend), hw, backends, probed, measured)
-    backend = backends[choice.name]
+def choose(profile: Profile, facts: Facts) -> Chosen:
+    """Stage 1: the backend, the target it serves, the context, the method, the budget."""
+    choice = choosing.choose(list(profile.backend), facts.hardware, facts.backends,
+                             facts.probed, facts.measured)
+    backend = facts.backends[choice.name]
     _check_host(profile, backend)
-    reasons, notices = list(choice.reasons), list[str]()
     options = profile.section(choice.name)
-    target = resolver.resolve(options.target or profile.target, backend.default_quant)
-    if target.note:
-        reasons.append(target.note + ".")
-    target = _servable(target, backend, resolver, reasons)
-    context = _context(profile, target, reasons, notices)
-    method = _method(profile, options)
-    if method not in choice.installed.methods:
-        reasons.append(f"Speculation unavailable: {choice.installed.describe()} has no "
-                       f"'{method}' speculation, so it serves without; {backend.no_spec_hint}.")
-        method = "none"
-    budget = memory.budget_for(hw, profile.memory, backend.devices(options))  # once
-    method, draft = _draft(profile, method, target, backend, choice.installed, options, resolver,
-                           pick_draft, _room(budget, backend, target), reasons)
-    mem, options = _fit(profile, hw, backend, options, choice.installed, target, draft, budget,
-                        context, reasons)
-    notices += _changed(context, profile, backend, mem)
+    target = facts.resolver.resolve(options.target or profile.target, backend.default_quant)
+    noted = [target.note + "."] if target.note else []
+    target, servable = _servable(target, backend, facts.resolver)
+    context, held = _context(profile, target)
+    method, unavailable = _available(_method(profile, options), choice.installed, backend)
+    budget = memory.budget_for(facts.hardware, profile.memory, backend.devices(options))  # once
+    return Chosen(profile, facts, choice, options, target, context, method, budget,
+                  (*choice.reasons, *noted, *servable, *held, *unavailable), tuple(held))
+
+
+def build(chosen: Chosen, ranked: Sequence[drafts.Candidate] | None = None) -> Built:
+    """Stage 2: the plan from the choice and, for draft = "auto", the ranked candidates of
+    `chosen.draft_search` (planning/search.py); k from the cost model or the profile."""
+    c, profile, srv, hw = chosen, chosen.profile, chosen.profile.server, chosen.facts.hardware
+    drafted = _draft(c, ranked)
+    method, draft = drafted.method, drafted.draft
+    mem, options, fitted = _fit(c, draft)
     if profile.k == "auto":
-        k, why = _auto_k(method, target, draft, mem.speed)
+        k, why = _auto_k(method, c.target, draft, mem.speed)
         k_source = "cost model"
     else:
         k, why, k_source = profile.k, f"k={profile.k} from the profile", "profile"
+    chain, chained = _chain(profile, method, c.installed)
     plan = Plan(
-        profile=profile.name, backend=choice.name, hardware=hw, target=target, draft=draft,
+        profile=profile.name, backend=c.choice.name, hardware=hw, target=c.target, draft=draft,
         method=method, k=0 if method == "none" else k, k_source=k_source, memory=mem,
         host=srv.host, port=srv.port, threads=srv.threads or (hw.cpu.cores
                                                               if hw.kind == "cpu" else None),
         parallel=srv.parallel, gpu_utilization=profile.memory.gpu_utilization,
         p_min=profile.speculative.p_min, ngram_min=profile.speculative.ngram_min,
         ngram_max=profile.speculative.ngram_max, api_key_env=srv.api_key_env, options=options,
-        chain=_chain(profile, method, choice.installed, reasons),
-        extra_args=tuple(profile.extra_args), notices=tuple(notices),
+        chain=chain, extra_args=tuple(profile.extra_args),
+        notices=(*c.notices, *_changed(c.context, profile, c.backend, mem)),
     )
-    try:
-        found = tuned(plan, choice.installed) if profile.k == "auto" and method != "none" \
-            else None
-    except StateError as exc:  # a saved result that failed validation: set aside, not used
-        found = None
-        reasons.append(f"Tuned result ignored: {exc}")
-    if found is not None:
+    return Built(profile, plan, c.installed, (*c.reasons, *drafted.reasons, *fitted, *chained),
+                 why)
+
+
+def finish(built: Built, saved: Saved = None) -> Plan:
+    """Stage 3: the plan with its saved tune applied when `built.tunable` (one set aside is said,
+    not used), and the last reason: the speculation and why."""
+    plan, why, said = built.plan, built.why, list[str]()
+    found = saved if built.tunable else None
+    if isinstance(found, StateError):
+        said.append(f"Tuned result ignored: {found}")
+    elif found is not None:
         plan, why = _with_tuned(plan, found)
-    if _draft_of(profile, options) == "none":
+    if _draft_of(built.profile, plan.options) == "none":
         why = "draft = \"none\""
-    elif method == "none":
+    elif built.plan.method == "none":
         why = "see above"
-    reasons.append(f"Speculation: {plan.describe_spec()}; {why}." if plan.speculative
-                   else f"Speculation off: {why}.")
-    return plan.but(reasons=tuple(reasons)), choice.installed
+    said.append(f"Speculation: {plan.describe_spec()}; {why}." if plan.speculative
+                else f"Speculation off: {why}.")
+    return plan.but(reasons=(*built.reasons, *said))

@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
+from specctl.orchestrator import http
 from specctl.orchestrator.contract.launch import Endpoint
 from specctl.orchestrator.errors import ServerError
 
@@ -65,9 +64,9 @@ def sample(endpoint: Endpoint, prompt: str, max_tokens: int, temperature: float,
         body["model"] = model
     url = _url(endpoint)
     try:
-        resp = httpx.post(url, json=body, headers=endpoint.headers(), timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise ServerError(f"request to {url} failed: {exc}") from None
+        resp = http.request("POST", url, json=body, headers=endpoint.headers(), timeout=timeout)
+    except http.Unreachable as exc:
+        raise ServerError(f"request failed: {exc}") from None
     if resp.status_code != 200:
         raise _refused(url, resp.status_code, resp.text)
     try:
@@ -172,13 +171,13 @@ def chat(endpoint: Endpoint, prompt: str | Sequence[Message], max_tokens: int,
     start = time.perf_counter()
     got = _Stream(timing, start)
     try:
-        with httpx.stream("POST", url, json=body, headers=endpoint.headers(),
-                          timeout=timeout) as resp:
+        with http.stream("POST", url, json=body, headers=endpoint.headers(),
+                         timeout=timeout) as resp:
             if resp.status_code != 200:
                 raise _refused(url, resp.status_code, resp.read().decode(errors="replace"))
             got.read(resp.iter_lines(), url)
-    except httpx.HTTPError as exc:
-        raise ServerError(f"request to {url} failed: {exc}") from None
+    except http.Unreachable as exc:
+        raise ServerError(f"request failed: {exc}") from None
     wall = time.perf_counter() - start
     ttft = (got.first or start + wall) - start
     tokens = int(got.usage.get("completion_tokens") or got.chunks)

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import psutil
-import requests
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from specctl.orchestrator import http
 from specctl.orchestrator.errors import ServerError
 
 TOLERANCE_S = 1.0  # create times are recorded to the clock tick
@@ -183,8 +183,8 @@ def health(url: str, timeout: float = 2.0) -> int | None:
         except OSError:
             return None
     try:
-        return requests.get(url, timeout=timeout).status_code
-    except requests.RequestException:
+        return http.get(url, timeout=timeout).status_code
+    except http.Unreachable:
         return None
 
 

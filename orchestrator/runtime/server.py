@@ -24,9 +24,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-import httpx
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
+from specctl.orchestrator import http
 from specctl.orchestrator.contract.launch import HttpCall, Launch
 from specctl.orchestrator.errors import ServerError
 from specctl.orchestrator.files import open_private
@@ -158,11 +158,10 @@ class Server:
         """The backend's post-start requests (Ollama: create the derived model, load it)."""
         for call in calls:
             try:
-                resp = httpx.request(call.method, call.url, json=dict(call.body),
-                                     timeout=timeout)
-            except httpx.HTTPError as exc:
-                raise ServerError(f"setup request {call.method} {call.url} failed: "
-                                  f"{exc or type(exc).__name__}") from None
+                resp = http.request(call.method, call.url, json=dict(call.body),
+                                    timeout=timeout)
+            except http.Unreachable as exc:
+                raise ServerError(f"setup request failed: {exc}") from None
             if resp.status_code >= 400:
                 raise ServerError(f"setup request {call.method} {call.url} answered "
                                   f"{resp.status_code}: {resp.text[:200]}")

@@ -208,14 +208,6 @@ def deactivation(spec: ServiceSpec, manager: str, path: Path, uid: int) -> list[
     return [["launchctl", "bootout", f"{domain}/{spec.label}"]]
 
 
-def status_command(spec: ServiceSpec, manager: str, uid: int) -> list[str]:
-    if manager == "systemd":
-        ctl = ["systemctl"] if spec.system else ["systemctl", "--user"]
-        return [*ctl, "status", "--no-pager", spec.unit_name]
-    domain = "system" if spec.system else f"gui/{uid}"
-    return ["launchctl", "print", f"{domain}/{spec.label}"]
-
-
 def service_argv(program: Sequence[str], profile_ref: str,
                  flags: Sequence[str] = ()) -> tuple[str, ...]:
     """`specctl up --profile REF --foreground`, with `up`'s flags over the profile."""
