@@ -572,6 +572,64 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
     assert not state_file.exists()
 
 
+def test_a_long_prompt_with_a_short_answer_goes_where_prefill_is_cheapest(
+        env: dict[str, str], tmp_path: Path, gateways: list[Gateway],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A saved tune (written here through the real model, figures made up and valid) where the
+    draft at k=4 wins every kind and n-gram prefills 30% cheaper: the route keeps the draft for
+    every kind and n-gram for long prompts. A question over a 1,100-token document answered in
+    16 tokens is served by the n-gram server, a short code request of 64 tokens by the draft's
+    (the real engines' own request counts, by setting); `/gateway/status` says the rule."""
+    from specctl.orchestrator.measure import bench as bench_mod
+
+    profile(env, "smol", SMOL + 'k = "auto"\n[server]\ncontext = 4096\n')
+    for key in ("SPECCTL_STATE_DIR", "SPECCTL_CONFIG_DIR"):
+        monkeypatch.setenv(key, env[key])
+    app = App.from_env()
+    written = app.resolve("smol", use_tuned=False)
+    cats = ("code", "multiturn", "docqa")
+
+    def timing(label: str, method: str, k: int, f: float, d: float) -> tuned.Timing:
+        return tuned.Timing(label=label, method=method, k=k, p_min=None, prefill=f,
+                            decode={c: d for c in cats})
+
+    tuned.save(app.dirs.tuned, tuned.Result(
+        profile="smol", method="draft", k=4, p_min=None, speedup=1.3, low=1.2, high=1.4,
+        summary="a test result", alpha=None, cost=None, verify={}, baseline_tps=8.0,
+        key=app.tuned_key(written.plan, written.installed), categories=dict.fromkeys(cats, 1.3),
+        winners=[tuned.Winner(category=c, label="draft k=4", method="draft", k=4, p_min=None,
+                              speedup=1.3, low=1.2, high=1.4, baseline_tps=8.0) for c in cats],
+        timings=[timing("baseline", "none", 0, 0.01, 0.125),
+                 timing("draft k=4", "draft", 4, 0.014, 0.08),
+                 timing("ngram k=8", "ngram", 8, 0.01, 0.11)],
+        shapes={"code": tuned.Shape(kind="code", answer=64, ran_out=True),
+                "multiturn": tuned.Shape(kind="chat", answer=48),
+                "docqa": tuned.Shape(kind="docqa", answer=32, chars_per_token=4.0)}))
+    gw = start(env, tmp_path, "smol")
+    gateways.append(gw)
+    doc = bench_mod.suite_texts("docqa")[6]  # held out: 4,469 characters
+    code = bench_mod.suite_texts("code")[6]
+    assert len(doc) > 4000
+    for text, tokens in ((doc, 16), (code, 64)):  # each starts its server
+        assert _ask(gw, text, tokens)
+
+    def ready() -> set[str]:
+        return {e["setting"] for e in gw.status()["engines"] if e["state"] == "ready"}
+
+    wait_for(lambda: ready() == {"draft k=4", "ngram k=8"}, 60, "the route's servers")
+    route = gw.status()["routes"]["smol"]["route"]
+    assert route.startswith("code, chat, docqa -> draft k=4; code prompts over ~"), route
+    assert route.endswith("answered in under ~64 -> ngram k=8"), route
+    for text, tokens, setting in ((doc, 16, "ngram k=8"), (code, 64, "draft k=4"),
+                                  (doc, 16, "ngram k=8")):
+        before = _served_by(gw)
+        assert _ask(gw, text, tokens)
+        after = _served_by(gw)
+        assert {s: after[s] - before.get(s, 0.0) for s in after if after[s] != before.get(s)} \
+            == {setting: 1.0}, (text[:40], before, after)
+    assert stop(gw) == 0
+
+
 def test_kept_traffic_holds_the_messages_never_a_key_or_header_and_forget_leaves_nothing(
         env: dict[str, str], tmp_path: Path, gateways: list[Gateway]) -> None:
     """`[gateway] keep_traffic`: requests sent with the gateway's key, a secret-looking custom

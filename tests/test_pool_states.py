@@ -24,6 +24,7 @@ from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans, Routing, Served
 from specctl.orchestrator.gateway.pool import Options, Pool, StartFailed
 from specctl.orchestrator.gateway.room import NoRoom
+from specctl.orchestrator.measure.classify import Facts
 from specctl.orchestrator.runtime.servers import Running
 from tests import plans as plan_values
 
@@ -138,7 +139,8 @@ def test_a_slot_starts_once_serves_and_retires_after_its_keep_alive() -> None:
     async def run() -> None:
         runner = FakeRunner()
         pool, clock, said = pool_of(["a"], runner)
-        first, second = await asyncio.gather(pool.acquire("a", "chat"), pool.acquire("a"))
+        first, second = await asyncio.gather(pool.acquire("a", Facts("chat", 40)),
+                                             pool.acquire("a"))
         assert first is second and state(first) is State.READY and len(runner.started) == 1
         assert first.inflight == 2
         pool.release(first)
@@ -276,8 +278,8 @@ def test_a_request_never_resolves(monkeypatch: pytest.MonkeyPatch) -> None:
     async def run() -> None:
         pool, _clock, _said = pool_of(["a"], FakeRunner())
         monkeypatch.setattr(App, "resolve", lambda *_a, **_k: pytest.fail("resolved"))
-        engine = await pool.acquire("a", "code")
+        engine = await pool.acquire("a", Facts("code", 40))
         pool.release(engine)
-        assert (await pool.acquire("a", "chat")) is engine
+        assert (await pool.acquire("a", Facts("chat", 40))) is engine
 
     asyncio.run(run())

@@ -16,7 +16,8 @@ import pytest
 from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.gateway.live import MIN_REQUESTS, Live
 from specctl.orchestrator.measure import bench, classify
-from specctl.orchestrator.measure.route import RoutedLab, route_for
+from specctl.orchestrator.measure.route import route_for
+from specctl.orchestrator.measure.routed import RoutedLab
 from specctl.orchestrator.measure.tune import tune
 from specctl.orchestrator.measure.tuned import Chained, Result, Winner
 from specctl.orchestrator.measure.workload import Prompt, Workload
@@ -24,7 +25,7 @@ from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 from tests.simengine import CATEGORIES, Law, SimLab
 
-SUITES = {name: bench.suite_texts(name) for name in classify.KINDS}
+SUITES = {name: bench.suite_texts(name) for name in bench.SUITES}
 
 
 def adapter() -> Any:
@@ -39,18 +40,23 @@ def plan() -> Plan:
 
 
 def test_the_rules_are_right_on_the_prompts_they_were_written_from_and_held_out() -> None:
-    """Written from prompts 1-6 of each suite; 7-12 held out. Chat and code never confused
-    (what a draft model does for code, it undoes for chat); summarize and edit may be taken for
-    each other (n-gram wins both)."""
+    """Written from prompts 1-6 of each of the ten suites; 7-12 held out (93% right when the
+    rules were written: summarize's own suite holds code rewrites and a translation, which
+    the rules take for what their answers do). A question (chat, code, math) is never taken
+    for a request over pasted material, nor the other way: that mistake would cost most (a
+    draft model's prefill of a document, or n-gram on a prompt with nothing to copy)."""
     design = classify.confusion({n: p[:classify.DESIGN] for n, p in SUITES.items()}, 0)
     held = classify.confusion(SUITES)
     assert classify.accuracy(design) >= 0.9, design
-    assert classify.accuracy(held) >= 0.8, held
-    assert all(sum(held[k].values()) == 6 for k in classify.KINDS)
+    assert classify.accuracy(held) >= 0.85, held
+    assert set(SUITES) >= {"chat", "code", "summarize", "edit", "docqa", "article",
+                           "multiturn", "math", "translate", "qa"}
+    assert all(sum(row.values()) == 6 for row in held.values())
+    questions = {"chat", "code", "math"}
     for true, row in held.items():
-        wrong = {k for k, n in row.items() if n and k != true}
-        copying = {"summarize", "edit"}
-        assert not wrong or (true in copying and wrong <= copying), (true, row)
+        said = {k for k, n in row.items() if n}
+        assert said <= questions if classify.SUITE_KINDS[true] in questions \
+            else not said & questions, (true, row)
 
 
 def test_a_request_is_classified_by_its_last_user_message() -> None:
@@ -262,3 +268,16 @@ def test_a_kind_slower_live_than_its_baseline_goes_to_no_draft() -> None:
     assert "below the baseline's 10.0 tok/s" in rows["chat"]["demoted"]
     live.reset("m", {"chat": 10.0})  # a new tune: the table starts again
     assert not live.demoted("m", "chat") and live.rows("m") == []
+
+
+def test_a_kinds_long_prompts_on_another_setting_leave_its_window_as_it_was() -> None:
+    """A route sends some of a kind's requests (its long prompts) to another setting: the live
+    window is kept per setting, so requests interleaved on the two do not start it again, and
+    a kind slow on its draft is still sent to no draft."""
+    live = Live()
+    live.reset("m", {"code": 10.0})
+    for n in range(MIN_REQUESTS * 2):
+        live.observe("m", "code", "draft k=8" if n % 2 else "ngram k=8", 64,
+                     7.0 if n % 2 else 12.0, 30, 10)
+    assert live.demoted("m", "code")
+    assert "under draft k=8" in live.rows("m")[0]["demoted"]

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 from specctl.orchestrator.commands import Say
 from specctl.orchestrator.errors import ProfileError, SpecctlError
 from specctl.orchestrator.measure import bench as bench_mod
-from specctl.orchestrator.measure import lab, lossless, quality, reports, route, verdicts
+from specctl.orchestrator.measure import (
+    lab,
+    lossless,
+    quality,
+    reports,
+    route,
+    routed,
+    verdicts,
+)
 from specctl.orchestrator.measure.intervals import Objective
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning.plan import Plan
@@ -95,14 +103,14 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
                                   app.dirs.logs, step, prefix="bench")
     if routing is not None:
         configs.append(bench_mod.Config(bench_mod.ROUTED, routing.members[0].plan, mixed=True))
-        room = route.RoutedLab(room, routing)
+        room = routed.RoutedLab(room, routing)
     try:
         measured = bench_mod.measure(
             configs, resolved.backend, resolved.installed, ask.work, ask.repeats,
             ask.max_tokens, app.dirs.logs, step, levels, sequential=ask.sequential,
             precision=ask.precision, budget=ask.budget, notes=notes, room=room, slots=slots,
             objective=ask.objective)
-        server_lab = room.inner if isinstance(room, route.RoutedLab) else room
+        server_lab = room.inner if isinstance(room, routed.RoutedLab) else room
         assert isinstance(server_lab, lab.ServerLab)
         checked = _sampled(server_lab, plan, rejecting, ask, how, slots, step) \
             if ask.quality else {}
@@ -115,7 +123,7 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
                               ask.work.weights(), notes, ask.objective)
     if routing is not None:
         report["routing"] = {"route": routing.describe(), "memory": routing.memory(),
-                             **route.confusion_report(ask.work, _suites())}
+                             **routed.confusion_report(ask.work, _suites())}
     if "quality" in checked:
         report["quality"] = {"against": ask.against, "temperature": how.temperature,
                              "top_p": how.top_p, "samples_per_prompt": how.samples,
@@ -146,9 +154,7 @@ def _routing(app: App, ask: Ask, step: Say) -> route.Route:
 
 
 def _suites() -> dict[str, list[str]]:
-    from specctl.orchestrator.measure import classify
-
-    return {name: bench_mod.suite_texts(name) for name in classify.KINDS}
+    return {name: bench_mod.suite_texts(name) for name in bench_mod.SUITES}
 
 
 def _sampled(room: lab.ServerLab, plan: Plan, rejecting: Plan | None, ask: Ask,

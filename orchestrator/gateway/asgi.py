@@ -234,9 +234,10 @@ class Gateway:
         arrived = self.pool.clock()
         if self.tuner is not None:
             await anyio.to_thread.run_sync(self.tuner.traffic)
-        kind = classify.of_request(data)
+        facts = classify.facts(data)  # its kind, prompt characters, max_tokens: its route
+        kind = facts.kind
         try:
-            engine = await self.bounds.within(lambda: self.pool.acquire(model, kind), None)
+            engine = await self.bounds.within(lambda: self.pool.acquire(model, facts), None)
         except (Unknown, NotReady, StartFailed, NoRoom, ShuttingDown) as exc:
             return await self._refused(model, exc)(scope, _never, send)
         reply: httpx.Response | None = None

@@ -1,8 +1,9 @@
 """Live truth for routed models: per kind of request, the speed and acceptance the served
 setting gets on real traffic, against the baseline's speed that `tune` measured on that kind.
 
-A kind whose live decode speed (the median of its last REQUESTS requests, once MIN_REQUESTS
-have finished) falls below its baseline's is routed to a server without a draft from then on,
+A kind whose live decode speed on a setting (the median of its last REQUESTS requests there,
+once MIN_REQUESTS have finished: a route may send a kind's long prompts to another setting) falls
+below its baseline's is routed to a server without a draft from then on,
 until a new tune changes the route (the table starts again). What `/gateway/status` shows, and
 `specctl status` from the gateway's state file (gateway/owned.py) while it runs.
 """
@@ -22,13 +23,19 @@ MIN_REQUESTS = 8
 
 @dataclass
 class Tally:
-    setting: str = ""
+    setting: str = ""  # the last request's
     requests: int = 0
     tokens: int = 0
     drafted: int = 0
     accepted: int = 0
-    recent: deque[float] = field(default_factory=lambda: deque(maxlen=REQUESTS))
+    windows: dict[str, deque[float]] = field(default_factory=dict)  # the last speeds, by
+    # setting: a route sends a kind's long prompts to another server (measure/route.choose)
     demoted: str = ""  # why it now goes to no draft
+
+    @property
+    def recent(self) -> deque[float]:
+        """The last request's setting's window."""
+        return self.windows.get(self.setting, deque())
 
     @property
     def live_tps(self) -> float | None:
@@ -55,14 +62,14 @@ class Live:
     def observe(self, model: str, kind: str, setting: str, tokens: int, tps: float | None,
                 drafted: int, accepted: int) -> None:
         t = self.tallies.setdefault((model, kind), Tally())
-        if t.setting != setting:  # counted per setting: a change starts the window again
-            t.setting, t.recent = setting, deque(maxlen=REQUESTS)
+        t.setting = setting  # counted per setting: each has its own window
+        window = t.windows.setdefault(setting, deque(maxlen=REQUESTS))
         t.requests += 1
         t.tokens += tokens
         t.drafted += drafted
         t.accepted += accepted
         if tps:
-            t.recent.append(tps)
+            window.append(tps)
         base = self.baseline.get((model, kind))
         live = t.live_tps
         if (not t.demoted and setting != "off" and base and live is not None

@@ -16,7 +16,8 @@ from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import ServerError, SpecctlError
 from specctl.orchestrator.gateway.engines import Slot
-from specctl.orchestrator.measure.route import Route
+from specctl.orchestrator.measure.classify import Facts
+from specctl.orchestrator.measure.route import Route, choose
 from specctl.orchestrator.sizes import in_gib
 
 
@@ -59,13 +60,15 @@ class Served:
     resolved: Resolved
     routing: Routing
 
-    def slot_for(self, kind: str | None, demoted: bool) -> Slot:
-        """The slot of a request of `kind`: the model's one server, or its kind's setting in
-        the route (no draft where live traffic showed the kind slower than its baseline)."""
+    def slot_for(self, facts: Facts | None, demoted: bool) -> Slot:
+        """The slot of a request (its kind, prompt characters and max_tokens): the model's one
+        server, or the route's member for it (measure/route.choose: its kind's, or where it is
+        predicted faster by length; no draft where live traffic showed its kind slower than
+        its baseline)."""
         model, route = self.resolved.plan.profile, self.routing.route
-        if route is None or kind is None or self.routing.written is None:
+        if route is None or facts is None or self.routing.written is None:
             return Slot(model)
-        return Slot(model, "off" if demoted else route.member_for(kind).setting)
+        return Slot(model, "off" if demoted else choose(route, facts).setting)
 
     def plan_for(self, slot: Slot) -> Resolved | None:
         """What the slot serves now; None when it is no longer served (a route's setting that

@@ -29,6 +29,7 @@ from specctl.orchestrator.gateway.live import Live
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans, Routing, Served, tuned_signature
 from specctl.orchestrator.gateway.room import NoRoom, Room
+from specctl.orchestrator.measure.classify import Facts
 
 Say = Callable[[str], None]
 
@@ -84,16 +85,18 @@ class Pool:
         self.say(f"{model}: {routing.why}")
 
     # -- requests ----------------------------------------------------------------------------
-    async def acquire(self, model: str, kind: str | None = None) -> Engine:
-        """The ready server for a request of `kind` to `model`, counted busy until `release`;
-        started if need be. A routed kind whose server is down or starting goes to another of
-        the model's route that is up."""
+    async def acquire(self, model: str, facts: Facts | None = None) -> Engine:
+        """The ready server for a request to `model` (`facts`: its kind, prompt characters
+        and max_tokens, for the route), counted busy until `release`; started if need be. A
+        routed request whose server is down or starting goes to another of the model's route
+        that is up."""
         if model not in self.plans.served:
             names = ", ".join(sorted(self.plans.served)) or "none"
             raise Unknown(f"model {model!r} is not served here; /v1/models lists {names}")
         arrived = self.last_request = self.clock()
         served = self.plans.served[model]
-        slot = served.slot_for(kind, kind is not None and self.live.demoted(model, kind))
+        slot = served.slot_for(facts, facts is not None
+                               and self.live.demoted(model, facts.kind))
         engine = await self._current(slot, served)
         if slot.routed and not engine.usable:
             engine = next((e for s, e in self.current.items()

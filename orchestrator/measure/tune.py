@@ -25,7 +25,9 @@ one paired race, within the budget, and always leave a decision.
 5. Always a decision: the best measured configuration, with its interval, "settled" (the
    precision reached, or "off" decided: no interval's top reaches the baseline plus the margin)
    or "provisional" (the budget ran out first). `up` serves a saved setting only when its
-   interval's bottom is above 1.00x. Each category's winner is kept with the result.
+   interval's bottom is above 1.00x. Each category's winner is kept with the result, and
+   what each measured setting cost a request (its prefill per prompt token, its decode per
+   answer token by category, each category's answers: measure/speeds.py) for the route.
 
 Every figure is held to the physical bound (k+1)/(k*c+1) of a draft model for the c measured
 here (n-gram methods and chains: k+1 of the longest draft): pairs above it are discarded as noise
@@ -39,7 +41,7 @@ import time
 from collections.abc import Sequence
 
 from specctl.orchestrator.errors import ProfileError
-from specctl.orchestrator.measure import engine, intervals
+from specctl.orchestrator.measure import engine, intervals, speeds
 from specctl.orchestrator.measure.costs import Costs
 from specctl.orchestrator.measure.fit import Estimates, fit_alpha
 from specctl.orchestrator.measure.intervals import LOW_Q, Interval, quantile
@@ -188,9 +190,12 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     rows = [_row(race, e) for e in entries if e.interval is not None]
     skipped += [f"{e.label}: {e.dropped}" for e in entries if e.interval is None and e.dropped]
     refused = _refused(race, [e for e in entries if e is not kept])
-    return _result(plan, lab, race, lead, kept, refused, entries, est, curve,
-                   rows, skipped, margin, precision, budget, seq, time.monotonic() - wall,
-                   lab.clock() - started)
+    result = _result(plan, lab, race, lead, kept, refused, entries, est, curve,
+                     rows, skipped, margin, precision, budget, seq, time.monotonic() - wall,
+                     lab.clock() - started)
+    return result.model_copy(update=speeds.fitted(  # the route's cost model (speeds.py)
+        race.samples, [base, *(e.config for e in entries)], lab.workload,
+        race.tokens or max_tokens))
 
 
 def _shortest(lab: Lab) -> list[int]:

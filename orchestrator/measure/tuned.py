@@ -189,6 +189,35 @@ class Refused(_Model):
     speedup: OnCategory  # on the category
 
 
+PerToken = Annotated[float, Field(gt=0, le=1e3)]  # seconds a token: finite, above 0
+
+
+class Timing(_Model):
+    """What a measured setting (the baseline too) cost a request in the race
+    (measure/speeds.py): its prefill seconds per prompt token (None: no prompt long enough),
+    and its decode seconds per answer token on each category it answered."""
+
+    label: str = Field(max_length=200)
+    method: Method
+    k: int = Field(ge=0, le=MAX_K)
+    p_min: PMin | None
+    chain: list[Chained] = Field(default_factory=list, max_length=4)
+    prefill: PerToken | None = None
+    decode: dict[str, PerToken] = Field(default_factory=dict, max_length=64)
+
+
+class Shape(_Model):
+    """A category's requests as the race saw them: the router's kind it counts as, its answers'
+    median length (tokens a turn) and whether they ran to the length asked (the median is then
+    a floor), the characters of prompt text a prompt token carried (None: no prompt long
+    enough)."""
+
+    kind: str | None = Field(None, pattern=r"^[a-z]{1,32}$")
+    answer: int = Field(ge=1, le=1 << 20)
+    ran_out: bool = False
+    chars_per_token: Annotated[float, Field(ge=0.5, le=64)] | None = None
+
+
 class Result(_Model):
     profile: str = Field(max_length=64)
     method: Method  # "none" = speculation off
@@ -227,6 +256,10 @@ class Result(_Model):
     # what speedup, low, high, categories and winners are of (a result saved before the
     # objective existed was decided on decode speed)
     objective: Objective = "decode"
+    # what each measured setting cost a request, and each category's shape (a result saved
+    # before them routes by kind alone)
+    timings: list[Timing] = Field(default_factory=list, max_length=64)
+    shapes: dict[str, Shape] = Field(default_factory=dict, max_length=64)
     figures: dict[FigureName, Span] = Field(default_factory=dict)  # the pick's, each figure
     # the choice's greedy replies in the race beside the baseline's on the same prompts (reply,
     # baseline reply, baseline tokens): the sampling check reads them (lossless.gate); not saved
