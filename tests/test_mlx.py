@@ -440,10 +440,11 @@ def test_real_up_serves_the_openai_client_and_status_shows_it(
 def test_real_kill_9_of_the_server_is_restarted_and_serves_again(
         served_env: dict[str, str]) -> None:
     before = run_state(served_env, "tinymlx")
-    pid = before["server_pid"]
-    assert isinstance(pid, int) and psutil.Process(pid).cmdline()[1:4] == ["-m", "mlx_lm",
-                                                                            "server"]
-    os.kill(pid, signal.SIGKILL)
+    pid = before["server_pid"]  # the server's leash (runtime/leash.py); the engine is its child
+    assert isinstance(pid, int)
+    engine = psutil.Process(pid).children()[0]
+    assert engine.cmdline()[1:4] == ["-m", "mlx_lm", "server"]
+    os.kill(engine.pid, signal.SIGKILL)  # the engine dies, as a crash would end it
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         now = run_state(served_env, "tinymlx")

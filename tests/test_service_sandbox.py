@@ -30,7 +30,10 @@ from tests.hub_repos import add_file, build
 BWRAP = shutil.which("bwrap")
 pytestmark = pytest.mark.skipif(BWRAP is None, reason="bubblewrap is not installed "
                                 "(apt-get install bubblewrap; .ci/run does)")
-PROFILE = "cuda-h100-llama70b"  # a vLLM profile: its compile caches are declared too
+PROFILE = "either"  # vLLM where it runs, llama.cpp here: vLLM's compile caches are declared too
+EITHER = ('target = "hf:bartowski/Qwen2.5-7B-Instruct-GGUF:Q4_K_M"\n'
+          'draft = "hf:bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q8_0"\nk = 4\n'
+          'backend = ["vllm", "llamacpp"]\n')
 SEED = ('target = "hf:bartowski/Qwen2.5-72B-Instruct-GGUF:Q4_K_M"\n'
         'draft = "hf:bartowski/Qwen2.5-7B-Instruct-GGUF:Q4_K_M"\nk = 4\n')
 REPO = "bartowski/Qwen2.5-7B-Instruct-GGUF"
@@ -86,6 +89,11 @@ def service_env(home: Path, hub: FakeHub) -> dict[str, str]:
 
 
 def installed(env: dict[str, str]) -> str:
+    """The unit of a profile that may run on vLLM (planned here, where it runs on llama.cpp:
+    `service install` refuses what would not run on this machine)."""
+    profile = Path(env["SPECCTL_CONFIG_DIR"]) / "profiles" / f"{PROFILE}.toml"
+    profile.parent.mkdir(parents=True, exist_ok=True)
+    profile.write_text(EITHER)
     done = specctl("service", "install", "--profile", PROFILE, "--manager", "systemd", env=env)
     assert done.returncode == 0, done.stderr
     return (Path(env["HOME"]) / f".config/systemd/user/specctl-{PROFILE}.service").read_text()
