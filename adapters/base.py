@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
+from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, Progress
 from specctl.orchestrator.contract.options import Options, OptionsT
 from specctl.orchestrator.contract.settings import EnvVar, settings_vars
 from specctl.orchestrator.contract.stats import SpecStats
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from specctl.orchestrator.models.info import ModelInfo
     from specctl.orchestrator.planning.plan import Plan
 
-Progress = Any  # Callable[[str], None]: a line of progress for long work
 _NUMBER = re.compile(r"-\d[\d.e+-]*")  # a negative number is a value, not a flag
 
 
@@ -107,7 +106,7 @@ class Adapter:
     def assumed(self) -> Installed:
         raise NotImplementedError
 
-    def install(self, dirs: Dirs, rebuild: bool, say: Progress) -> Installed:
+    def install(self, dirs: Dirs, rebuild: bool, progress: Progress) -> Installed:
         raise BackendError(f"specctl cannot install {self.name}; {self.install_hint}")
 
     def install_check(self, hw: Hardware) -> tuple[str, str | None]:

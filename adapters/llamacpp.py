@@ -27,7 +27,7 @@ from specctl.adapters.llamacpp_dialect import (
     NAME,
     installed_from,
 )
-from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
+from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, Progress, url_host
 from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stats import SpecStats
@@ -176,9 +176,9 @@ class LlamaCpp(Adapter):
                               (folder / "llama-server-0c1e570.version").read_text(),
                               None, assumed=True)
 
-    def install(self, dirs: Dirs, rebuild: bool, say: Any) -> Installed:
-        """Build llama.cpp into the cache (or reuse the cached build); `say(msg, done, total)`."""
-        bindir = llamacpp_build.install(dirs.backends, _toolchain(), say, rebuild=rebuild)
+    def install(self, dirs: Dirs, rebuild: bool, progress: Progress) -> Installed:
+        """Build llama.cpp into the cache (or reuse the cached build)."""
+        bindir = llamacpp_build.install(dirs.backends, _toolchain(), progress, rebuild=rebuild)
         self.built = bindir / "llama-server"
         found = self.probe()
         if found is None:

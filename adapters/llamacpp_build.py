@@ -20,10 +20,10 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specctl.orchestrator.contract.launch import Progress
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.files import UnreadableError, read_text
 
@@ -33,7 +33,6 @@ TARGETS = ("llama-server", "llama-quantize")
 RPC_TARGETS = ("ggml-rpc-server", "rpc-server")  # the name changed in 2026
 _STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
-Progress = Callable[[str, int, int], None]  # message, done, total (total 0 = unknown)
 # ggml's AMX matmul segfaults on Sapphire-Rapids-class CPUs (ggml-org/llama.cpp#20824, open; seen
 # here on every model at the first decode), and -march=native turns it on wherever AMX exists.
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"

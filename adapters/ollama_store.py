@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -22,6 +22,7 @@ from specctl.orchestrator import http
 from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import ModelError, first_problem
 from specctl.orchestrator.files import UnreadableError, read_text
+from specctl.orchestrator.humanize import Say
 
 MODEL_LAYER = "application/vnd.ollama.image.model"
 REGISTRY = "registry.ollama.ai"
@@ -133,7 +134,7 @@ class OllamaStore(ModelStore):
     def how_to_get(self, name: str) -> str:
         return f"pull it with `ollama pull {shlex.quote(name)}`"
 
-    def pull(self, name: str, say: Callable[[str], None]) -> Path:
+    def pull(self, name: str, say: Say) -> Path:
         """`ollama pull` through the daemon's API, its progress shown; then the GGUF blob."""
         name = self.normalize(name)
         if self.daemon is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +24,7 @@ from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.contract.launch import Installed, Launch
 from specctl.orchestrator.errors import BadInputError, ProfileError, SpecctlError, StateError
 from specctl.orchestrator.files import check_name, inside
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models.hub import Hub
@@ -64,13 +65,13 @@ class App:
     dirs: Dirs
     settings: Settings
     # where a slow step of a lookup says what it does (reading a model once for its SHA-256)
-    say: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    say: Say | None = field(default=None, compare=False, repr=False)
     # what probing found, per backend, for this command's life (doctor plans every profile)
     _probed: dict[str, Installed | None] = field(default_factory=dict, compare=False, repr=False)
     _cache: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_env(cls, say: Callable[[str], None] | None = None) -> App:
+    def from_env(cls, say: Say | None = None) -> App:
         return cls(Dirs.from_env(), Settings.from_env(), say)
 
     def resolver(self) -> Resolver:

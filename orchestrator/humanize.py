@@ -5,6 +5,12 @@ one unit is on screen everywhere."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+Say = Callable[[str], None]
+"""A line of progress for the user: commands, the gateway and the measurements take one; the
+CLI prints it on stderr, a service's journal gets it, a test collects it."""
+
 _UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 

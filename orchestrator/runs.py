@@ -23,11 +23,10 @@ from specctl.orchestrator.contract.launch import Endpoint, api_key
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ModelError, ServerError, SpecctlError, StateError
 from specctl.orchestrator.files import inside, open_private, private_dir
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.planning.plan import plan_json
 from specctl.orchestrator.runtime import handoff, procs, state
 from specctl.orchestrator.runtime.supervise import Policy, Supervisor
-
-Say = Callable[[str], None]
 
 
 def _clean_leftover(runs: Path, profile: str, say: Say) -> None:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specctl.orchestrator.commands import Say
 from specctl.orchestrator.errors import ProfileError, SpecctlError
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import bench as bench_mod
 from specctl.orchestrator.measure import (
     lab,

@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specctl.orchestrator.commands import Say
 from specctl.orchestrator.errors import SpecctlError
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import lab, lossless, trials
 from specctl.orchestrator.measure import tune as tune_mod
 from specctl.orchestrator.measure import tuned as tuned_mod

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from specctl.orchestrator import runs
 from specctl.orchestrator.app import App, Resolved
-from specctl.orchestrator.commands import Say
 from specctl.orchestrator.config.adhoc import Flags
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.runtime import handoff, preflight, provision
 from specctl.orchestrator.runtime.state import RunState
 

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
+
+Progress = Callable[[str, int, int], None]
+"""A step of long work (an engine's install): its message, the steps done and their total (0:
+not known), for a progress bar."""
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
 from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.humanize import Say
 
 
 class ModelStore:
@@ -29,6 +30,6 @@ class ModelStore:
     def how_to_get(self, name: str) -> str:
         raise NotImplementedError
 
-    def pull(self, name: str, say: Callable[[str], None]) -> Path:
+    def pull(self, name: str, say: Say) -> Path:
         """Fetch the model through its tool (when it can), then its file."""
         raise ModelError(f"{self.scheme}:{name}: specctl cannot fetch it; {self.how_to_get(name)}")

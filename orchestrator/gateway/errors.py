@@ -11,7 +11,7 @@ any other 5xx is the engine failing, a 502.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from specctl.adapters.base import Adapter
 from specctl.orchestrator import sanitise
 from specctl.orchestrator.gateway import paths
+from specctl.orchestrator.humanize import Say
 
 ECHO = 100  # characters of a client's value quoted back in a message
 ENGINE_TEXT = 1000  # characters of an engine's message kept
@@ -96,7 +97,7 @@ class Catch:
     """ASGI middleware: an exception nothing else caught is one log line and a 500 JSON (or,
     once the reply has begun, the connection closed); the gateway serves on."""
 
-    def __init__(self, app: ASGIApp, say: Callable[[str], None]) -> None:
+    def __init__(self, app: ASGIApp, say: Say) -> None:
         self.app, self.say = app, say
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import traffic
 from specctl.orchestrator.measure.kept import MAX_TOKENS
 
 DEPTH = 64  # requests waiting to be written; a write takes about 0.1 ms
 CLOSE_WAIT = 5.0  # seconds the gateway's stop waits for the queue to be written
 
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from specctl.orchestrator.errors import StateError
 from specctl.orchestrator.files import inside, read_back, write_atomic
 from specctl.orchestrator.gateway.engines import Engine
 from specctl.orchestrator.gateway.live import Routed
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.runtime import procs, servers
 from specctl.orchestrator.runtime.server import Server
 
-Say = Callable[[str], None]
 PREFIX = "gateway-"
 
 

@@ -29,9 +29,8 @@ from specctl.orchestrator.gateway.live import Live
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans, Routing, Served, tuned_signature
 from specctl.orchestrator.gateway.room import NoRoom, Room
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.classify import Facts
-
-Say = Callable[[str], None]
 
 
 class Unknown(SpecctlError):

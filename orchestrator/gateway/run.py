@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
@@ -27,9 +27,9 @@ from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans, servable
 from specctl.orchestrator.gateway.pool import Options, Pool
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.runtime import procs
 
-Say = Callable[[str], None]
 PORT = 8070  # llama-server and the profiles use 8080, Ollama 11434, LM Studio 1234
 KEY_VAR = "SPECCTL_GATEWAY_API_KEY"
 

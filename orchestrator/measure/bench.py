@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,6 +28,7 @@ from specctl.orchestrator.config.profiles import MAX_K
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ProfileError
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import engine, figures, intervals, lab, lossless, stats
 from specctl.orchestrator.measure.costs import Costs
 from specctl.orchestrator.measure.intervals import Objective
@@ -44,7 +45,6 @@ BASELINE = "baseline"
 FLOOR = "floor"  # drafts always rejected: the greedy identity numerics allow (lossless.py)
 ROUTED = "routed"  # each request to its kind's setting (measure/route.py)
 TWIN = "baseline twin"  # `--also baseline`: a second baseline server, the A/A control
-Progress = Callable[[str], None]
 
 
 def load_suite(name: str) -> list[Prompt]:
@@ -209,7 +209,7 @@ def _step(item: str, part: str, known: Mapping[str, int]) -> tuple[str, int]:
 
 def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
             workload: Workload, repeats: int, max_tokens: int, logs: Path,
-            progress: Progress = lambda _m: None, levels: Sequence[int] = (1,),
+            progress: Say = lambda _m: None, levels: Sequence[int] = (1,),
             sequential: bool = False, precision: float | None = None, budget: float = 600.0,
             notes: dict[str, Any] | None = None, room: lab.Lab | None = None,
             slots: int = 1, objective: Objective = "latency") -> list[Sample]:
@@ -318,7 +318,7 @@ def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workloa
 
 
 def _rounds(running: Sequence[tuple[Config, engine.Served]], prompts: Sequence[Prompt],
-            level: int, repeats: int, max_tokens: int, progress: Progress) -> list[Sample]:
+            level: int, repeats: int, max_tokens: int, progress: Say) -> list[Sample]:
     """Rounds of `level` concurrent requests: the workload's prompts in turn, each round sent to
     every server (order rotating), paired by round."""
     by_cat: dict[str, list[Prompt]] = {}

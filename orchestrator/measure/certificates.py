@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.files import inside, read_back, write_atomic
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import tuned
 from specctl.orchestrator.planning.plan import Plan
 
@@ -146,7 +147,7 @@ def engine_of(backend: str, version: str, program: str | None, cache_file: Path)
     return Engine(backend=backend, version=version, program=program or "-", sha256=sha)
 
 
-def setting_of(plan: Plan, cache_file: Path, say: tuned.Say | None = None) -> Setting:
+def setting_of(plan: Plan, cache_file: Path, say: Say | None = None) -> Setting:
     return Setting(target=plan.target.ref,
                    target_sha256=tuned.model_id(plan.target, cache_file, say),
                    draft=plan.draft.ref if plan.draft else None,
@@ -155,7 +156,7 @@ def setting_of(plan: Plan, cache_file: Path, say: tuned.Say | None = None) -> Se
 
 
 def for_plan(state: Path, plan: Plan, installed: Installed,
-             say: tuned.Say | None = None) -> Found:
+             say: Say | None = None) -> Found:
     """The certificate state of a resolved plan on the installed engine (`plan`, `bench`);
     with no certificate saved at all, nothing is hashed to find none."""
     cache_file = sha_cache(state)

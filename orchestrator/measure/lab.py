@@ -23,12 +23,12 @@ from specctl.adapters.base import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ProfileError
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import engine
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client
 
-Say = Callable[[str], None]
 Config = tuple[str, Plan]  # a label and what it serves
 
 

@@ -17,7 +17,7 @@ so near-ties can flip).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +25,13 @@ from pathlib import Path
 from specctl.adapters.base import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.errors import ProfileError, SpecctlError
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import engine, numerics, quality
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client
 
 AGAINST = ("speculative", "baseline", "draft")
 GREEDY_TOKENS = 32  # tune's gate: greedy reply length compared per prompt
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)

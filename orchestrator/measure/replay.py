@@ -15,11 +15,12 @@ from __future__ import annotations
 import datetime
 import statistics
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import ProfileError, StateError
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import formats, traffic, workload
 
 MIN_SHARE = 0.05
@@ -53,7 +54,7 @@ def _usable(kept: traffic.Kept) -> tuple[dict[str, int], dict[str, int]]:
 
 
 def workload_of(dirs: Dirs, model: str, mix: Mapping[str, float], max_tokens: int,
-                say: Callable[[str], None] | None = None) -> workload.Workload:
+                say: Say | None = None) -> workload.Workload:
     """`--prompts traffic`: the model's kept requests as the workload, with their observed mix
     (or `mix`, where given); too few: one line with how many there are and are needed."""
     kept = traffic.load(dirs, model)

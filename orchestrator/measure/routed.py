@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import classify
 from specctl.orchestrator.measure import route as routes
 from specctl.orchestrator.measure.bench import ROUTED
-from specctl.orchestrator.measure.lab import Config, Lab, Say, Timed
+from specctl.orchestrator.measure.lab import Config, Lab, Timed
 from specctl.orchestrator.measure.route import Route
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning.plan import Plan

@@ -17,12 +17,11 @@ from typing import Protocol
 from specctl.adapters.base import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.stats import SpecStats
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import engine, workload
 from specctl.orchestrator.measure.tuned import Measured, chain_of
 from specctl.orchestrator.measure.workload import Request, Workload
 from specctl.orchestrator.planning.plan import Plan
-
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)

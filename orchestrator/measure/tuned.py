@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,6 +25,7 @@ from specctl.orchestrator.files import (
     read_text,
     write_atomic,
 )
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import digest
 from specctl.orchestrator.models.info import ModelInfo
@@ -39,7 +39,6 @@ Span = Annotated[list[Ratio], Field(min_length=3, max_length=3)]  # a point, its
 _SHAS = TypeAdapter(dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]])
 
 
-Say = Callable[[str], None]
 LOUD_BYTES = 256 << 20  # a file this large takes a noticeable while to hash: it is said first
 
 

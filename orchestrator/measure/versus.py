@@ -10,13 +10,14 @@ is saved (measure/winners.py) and `plan` prefers it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specctl.adapters.base import Adapter
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import bench, verdicts, winners, workload
 from specctl.orchestrator.measure.workload import Workload
 from specctl.orchestrator.planning.plan import Plan
@@ -46,7 +47,7 @@ def speed_of(report: dict[str, Any], samples: Sequence[bench.Sample],
 
 
 def compare(entries: Sequence[Entry], ks: Sequence[int], work: Workload, repeats: int,
-            max_tokens: int, logs: Path, say: Callable[[str], None],
+            max_tokens: int, logs: Path, say: Say,
             sequential: bool = False, precision: float | None = None, budget: float = 600.0
             ) -> tuple[list[dict[str, Any]], list[winners.Speed]]:
     reports, speeds = [], []

@@ -14,12 +14,13 @@ questions, ShareGPT conversations or text lines (measure/formats.py tells them a
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.files import read_text
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import formats
 
 OBJECTIVES = ("latency", "decode", "throughput")  # what tune and bench rank by (intervals)
@@ -105,7 +106,7 @@ def from_suites(suites: Mapping[str, Sequence[Prompt | str]], mix: Mapping[str, 
 
 
 def from_file(path: Path, mix: Mapping[str, float], per_category: int,
-              say: Callable[[str], None] | None = None) -> Workload:
+              say: Say | None = None) -> Workload:
     """The user's prompts (a format of measure/formats.py), at most `per_category` of each
     category, sampled with a fixed seed; `say` gets a line where the format was a guess."""
     parsed = formats.parse(path, read_text(path, MAX_FILE))

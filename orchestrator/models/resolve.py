@@ -13,7 +13,7 @@ import difflib
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from specctl.orchestrator.config.adhoc import bare_repo
 from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import BadRefError, ModelError
 from specctl.orchestrator.files import is_file, walk
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import hf_meta, testbed
 from specctl.orchestrator.models.catalog import BYTES_PER_WEIGHT
@@ -169,7 +170,7 @@ class Resolver:
             return self.stores[ref.scheme].how_to_get(ref.name)
         return "check the path"
 
-    def fetch(self, info: ModelInfo, say: Callable[[str], None]) -> ModelInfo:
+    def fetch(self, info: ModelInfo, say: Say) -> ModelInfo:
         """Download a Hub model that is not on disk (its GGUF, or its folder's files) into the
         Hugging Face cache; the same ModelInfo with the local path."""
         if info.path is not None or info.remote is None:

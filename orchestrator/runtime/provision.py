@@ -3,7 +3,7 @@ it), the test models, the Hub models. Only what the chosen backend needs is prov
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,12 +12,11 @@ from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.errors import BackendError
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.models import testbed
 from specctl.orchestrator.models.info import ModelInfo, parse_ref
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning.plan import Plan
-
-Say = Callable[[str], None]
 
 
 def install(backend: Adapter, dirs: Dirs, rebuild: bool = False) -> Installed:

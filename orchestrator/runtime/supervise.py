@@ -25,10 +25,9 @@ from urllib.parse import urlsplit
 
 from specctl.orchestrator.contract.launch import Launch
 from specctl.orchestrator.errors import ServerError
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.runtime import procs, state
 from specctl.orchestrator.runtime.server import NotHealthy, Server, server_env
-
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
