@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure.lab import Config, Timed
-from specctl.orchestrator.measure.workload import Prompt, Request, Workload, speedup
+from specctl.orchestrator.measure.workload import Prompt, Timing, Workload, speedup
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Plan
 
@@ -132,8 +132,8 @@ class Law:
     def true_speedup(self, plan: Plan, draft_ref: str, tokens: int = 64) -> float:
         """The decode speedup the law gives (the step-time estimator's target)."""
         weights = self.workload().weights()
-        base = [Request(c, tokens, tokens / self.base_tps) for c in self.categories]
-        mine = [Request(c, tokens, tokens * self.per_token(plan, i, draft_ref, tokens)[0])
+        base = [Timing(c, tokens, tokens / self.base_tps) for c in self.categories]
+        mine = [Timing(c, tokens, tokens * self.per_token(plan, i, draft_ref, tokens)[0])
                 for i, c in enumerate(self.categories)]
         return speedup(mine, base, weights)
 
@@ -143,15 +143,15 @@ class Law:
         the category `only`, where given)."""
         weights = {only: 1.0} if only is not None else self.workload().weights()
         base_plan = plan.baseline()
-        base: list[Request] = []
-        mine: list[Request] = []
+        base: list[Timing] = []
+        mine: list[Timing] = []
         for i, c in enumerate(self.categories):
             n = self.reply(i) or tokens
             if only is not None and c != only:
                 continue
             for side, out in ((base_plan, base), (plan, mine)):
                 pre, draft = self.prefill(side, i, draft_ref)
-                out.append(Request(c, 1, pre + draft
+                out.append(Timing(c, 1, pre + draft
                                    + n * self.per_token(side, i, draft_ref, n)[0]))
         return speedup(mine, base, weights)
 

@@ -16,7 +16,7 @@ from specctl.orchestrator.measure import tuned
 
 
 def engine(tmp_path: Path, version: str = "b1", body: bytes = b"llama-server build 1"
-           ) -> certs.Engine:
+           ) -> certs.Build:
     program = tmp_path / "llama-server"
     program.write_bytes(body)
     return certs.engine_of("llamacpp", version, str(program), certs.sha_cache(tmp_path / "st"))

@@ -37,7 +37,7 @@ def test_a_no_is_a_declined_outcome_before_any_work(
         asked.append(True)
         return False
 
-    done = command.up(App.from_env(), command.Request("cpu-demo", Flags()), ask, said.append)
+    done = command.up(App.from_env(), command.UpRequest("cpu-demo", Flags()), ask, said.append)
     assert isinstance(done, command.Declined)
     assert asked == [True]
     assert [f"up will {w}" for w in done.work] == said
@@ -57,7 +57,7 @@ def test_nothing_to_provide_asks_nothing(tmp_path: Path, monkeypatch: pytest.Mon
     def ask() -> bool:
         raise AssertionError("asked with nothing to do")
 
-    got = command.prepare(App.from_env(), command.Request(str(small_pair(tmp_path)), Flags()),
+    got = command.prepare(App.from_env(), command.UpRequest(str(small_pair(tmp_path)), Flags()),
                           ask, lambda _line: None)
     assert not isinstance(got, command.Declined)
     assert got.needs.empty and got.plan.target.path is not None

@@ -34,7 +34,7 @@ from specctl.orchestrator.gateway.asgi import Gateway
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.owned import Engines
 from specctl.orchestrator.gateway.plans import Plans
-from specctl.orchestrator.gateway.pool import Options, Pool
+from specctl.orchestrator.gateway.pool import Pool, PoolSettings
 from specctl.orchestrator.runtime.servers import free_port
 from tests import plans as plan_values
 
@@ -56,7 +56,8 @@ def gateway(said: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     backend = LlamaCpp()
     served = {"m": Resolved(profile, plan, backend.assumed(), backend)}
     plans = Plans(App.from_env(), {"m": profile}, served, None)
-    return Gateway(Pool(plans, Options(), Metrics(), said.append, Engines(None, 60, 3)), None, ())
+    pool = Pool(plans, PoolSettings(), Metrics(), said.append, Engines(None, 60, 3))
+    return Gateway(pool, None, ())
 
 
 @pytest.fixture
@@ -549,8 +550,8 @@ SERVE = textwrap.dedent("""
     from specctl.orchestrator.gateway.metrics import Metrics
     from specctl.orchestrator.gateway.owned import Engines
     from specctl.orchestrator.gateway.plans import Plans
-    from specctl.orchestrator.gateway.pool import Options, Pool
-    pool = Pool(Plans(App.from_env(), {}, {}, None), Options(), Metrics(), print,
+    from specctl.orchestrator.gateway.pool import PoolSettings, Pool
+    pool = Pool(Plans(App.from_env(), {}, {}, None), PoolSettings(), Metrics(), print,
                 Engines(None, 60, 3))
     uvicorn.run(Gateway(pool, None, ()).app(), host="127.0.0.1", port=int(sys.argv[1]),
                 log_level="warning")

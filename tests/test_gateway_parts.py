@@ -154,10 +154,10 @@ def test_the_routes_without_a_server() -> None:
     from specctl.orchestrator.gateway.metrics import Metrics
     from specctl.orchestrator.gateway.owned import Engines
     from specctl.orchestrator.gateway.plans import Plans
-    from specctl.orchestrator.gateway.pool import Options, Pool
+    from specctl.orchestrator.gateway.pool import Pool, PoolSettings
 
     said: list[str] = []
-    pool = Pool(Plans(App.from_env(), {}, {}, None), Options(), Metrics(), said.append,
+    pool = Pool(Plans(App.from_env(), {}, {}, None), PoolSettings(), Metrics(), said.append,
                 Engines(None, 60, 3))
     key = {"Authorization": "Bearer k1"}
     with TestClient(Gateway(pool, None, ("k1",)).app()) as client:

@@ -17,7 +17,7 @@ from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans
-from specctl.orchestrator.gateway.pool import Options, Pool
+from specctl.orchestrator.gateway.pool import Pool, PoolSettings
 from specctl.orchestrator.measure import replay, traffic
 from specctl.orchestrator.runtime.server import Server
 from tests import plans as plan_values
@@ -68,7 +68,7 @@ def test_the_idle_tune_uses_the_kept_traffic_once_it_holds_enough(isolated_dirs:
         said: list[str] = []
         clock = Clock()
         plans = Plans(App.from_env(), {MODEL: found.profile}, {MODEL: found}, None)
-        pool = Pool(plans, Options(start_wait=5.0), Metrics(), said.append, FakeRunner(),
+        pool = Pool(plans, PoolSettings(start_wait=5.0), Metrics(), said.append, FakeRunner(),
                     clock=clock)
         pool.release(await pool.acquire(MODEL))
         tuner = IdleTuner(pool, {MODEL: MODEL}, AFTER, tmp_path, clock=clock)
@@ -105,7 +105,7 @@ def test_without_keep_traffic_the_suites_and_nothing_is_read(isolated_dirs: Dirs
     _keep(isolated_dirs, replay.ENOUGH)
     found = _untuned(keep=0)
     plans = Plans(App.from_env(), {MODEL: found.profile}, {MODEL: found}, None)
-    pool = Pool(plans, Options(), Metrics(), print, FakeRunner())
+    pool = Pool(plans, PoolSettings(), Metrics(), print, FakeRunner())
     tuner = IdleTuner(pool, {MODEL: MODEL}, AFTER, tmp_path)
     argv, on = tuner.argv(MODEL)
     assert "--prompts" not in argv and on == "on the shipped suites"

@@ -22,7 +22,7 @@ from specctl.orchestrator.errors import ServerError
 from specctl.orchestrator.gateway.engines import MOVES, Engine, Slot, State
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans, Routing, Served
-from specctl.orchestrator.gateway.pool import Options, Pool, StartFailed
+from specctl.orchestrator.gateway.pool import Pool, PoolSettings, StartFailed
 from specctl.orchestrator.gateway.room import NoRoom
 from specctl.orchestrator.measure.classify import Facts
 from specctl.orchestrator.runtime.servers import Running
@@ -103,7 +103,7 @@ def pool_of(names: list[str], runner: FakeRunner, **options: float) -> tuple[Poo
                                                                               list[str]]:
     said: list[str] = []
     clock = Clock()
-    pool = Pool(FakePlans(names), Options(start_wait=options.pop("start_wait", 5.0),
+    pool = Pool(FakePlans(names), PoolSettings(start_wait=options.pop("start_wait", 5.0),
                                           **options),  # type: ignore[arg-type]
                 Metrics(), said.append, runner, clock=clock)
     return pool, clock, said

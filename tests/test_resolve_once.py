@@ -218,7 +218,7 @@ def test_a_gateway_resolves_each_model_at_its_start_and_never_per_request(
     from specctl.orchestrator.gateway.metrics import Metrics
     from specctl.orchestrator.gateway.owned import Engines
     from specctl.orchestrator.gateway.plans import Plans
-    from specctl.orchestrator.gateway.pool import Options, Pool
+    from specctl.orchestrator.gateway.pool import Pool, PoolSettings
 
     path = tmp_path / "smol.toml"
     path.write_text('target = "testbed:smollm2-135m"\ndraft = "testbed:smollm2-135m"\n'
@@ -232,7 +232,7 @@ def test_a_gateway_resolves_each_model_at_its_start_and_never_per_request(
     monkeypatch.setattr(planner, "choose", counted)  # each resolution's first stage
     app = App.from_env()
     models = run.gather(app, (str(path),), lambda _line: None)
-    pool = Pool(Plans(app, models.profiles, models.resolved, None), Options(), Metrics(),
+    pool = Pool(Plans(app, models.profiles, models.resolved, None), PoolSettings(), Metrics(),
                 lambda _line: None, Engines(None, 60, 3))
     assert len(seen) == 1  # at the start, once
     body = {"model": "smol", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

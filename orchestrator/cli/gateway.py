@@ -57,17 +57,17 @@ def gateway(refs: tuple[str, ...], host: str, port: int, memory_gib: float | Non
     from specctl.orchestrator.app import App
     from specctl.orchestrator.gateway import run
     from specctl.orchestrator.gateway.bounds import Timeouts
-    from specctl.orchestrator.gateway.pool import Options
+    from specctl.orchestrator.gateway.pool import PoolSettings
     from specctl.orchestrator.sizes import from_gib
 
     app = App.from_env()
     tune_after = None if idle_tune.strip().lower() == "off" else seconds(
         idle_tune, "--idle-tune", 1, 7 * 86400)
-    options = Options(budget=from_gib(memory_gib) if memory_gib else None,
+    options = PoolSettings(budget=from_gib(memory_gib) if memory_gib else None,
                       start_wait=seconds(start_wait, "--start-wait", 0, 3600))
     timeouts = Timeouts(seconds(first_byte_timeout, "--first-byte-timeout", 1, 86400),
                         seconds(chunk_timeout, "--chunk-timeout", 1, 86400))
-    request = run.Request(refs, host, port, options, tune_after, api_key_env, timeouts)
+    request = run.GatewaySetup(refs, host, port, options, tune_after, api_key_env, timeouts)
 
     def say(line: str) -> None:
         err_console.print(f"gateway: {line}", highlight=False, markup=False, soft_wrap=True)

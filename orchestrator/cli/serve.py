@@ -69,7 +69,7 @@ def up(ref: str, flags: Flags, foreground: bool, no_provision: bool, no_download
             return True
         return click.confirm("go ahead?", default=True, err=True)
 
-    request = command.Request(ref, flags, foreground, provide=not no_provision,
+    request = command.UpRequest(ref, flags, foreground, provide=not no_provision,
                               download=not (no_download or app.settings.no_download))
     done = command.up(app, request, ask, _say)
     if isinstance(done, command.Declined):

@@ -24,7 +24,7 @@ Ask = Callable[[], bool]  # go ahead with the work just said? (the CLI asks in a
 
 
 @dataclass(frozen=True)
-class Request:
+class UpRequest:
     ref: str
     flags: Flags
     foreground: bool = False
@@ -40,7 +40,7 @@ class Declined:
 
 
 @dataclass(frozen=True)
-class Started:
+class Detached:
     """A detached supervisor keeps the server up; it is healthy."""
 
     run: RunState
@@ -53,10 +53,10 @@ class Exited:
     code: int
 
 
-Outcome = Declined | Started | Exited
+Outcome = Declined | Detached | Exited
 
 
-def up(app: App, request: Request, ask: Ask, say: Say) -> Outcome:
+def up(app: App, request: UpRequest, ask: Ask, say: Say) -> Outcome:
     """Plan, check, ask, provide, start: in that order, the plan resolved once."""
     resolved = prepare(app, request, ask, say)
     if isinstance(resolved, Declined):
@@ -64,7 +64,7 @@ def up(app: App, request: Request, ask: Ask, say: Say) -> Outcome:
     ready = runs.ready_of(app, resolved)
     if request.foreground:
         return Exited(runs.serve_foreground(app, ready, say))
-    return Started(runs.start_detached(app, ready, say))
+    return Detached(runs.start_detached(app, ready, say))
 
 
 def supervise(app: App, path: Path, say: Say) -> Exited:
@@ -73,7 +73,7 @@ def supervise(app: App, path: Path, say: Say) -> Exited:
                                         checked=True))
 
 
-def prepare(app: App, request: Request, ask: Ask, say: Say) -> Resolved | Declined:
+def prepare(app: App, request: UpRequest, ask: Ask, say: Say) -> Resolved | Declined:
     """The plan, checked before any work (the engine arguments through the pure launch, then
     preflight); what it needs said and, once agreed, provided; the plan of what is then here."""
     profile = app.load(request.ref, request.flags)

@@ -46,7 +46,7 @@ class StartFailed(ServerError):
 
 
 @dataclass(frozen=True)
-class Options:
+class PoolSettings:
     budget: int | None = None  # bytes the resident servers may hold; None: the plans' budget
     start_wait: float = 120.0  # a request waits this long for its server, then gets a 503
     grace: float = 10.0  # SIGTERM, then SIGKILL of a server's group
@@ -54,7 +54,7 @@ class Options:
 
 
 class Pool:
-    def __init__(self, plans: Plans, options: Options, metrics: Metrics, say: Say,
+    def __init__(self, plans: Plans, options: PoolSettings, metrics: Metrics, say: Say,
                  runner: Runner, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.plans, self.options, self.metrics = plans, options, metrics

@@ -26,7 +26,7 @@ from specctl.orchestrator.gateway.bounds import Bounds, Timeouts
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans, servable
-from specctl.orchestrator.gateway.pool import Options, Pool
+from specctl.orchestrator.gateway.pool import Pool, PoolSettings
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.runtime import procs
 
@@ -35,11 +35,11 @@ KEY_VAR = "SPECCTL_GATEWAY_API_KEY"
 
 
 @dataclass(frozen=True)
-class Request:
+class GatewaySetup:
     refs: tuple[str, ...] = ()  # none: every profile that plans and runs here
     host: str = "127.0.0.1"
     port: int = PORT
-    options: Options = field(default_factory=Options)
+    options: PoolSettings = field(default_factory=PoolSettings)
     idle_tune_after: float | None = 120.0  # None: never tune in the background
     key_var: str = KEY_VAR
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -94,7 +94,7 @@ def gather(app: App, refs: tuple[str, ...], say: Say) -> Models:
     return found
 
 
-def serve(app: App, request: Request, say: Say) -> int:
+def serve(app: App, request: GatewaySetup, say: Say) -> int:
     import uvicorn
 
     keys = keys_of(os.environ, request.key_var)

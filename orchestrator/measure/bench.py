@@ -33,7 +33,7 @@ from specctl.orchestrator.measure import engine, figures, intervals, lab, lossle
 from specctl.orchestrator.measure.costs import Costs
 from specctl.orchestrator.measure.intervals import Objective
 from specctl.orchestrator.measure.lab import Timed
-from specctl.orchestrator.measure.workload import Prompt, Request, Workload
+from specctl.orchestrator.measure.workload import Prompt, Timing, Workload
 from specctl.orchestrator.planning.plan import NGRAMS, Plan, Step
 
 _FOLDER = resources.files("specctl.orchestrator.measure") / "prompts"
@@ -121,9 +121,9 @@ class Sample:
         """What pairs a sample with the baseline's: the same request in the same pass."""
         return (self.level, self.repeat, self.round, self.category, self.prompt)
 
-    def request(self) -> Request:
+    def request(self) -> Timing:
         seconds = self.tokens / self.decode_tps if self.decode_tps > 0 else self.wall_s
-        return Request(self.category, self.tokens, seconds)
+        return Timing(self.category, self.tokens, seconds)
 
 
 def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,

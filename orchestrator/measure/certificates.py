@@ -47,7 +47,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class Engine(_Model):
+class Build(_Model):
     """An engine build: its backend, version string and the SHA-256 of its program."""
 
     backend: str = Field(max_length=40)
@@ -92,7 +92,7 @@ class Category(_Model):
 
 class Certificate(_Model):
     profile: str = Field(max_length=64)
-    engine: Engine
+    engine: Build
     setting: Setting
     passed: bool
     verdict: str = Field(max_length=4000)
@@ -122,7 +122,7 @@ class Found:
     """What `plan` and `status` say about a configuration's certificate."""
 
     state: Literal["passing", "failing", "engine changed", "none"]
-    engine: Engine
+    engine: Build
     certificate: Certificate | None = None
     profile: str = "PROFILE"
 
@@ -141,10 +141,10 @@ class Found:
                 "certificate": self.certificate.model_dump() if self.certificate else None}
 
 
-def engine_of(backend: str, version: str, program: str | None, cache_file: Path) -> Engine:
+def engine_of(backend: str, version: str, program: str | None, cache_file: Path) -> Build:
     path = Path(program) if program else None
     sha = tuned.file_sha(path, cache_file) if path is not None and path.is_file() else "-"
-    return Engine(backend=backend, version=version, program=program or "-", sha256=sha)
+    return Build(backend=backend, version=version, program=program or "-", sha256=sha)
 
 
 def setting_of(plan: Plan, cache_file: Path, say: Say | None = None) -> Setting:
@@ -197,7 +197,7 @@ def _sha(model: Mapping[str, Any] | None, cache_file: Path) -> str:
     return f"ref:{model.get('ref', '')}"
 
 
-def _file(folder: Path, setting: Setting, engine: Engine) -> Path:
+def _file(folder: Path, setting: Setting, engine: Build) -> Path:
     return inside(folder, f"{setting.key()}-{engine.key()}", ".json", "certificate key")
 
 
@@ -215,7 +215,7 @@ def _parse(setting: Setting, text: str) -> Certificate:
     return cert
 
 
-def find(folder: Path, setting: Setting, engine: Engine, profile: str = "PROFILE") -> Found:
+def find(folder: Path, setting: Setting, engine: Build, profile: str = "PROFILE") -> Found:
     """This build's certificate for the setting; else the newest for another build (the engine
     changed since); else none. A file that fails validation is set aside (StateError)."""
     def load(path: Path) -> Certificate | None:
@@ -235,7 +235,7 @@ def find(folder: Path, setting: Setting, engine: Engine, profile: str = "PROFILE
     return Found("none", engine, None, profile)
 
 
-def from_report(profile: str, engine: Engine, setting: Setting, result: Mapping[str, Any]
+def from_report(profile: str, engine: Build, setting: Setting, result: Mapping[str, Any]
                 ) -> Certificate:
     """The certificate of a judged `bench --quality` report (measure/verdicts.judge)."""
     quality = result["quality"]

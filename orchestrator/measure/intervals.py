@@ -46,7 +46,7 @@ from specctl.orchestrator.measure.estimate import (
     quantile,
 )
 from specctl.orchestrator.measure.lab import Timed
-from specctl.orchestrator.measure.workload import Request
+from specctl.orchestrator.measure.workload import Timing
 from specctl.orchestrator.planning.plan import Plan
 
 __all__ = ["BOOT", "CONFIDENCE", "LOW_Q", "Interval", "Pairs", "quantile", "relative", "speedup"]
@@ -150,8 +150,8 @@ def _score(pairs: Pairs, keys: Mapping[int, tuple[str, str]], cats: Mapping[int,
         per = sorted(steps(s) / steps(b) for s, b in ps)[len(ps) // 2]
         n = max(steps(b) for _, b in ps)
         tokens = max(b.tokens for _, b in ps)
-        mine.append(Request(c, tokens, per * n * mine_t[keys[i][0]]))
-        base.append(Request(c, tokens, n * base_t[keys[i][1]]))
+        mine.append(Timing(c, tokens, per * n * mine_t[keys[i][0]]))
+        base.append(Timing(c, tokens, n * base_t[keys[i][1]]))
     return workload.speedup(mine, base, weights)
 
 

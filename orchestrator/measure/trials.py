@@ -20,7 +20,7 @@ from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import engine, workload
 from specctl.orchestrator.measure.tuned import Measured, chain_of
-from specctl.orchestrator.measure.workload import Request, Workload
+from specctl.orchestrator.measure.workload import Timing, Workload
 from specctl.orchestrator.planning.plan import Plan
 
 
@@ -57,11 +57,11 @@ class Run:
                        specs=(*self.specs, spec), texts=(*self.texts, text),
                        tokens=(*self.tokens, tokens))
 
-    def requests(self) -> dict[int, Request]:
+    def requests(self) -> dict[int, Timing]:
         """Each measured prompt as a workload request."""
         cats = self.categories or ("all",) * self.of
         toks = self.tokens or (1,) * len(self.prompts)
-        return {i: Request(cats[i], n, n / tps if tps > 0 else math.inf)
+        return {i: Timing(cats[i], n, n / tps if tps > 0 else math.inf)
                 for i, tps, n in zip(self.prompts, self.tps, toks, strict=True)}
 
 
@@ -156,7 +156,7 @@ def _score(run: Run, baseline: Run, times: Mapping[int, float] | None = None,
     if only is not None:
         weights = {only: 1.0}
     mine, base = run.requests(), baseline.requests()
-    mine |= {i: Request(base[i].category, base[i].tokens, t) for i, t in (times or {}).items()
+    mine |= {i: Timing(base[i].category, base[i].tokens, t) for i, t in (times or {}).items()
              if i not in mine and i in base}
     both = [i for i in mine if i in base]
     return workload.speedup([mine[i] for i in both], [base[i] for i in both], weights)

@@ -134,7 +134,7 @@ def sample(by_cat: Mapping[str, Sequence[Prompt]], per_category: int) -> list[Pr
 
 
 @dataclass(frozen=True)
-class Request:
+class Timing:
     """One measured request: its category, tokens and decode seconds."""
 
     category: str
@@ -142,7 +142,7 @@ class Request:
     seconds: float
 
 
-def throughput(requests: Sequence[Request], weights: Mapping[str, float]) -> float:
+def throughput(requests: Sequence[Timing], weights: Mapping[str, float]) -> float:
     """Weighted decode throughput (tokens/s) of the requests, by their category's share."""
     num = den = 0.0
     for cat, w in weights.items():
@@ -154,7 +154,7 @@ def throughput(requests: Sequence[Request], weights: Mapping[str, float]) -> flo
     return num / den if den > 0 else 0.0
 
 
-def speedup(spec: Sequence[Request], base: Sequence[Request], weights: Mapping[str, float],
+def speedup(spec: Sequence[Timing], base: Sequence[Timing], weights: Mapping[str, float],
             ) -> float:
     b = throughput(base, weights)
     return throughput(spec, weights) / b if b > 0 else 0.0

@@ -161,7 +161,7 @@ def render(spec: units.ServiceSpec, manager: str) -> str:
 
 
 @dataclass(frozen=True)
-class Installed:
+class Written:
     path: Path
     ran: list[list[str]]
     diff: list[str] = field(default_factory=list)  # the unified diff over a replaced unit
@@ -187,7 +187,7 @@ def _run_all(commands: list[list[str]]) -> None:
 
 
 def install(spec: units.ServiceSpec, manager: str, enable: bool,
-            home: Path | None = None) -> Installed:
+            home: Path | None = None) -> Written:
     path = units.unit_path(spec, manager, home or Path.home())
     text = render(spec, manager)  # refused values fail before anything is written
     existed, diff = changes(path, text)
@@ -203,7 +203,7 @@ def install(spec: units.ServiceSpec, manager: str, enable: bool,
     if enable and diff:
         commands += units.reactivation(spec, manager, path, os.getuid())
     _run_all(commands)
-    return Installed(path, commands, diff, existed)
+    return Written(path, commands, diff, existed)
 
 
 def _make_dir(folder: Path, owner: str | None) -> None:
