@@ -20,13 +20,13 @@ from specctl.adapters import (
     llamacpp_spec,
     prometheus,
 )
-from specctl.adapters.base import Adapter, Resources, options_of
 from specctl.adapters.llamacpp_dialect import (
     FLAGS,
     LEGACY_DIALECT,
     NAME,
     installed_from,
 )
+from specctl.orchestrator.contract.adapter import Adapter, Resources, options_of
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, Progress, url_host
 from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings

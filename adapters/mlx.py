@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
 
-from specctl.adapters.base import Adapter, options_of
+from specctl.orchestrator.contract.adapter import Adapter, options_of
 from specctl.orchestrator.contract.launch import (
     Endpoint,
     HttpCall,

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, ClassVar
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
-from specctl.adapters.base import Adapter
 from specctl.adapters.ollama_store import OllamaStore, models_dir
 from specctl.orchestrator import http
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import HttpCall, Installed, Launch, is_loopback, url_host
 from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stores import ModelStore

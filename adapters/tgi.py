@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from specctl.adapters import prometheus, tgi_container, tgi_launcher
-from specctl.adapters.base import Adapter, Resources, options_of
 from specctl.adapters.tgi_container import CONTAINER_PORT, DATA
 from specctl.adapters.tgi_launcher import LauncherOption
+from specctl.orchestrator.contract.adapter import Adapter, Resources, options_of
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
 from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings

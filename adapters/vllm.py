@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
 from specctl.adapters import prometheus
-from specctl.adapters.base import Adapter, options_of
+from specctl.orchestrator.contract.adapter import Adapter, VocabCheck, options_of
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
 from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
@@ -197,12 +197,10 @@ class Vllm(Adapter):
         return check_parallel(target, draft, tp, pp, opts.draft_tensor_parallel,
                               len(hw.gpus) or 1, hw.gpus_per_node or len(hw.gpus))
 
-    def draft_problem(self, options: Options, target: ModelInfo,
-                      draft: ModelInfo) -> str | None:
-        from specctl.orchestrator.models import compat
-
+    def draft_problem(self, options: Options, target: ModelInfo, draft: ModelInfo,
+                      vocab: VocabCheck) -> str | None:
         hetero = isinstance(options, VllmOptions) and options.heterogeneous_vocab
-        why = compat.RULES[self.vocab_rule](target, draft, compat.file_tokens, hetero)
+        why = vocab(self.vocab_rule, target, draft, hetero)
         if why is not None and target.vocab_size != draft.vocab_size:
             why += " unless heterogeneous vocab is on (profile: [vllm] heterogeneous_vocab = true)"
         return why

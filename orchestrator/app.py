@@ -14,13 +14,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specctl.adapters import registry
-from specctl.adapters.base import Adapter
 from specctl.orchestrator.config import adhoc, profiles
 from specctl.orchestrator.config.adhoc import Flags
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.config.settings import Settings
+from specctl.orchestrator.contract import registry
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed, Launch
 from specctl.orchestrator.errors import BadInputError, ProfileError, SpecctlError, StateError
 from specctl.orchestrator.files import check_name, inside

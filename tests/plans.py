@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from specctl.adapters import registry
+from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.memory import Budget, MemoryPlan
 from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.models.info import ModelInfo

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from specctl.adapters.registry import adapter_classes
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import shipped_dir
+from specctl.orchestrator.contract.registry import adapter_classes
 from tests.cli import run_main
 from tests.conftest import HARDWARE
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from specctl.adapters import registry
 from specctl.orchestrator.app import App
 from specctl.orchestrator.commands import up as command
 from specctl.orchestrator.config.adhoc import Flags
+from specctl.orchestrator.contract import registry
 from specctl.orchestrator.runtime import provision
 from tests.test_up_once import small_pair
 

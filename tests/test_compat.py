@@ -201,9 +201,10 @@ def test_catalog_qwen_32b_and_05b_are_not_identical(
     assert reason is not None
     assert "vocab sizes differ (target 152064, draft 151936)" in reason
     assert identical(*qwen_32b_and_05b, heterogeneous=True) is None
-    hint = Vllm().draft_problem(VllmOptions(), *qwen_32b_and_05b)
+    hint = Vllm().draft_problem(VllmOptions(), *qwen_32b_and_05b, compat.vocab)
     assert hint is not None and "[vllm] heterogeneous_vocab = true" in hint  # what to do
-    assert Vllm().draft_problem(VllmOptions(heterogeneous_vocab=True), *qwen_32b_and_05b) is None
+    assert Vllm().draft_problem(VllmOptions(heterogeneous_vocab=True), *qwen_32b_and_05b,
+                               compat.vocab) is None
 
 
 def test_catalog_llama_and_qwen_tokenizers_differ() -> None:

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Endpoint, Launch
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure import bench, engine

@@ -135,7 +135,7 @@ def test_canonical_paths() -> None:
 
 
 def test_each_backend_declares_its_openai_paths() -> None:
-    from specctl.adapters import registry
+    from specctl.orchestrator.contract import registry
 
     for name, cls in registry.adapter_classes().items():
         assert {"chat/completions", "completions"} <= cls.openai_paths, name

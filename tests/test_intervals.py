@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from specctl.adapters import registry
+from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure import intervals

@@ -1,10 +1,15 @@
 """The layering written in ARCHITECTURE.md and at the top of each package, checked on the code.
 
 A module may import (at run time, at any depth; `if TYPE_CHECKING:` imports are types only and
-free) what its layer allows. The flow runs one way: the contract (the values adapters exchange)
-on the ground floor -> config -> machine, models -> planning -> runtime -> measure; app and runs
-compose them; commands hold each command's flow; cli sits on top; adapters see the contract
-and the core's pure helpers.
+free) what its layer allows. The flow runs one way: the contract (the adapter protocol, the
+registry and the values adapters exchange) on the ground floor -> config -> machine, models ->
+planning -> runtime -> measure; app and runs compose them; commands hold each command's flow; cli
+sits on top; adapters see the contract and the core's pure helpers, and the core reaches them
+only through the registry's entry points.
+
+Folders as well as modules: counting every run-time import (at module level or inside a
+function), no two folders (a package of orchestrator/, a top-level module, adapters/) import
+each other, however indirectly.
 
 No two product modules import each other, however indirectly, counting every import: at module
 level, inside functions, under `if TYPE_CHECKING:`, and `importlib.import_module` (a name built
@@ -19,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LEAVES = {"errors", "files", "sizes", "humanize", "sanitise", "http"}
-BASE = LEAVES | {"contract", "adapters.base", "adapters.registry"}
+BASE = LEAVES | {"contract"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "sizes": set(),
@@ -111,7 +116,7 @@ def test_the_check_sees_an_upward_import() -> None:
     assert not allowed("adapters.x", "planning") and allowed("adapters.x", "models.compat")
     assert allowed("cli", "app") and allowed("measure", "runtime")
     assert allowed("adapters.x", "contract") and allowed("config", "contract")
-    assert not allowed("contract", "config") and not allowed("contract", "adapters.base")
+    assert not allowed("contract", "config") and not allowed("contract", "adapters.vllm")
     assert allowed("commands", "runs") and allowed("cli", "commands")
     assert not allowed("commands", "cli") and not allowed("app", "commands")
     assert allowed("gateway", "app") and not allowed("gateway", "cli")
@@ -196,8 +201,10 @@ def product_files() -> list[Path]:
 
 def test_no_import_circle_among_product_modules() -> None:
     graph = import_graph(product_files(), ROOT)
-    assert "specctl.orchestrator.contract.launch" in graph["specctl.adapters.base"]
-    assert "specctl.adapters.llamacpp" in graph["specctl.adapters.registry"]  # import_module
+    assert "specctl.orchestrator.contract.launch" in graph["specctl.orchestrator.contract.adapter"]
+    # the registry finds the adapters through entry points: the contract imports none
+    assert not {m for m in graph["specctl.orchestrator.contract.registry"]
+                if m.startswith("specctl.adapters")}
     found = circles(graph)
     assert not found, "\n".join(" -> ".join(c) for c in found)
 
@@ -218,3 +225,38 @@ def test_the_circle_check_sees_type_only_and_late_imports(tmp_path: Path) -> Non
         ["specctl.pkg.a", "specctl.pkg.b", "specctl.pkg.c"]]
     (tmp_path / "pkg" / "b.py").write_text("import specctl.pkg\n")  # a package: no circle
     assert circles(import_graph(files, tmp_path)) == []
+
+
+# -- folders ------------------------------------------------------------------------------------
+
+
+def folder_of(module: str) -> str:
+    """specctl.orchestrator.planning.plan -> planning; specctl.orchestrator.app -> app;
+    specctl.adapters.vllm -> adapters."""
+    parts = module.split(".")[1:]
+    return "adapters" if parts[0] == "adapters" else parts[1] if len(parts) > 1 else parts[0]
+
+
+def folder_graph(files: Iterable[Path], root: Path) -> dict[str, set[str]]:
+    """folder -> the folders its modules import at run time (type-only imports left out)."""
+    graph: dict[str, set[str]] = {}
+    for path in files:
+        src = folder_of(module_name(path, root))
+        dsts = {folder_of(module) for _, module in imports(path)
+                if module.startswith(("specctl.orchestrator.", "specctl.adapters"))}
+        graph.setdefault(src, set()).update(dsts - {src})
+    return graph
+
+
+def test_no_two_folders_import_each_other() -> None:
+    graph = folder_graph(product_files(), ROOT)
+    assert "contract" in graph["adapters"] and "contract" in graph["config"]
+    assert "adapters" not in graph["contract"] and "adapters" not in graph["config"]
+    found = circles(graph)
+    assert not found, "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_folder_check_sees_two_folders_pointing_both_ways() -> None:
+    found = circles({"config": {"contract"}, "contract": {"machine"}, "machine": {"config"},
+                     "planning": {"contract"}})
+    assert found == [["config", "contract", "machine"]]

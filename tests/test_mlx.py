@@ -22,7 +22,6 @@ import pytest
 from openai import OpenAI
 from pydantic import ValidationError
 
-from specctl.adapters import registry
 from specctl.adapters.mlx import (
     NO_COUNTERS,
     RECORDED,
@@ -34,8 +33,10 @@ from specctl.adapters.mlx import (
     script_python,
 )
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.launch import Endpoint, Installed
 from specctl.orchestrator.errors import BackendError, ProfileError
+from specctl.orchestrator.models import compat
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import procs
@@ -208,7 +209,8 @@ def test_check_refuses_gguf_and_clusters_and_notes_the_prompt_cache() -> None:
 
 
 def test_the_draft_must_have_the_targets_vocabulary() -> None:
-    why = Mlx().draft_problem(MlxOptions(), mlx_model("t"), mlx_model("d", vocab_size=32000))
+    why = Mlx().draft_problem(MlxOptions(), mlx_model("t"), mlx_model("d", vocab_size=32000),
+                             compat.vocab)
     assert why is not None and "identical" in why
 
 

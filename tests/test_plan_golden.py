@@ -20,10 +20,10 @@ import pytest
 from click.testing import CliRunner
 
 import specctl.orchestrator.cli.main  # noqa: F401 (importing it registers the commands)
-from specctl.adapters import registry
 from specctl.orchestrator.app import App
 from specctl.orchestrator.cli.base import cli
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract import registry
 from specctl.orchestrator.machine import hardware
 from specctl.orchestrator.measure import tuned
 from tests.conftest import FIXTURES, HARDWARE, recorded

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from specctl.adapters.base import Adapter
 from specctl.adapters.llamacpp import LlamaCpp
 from specctl.adapters.ollama import Ollama
 from specctl.adapters.vllm import Vllm
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import profile_model
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.errors import (
     BackendError,

@@ -19,10 +19,10 @@ from click.testing import CliRunner
 from huggingface_hub import constants as hf_constants
 
 import specctl.orchestrator.cli.main  # noqa: F401 (importing it registers the commands)
-from specctl.adapters import registry
 from specctl.orchestrator import runs
 from specctl.orchestrator.app import App
 from specctl.orchestrator.cli.base import cli
+from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.measure import tuned, winners
 from specctl.orchestrator.planning import backends, memory, planner

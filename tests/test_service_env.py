@@ -13,8 +13,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 from pydantic_settings import BaseSettings
 
-from specctl.adapters import registry
 from specctl.orchestrator.config.settings import Settings
+from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.settings import EnvVar, settings_vars
 from specctl.orchestrator.service import envfile, environment
 from tests.cli import ROOT, specctl

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from specctl.adapters import prometheus, registry
+from specctl.adapters import prometheus
 from specctl.adapters.tgi import (
     DIALECT,
     IMAGE,
@@ -35,6 +35,7 @@ from specctl.adapters.tgi_launcher import validate
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
 from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.errors import BackendError, ProfileError

@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 import specctl.orchestrator.cli.main  # noqa: F401 (importing it registers the commands)
-from specctl.adapters import registry
-from specctl.adapters.base import Adapter
 from specctl.orchestrator import runs
 from specctl.orchestrator.cli.base import cli
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract import registry
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.planning import backends
 from specctl.orchestrator.runtime import handoff, provision
 from tests.ggufs import write_gguf

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specctl.adapters import registry
+from specctl.orchestrator.contract import registry
 from specctl.orchestrator.errors import StateError
 from specctl.orchestrator.measure import bench, versus, winners
 from specctl.orchestrator.planning import backends

@@ -221,9 +221,9 @@ def _versus(app: App, profile_ref: str, names: str, ks: tuple[int, ...], work: W
             repeats: int, max_tokens: int, json_out: Path | None, as_json: bool,
             sequential: bool, precision: float | None, budget: float) -> None:
     """bench --backends: each backend measured in turn; the fastest saved for this machine."""
-    from specctl.adapters import registry
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.commands import bench as command
+    from specctl.orchestrator.contract import registry
 
     wanted = list(dict.fromkeys(registry.canonical(n.strip()) for n in names.split(",")
                                 if n.strip()))

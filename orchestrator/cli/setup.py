@@ -263,8 +263,8 @@ def backend_install(name: str, rebuild: bool) -> None:
 
     \b
     specctl backend install llamacpp"""
-    from specctl.adapters import registry as backends
     from specctl.orchestrator.app import App
+    from specctl.orchestrator.contract import registry as backends
     from specctl.orchestrator.runtime import provision
 
     app = App.from_env()
@@ -299,8 +299,8 @@ def models_pull(ref: str, backend_name: str | None, refresh: bool) -> None:
     \b
     specctl models pull hf:bartowski/Llama-3.2-1B-Instruct-GGUF:Q8_0
     Honours HF_ENDPOINT, HF_TOKEN (gated repos) and HF_HUB_OFFLINE."""
-    from specctl.adapters import registry as backends
     from specctl.orchestrator.app import App
+    from specctl.orchestrator.contract import registry as backends
     from specctl.orchestrator.models.info import parse_ref
 
     app = App.from_env()
@@ -390,9 +390,9 @@ def drafts(model: str | None, target_flag: str | None, backend_name: str | None,
     \b
     specctl drafts testbed:qwen-1.5b-f16
     specctl drafts hf:bartowski/Meta-Llama-3.1-70B-Instruct-GGUF:Q4_K_M --json"""
-    from specctl.adapters import registry as backends
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
+    from specctl.orchestrator.contract import registry as backends
     from specctl.orchestrator.planning.plan import model_json
 
     if bool(model) == bool(target_flag):

@@ -80,7 +80,7 @@ def _section(model: type[BaseModel], path: list[str]) -> type[BaseModel] | None:
 
 def _moved(model: type[BaseModel], key: str) -> str | None:
     """Where a key of an earlier profile format lives now, e.g. `[llamacpp] rpc_workers`."""
-    from specctl.adapters import registry as backends
+    from specctl.orchestrator.contract import registry as backends
 
     del model
     for name, cls in backends.adapter_classes().items():

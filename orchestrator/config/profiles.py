@@ -208,7 +208,7 @@ class Profile(Strict):
     @field_validator("backend")
     @classmethod
     def _known_backends(cls, v: list[str]) -> list[str]:
-        from specctl.adapters import registry as backends
+        from specctl.orchestrator.contract import registry as backends
 
         try:
             return [backends.canonical(name) for name in v]
@@ -251,7 +251,7 @@ class Profile(Strict):
 @functools.cache
 def profile_model() -> type[Profile]:
     """Profile with one optional section per backend, typed by that adapter's Options."""
-    from specctl.adapters import registry as backends
+    from specctl.orchestrator.contract import registry as backends
 
     sections: dict[str, Any] = {name: (cls.options, cls.options())
                                 for name, cls in backends.adapter_classes().items()}

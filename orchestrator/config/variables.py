@@ -28,9 +28,9 @@ CLOSE = 0.85  # difflib's ratio (of the names less SPECCTL_) that makes one a mi
 
 def settings_names() -> list[str]:
     """The machine settings: specctl's, its dirs', each backend's, and those read by name."""
-    from specctl.adapters import registry
     from specctl.orchestrator.config import paths
     from specctl.orchestrator.config.settings import Settings
+    from specctl.orchestrator.contract import registry
 
     names = [v.name for v in settings_vars((Settings, paths.Variables), "specctl")]
     names += [v.name for cls in registry.adapter_classes().values() for v in cls.environment()

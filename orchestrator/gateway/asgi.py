@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.gateway import errors, intake, paths
 from specctl.orchestrator.gateway.bounds import Bounds, Hung, ShuttingDown
 from specctl.orchestrator.gateway.engines import Engine

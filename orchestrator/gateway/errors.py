@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from specctl.adapters.base import Adapter
 from specctl.orchestrator import sanitise
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.gateway import paths
 from specctl.orchestrator.humanize import Say
 

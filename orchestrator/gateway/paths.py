@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import functools
 
-from specctl.adapters import registry
-from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract import registry
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.gateway.pool import Pool
 
 PREFIX = "/v1/"

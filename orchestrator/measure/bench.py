@@ -23,8 +23,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specctl.adapters.base import Adapter
 from specctl.orchestrator.config.profiles import MAX_K
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ProfileError

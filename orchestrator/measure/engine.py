@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Endpoint, Installed
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError

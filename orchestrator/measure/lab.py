@@ -19,7 +19,7 @@ from typing import Protocol
 
 import psutil
 
-from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ProfileError

@@ -22,7 +22,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.errors import ProfileError, SpecctlError
 from specctl.orchestrator.humanize import Say

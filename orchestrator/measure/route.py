@@ -39,7 +39,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.measure import classify, speeds
 from specctl.orchestrator.measure.engine import MARGIN
 from specctl.orchestrator.measure.lab import together

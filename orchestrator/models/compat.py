@@ -90,3 +90,10 @@ def identical(target: ModelInfo, draft: ModelInfo, tokens: Tokens = file_tokens,
 
 RULES: dict[str, Callable[[ModelInfo, ModelInfo, Tokens, bool], str | None]] = {
     "near": near, "identical": identical}
+
+
+def vocab(rule: str, target: ModelInfo, draft: ModelInfo, relaxed: bool = False) -> str | None:
+    """Why `draft`'s vocabulary cannot serve `target`'s under a backend's rule ("near" or
+    "identical"; `relaxed`: the backend maps differing vocabularies), or None: the check the
+    planner hands to Adapter.draft_problem (contract.adapter.VocabCheck)."""
+    return RULES[rule](target, draft, file_tokens, relaxed)

@@ -1,14 +1,14 @@
 """Which backend a plan uses: probe what is installed, pick by the profile's preference or the
-hardware's default. Nothing here names a backend (adapters.registry lists them)."""
+hardware's default. Nothing here names a backend (contract.registry lists them)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specctl.adapters.base import Adapter
-from specctl.adapters.registry import default_order
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.registry import default_order
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.machine.hardware import Hardware
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeAlias
 
-from specctl.adapters.base import Adapter
 from specctl.orchestrator.config.profiles import Profile
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed, is_loopback
 from specctl.orchestrator.contract.memory import Budget, MemoryPlan
 from specctl.orchestrator.contract.options import Options
@@ -29,6 +29,7 @@ from specctl.orchestrator.errors import (
     StateError,
 )
 from specctl.orchestrator.machine.hardware import Hardware
+from specctl.orchestrator.models import compat
 from specctl.orchestrator.models.catalog import original_repo
 from specctl.orchestrator.models.info import GGUF_QUANTS, ModelInfo
 from specctl.orchestrator.models.resolve import Resolver
@@ -161,7 +162,7 @@ def _same_model(target: ModelInfo, draft: ModelInfo) -> bool:
 
 
 def _check_draft(backend: Adapter, options: Options, target: ModelInfo, draft: ModelInfo) -> str:
-    reason = backend.draft_problem(options, target, draft)
+    reason = backend.draft_problem(options, target, draft, compat.vocab)
     if reason is not None:
         raise IncompatibleDraftError(
             f"draft {draft.name} cannot speculate for {target.name} on {backend.name}: {reason}; "

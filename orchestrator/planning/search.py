@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.errors import ModelError, SpecctlError
+from specctl.orchestrator.models import compat
 from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.info import ModelInfo, parse_ref
 from specctl.orchestrator.models.resolve import Resolver
@@ -67,7 +68,7 @@ def candidates(search: Search, sources: Sources) -> list[Candidate]:
     opts = backend.options()
 
     def rule(t: ModelInfo, d: ModelInfo) -> str | None:
-        return backend.draft_problem(opts, t, d)
+        return backend.draft_problem(opts, t, d, compat.vocab)
 
     def describe(ref: str) -> ModelInfo:
         return sources.resolver.resolve(ref, backend.default_quant)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.errors import BackendError, ModelError, SettingsError
 from specctl.orchestrator.humanize import size
 from specctl.orchestrator.models import testbed

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from specctl.adapters.base import Adapter
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.humanize import Say

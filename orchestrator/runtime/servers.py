@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specctl.adapters.base import Adapter
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
 from specctl.orchestrator.errors import ServerError
 from specctl.orchestrator.planning.plan import Plan

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from specctl.adapters.base import Adapter
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.settings import Settings
+from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.settings import EnvVar, settings_vars
 
 HUGGING_FACE = (

@@ -1,18 +1,19 @@
-"""The backend contract. One module per backend in this package exposes `ADAPTER`, a subclass of
-`Adapter`; the registry (adapters/registry.py) finds them by scanning the package, so a new
-backend is one module here plus its tests and a profile, with no edit elsewhere.
+"""The backend protocol. Each backend is a module in adapters/ exposing `ADAPTER`, a subclass of
+`Adapter`, registered in the `specctl.adapters` entry point group (pyproject.toml); the registry
+(contract/registry.py) loads them by name, so a new backend is one module plus its entry point,
+its tests and a profile, with no edit to the core.
 
 An adapter owns everything backend-specific: its options (its own section of a profile), its
 settings (SPECCTL_* variables), its probe, its plan -> argv/env (`launch` is pure), its memory and
 parallelism rules, its draft compatibility rule, its metrics and timing reading, its install.
 The core calls the hooks below and names no backend. The values the hooks take and return live
-on the ground floor, in orchestrator/contract/.
+beside this module, in the contract.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from specctl.orchestrator.machine.hardware import Hardware
     from specctl.orchestrator.models.info import ModelInfo
     from specctl.orchestrator.planning.plan import Plan
+
+VocabCheck = Callable[[str, "ModelInfo", "ModelInfo", bool], str | None]
+"""(rule, target, draft, relaxed) -> why the draft's vocabulary cannot serve, or None."""
 
 _NUMBER = re.compile(r"-\d[\d.e+-]*")  # a negative number is a value, not a flag
 
@@ -147,12 +151,11 @@ class Adapter:
         """The backend's own rules for this plan: reasons, or ProfileError on a violation."""
         return []
 
-    def draft_problem(self, options: Options, target: ModelInfo,
-                      draft: ModelInfo) -> str | None:
-        """Why `draft` cannot speculate for `target` here, or None (the vocabulary rule)."""
-        from specctl.orchestrator.models import compat
-
-        return compat.RULES[self.vocab_rule](target, draft, compat.file_tokens, False)
+    def draft_problem(self, options: Options, target: ModelInfo, draft: ModelInfo,
+                      vocab: VocabCheck) -> str | None:
+        """Why `draft` cannot speculate for `target` here, or None: by default the vocabulary
+        rule, checked by the `vocab` the planner gives (models/compat.vocab)."""
+        return vocab(self.vocab_rule, target, draft, False)
 
     # -- running -----------------------------------------------------------------------------
     def owns(self, flag: str) -> bool:
