@@ -236,25 +236,9 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
     start, timed, stopped, cost = room.clock(), list[Timed](), "repeats", None
     try:
         cost = _cost(room, cfgs, seq)
-        passes, first = 0, room.clock()
-        while 1 in levels:
-            progress(f"pass {passes + 1}" + (" (one server at a time)" if seq else ""))
-            timed += lab.rounds(room, cfgs, range(len(workload.prompts)), max_tokens, passes,
-                                seq)
-            passes += 1
-            if precision is None:
-                if passes < repeats:
-                    continue
-                break
-            if passes >= repeats and _widest(timed, configs, workload, cost,
-                                             objective) <= precision:
-                stopped = "precision"
-                break
-            # the budget bounds the passes --repeats asked for too: none is started that
-            # would end past it (a pass takes about as long as the mean one so far)
-            if room.clock() - start + (room.clock() - first) / passes > budget:
-                stopped = "budget"
-                break
+        if 1 in levels:
+            timed, stopped = _passes(room, cfgs, configs, workload, cost, Passes(
+                repeats, max_tokens, seq, precision, budget, objective), start, progress)
         samples = [_from_timed(t, configs, workload) for t in timed]
         if concurrent and isinstance(room, lab.ServerLab):
             room.keep(cfgs)
@@ -273,6 +257,45 @@ def measure(configs: Sequence[Config], backend: Adapter, installed: Installed,
                   "precision": precision,
                   "restarts": room.restarts}
     return samples
+
+
+@dataclass(frozen=True)
+class Passes:
+    """How many passes one-at-a-time measurement makes: at least `repeats`; with a
+    `precision`, more until every overall interval is within it; none past `budget`."""
+
+    repeats: int
+    max_tokens: int
+    seq: bool
+    precision: float | None
+    budget: float
+    objective: Objective
+
+
+def _passes(room: lab.Lab, cfgs: Sequence[lab.Config], configs: Sequence[Config],
+            workload: Workload, cost: float | None, how: Passes, start: float,
+            progress: Say) -> tuple[list[Timed], str]:
+    """The passes over every prompt on every server, and what stopped them (repeats,
+    precision, budget: counted from `start`, when the measurement began)."""
+    timed: list[Timed] = []
+    first = room.clock()
+    passes = 0
+    while True:
+        progress(f"pass {passes + 1}" + (" (one server at a time)" if how.seq else ""))
+        timed += lab.rounds(room, cfgs, range(len(workload.prompts)), how.max_tokens, passes,
+                            how.seq)
+        passes += 1
+        if how.precision is None:
+            if passes < how.repeats:
+                continue
+            return timed, "repeats"
+        if passes >= how.repeats and _widest(timed, configs, workload, cost,
+                                             how.objective) <= how.precision:
+            return timed, "precision"
+        # the budget bounds the passes --repeats asked for too: none is started that would
+        # end past it (a pass takes about as long as the mean one so far)
+        if room.clock() - start + (room.clock() - first) / passes > how.budget:
+            return timed, "budget"
 
 
 def _cost(room: lab.Lab, cfgs: Sequence[lab.Config], seq: bool) -> float | None:

@@ -130,6 +130,23 @@ def _candidates(plan: Plan, k0: int, max_k: int, methods: frozenset[str],
     return [_entry(p) for p in plans]
 
 
+def _join_model(plan: Plan, lab: Lab, race: Race, entries: list[Entry], lead: Entry,
+                cost: float, max_k: int) -> tuple[Estimates | None, list[costmodel.Point]]:
+    """The cost model fitted on the first block, and its curve; the k it predicts fastest
+    joins the race (appended to `entries`) when no plain draft entry has it and it beats the
+    leader's point estimate."""
+    est = _model(lab, race, entries, cost, max_k)
+    curve = est.curve(max_k) if est else []
+    if est is not None and not race.stopped:
+        fav = costmodel.best(curve)
+        if fav.k not in {e.config[1].k for e in entries if _plain(e)} \
+                and fav.speedup > _point(lead):
+            entries.append(_entry(plan.but(k=fav.k, p_min=None), cost))
+            lab.say(f"the cost model from the first block predicts draft k={fav.k} "
+                    f"{fav.speedup:.2f}x: it joins the race")
+    return est, curve
+
+
 def _left(lab: Lab, deadline: float) -> str:
     return f"{max(0.0, deadline - lab.clock()):.0f} s left"
 
@@ -167,16 +184,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
             f"{max_tokens} tokens a request, about {race.cost(entries, first):.0f} s; "
             + _left(lab, deadline))
     lead = race.run(entries, blocks=1)  # 2. every candidate in the first block
-    est = _model(lab, race, entries, cost, max_k)  # 3. the cost model from the race
-    curve = est.curve(max_k) if est else []
-    skipped: list[str] = []
-    if est is not None and not race.stopped:
-        fav = costmodel.best(curve)
-        if fav.k not in {e.config[1].k for e in entries if _plain(e)} \
-                and fav.speedup > _point(lead):
-            entries.append(_entry(plan.but(k=fav.k, p_min=None), cost))
-            lab.say(f"the cost model from the first block predicts draft k={fav.k} "
-                    f"{fav.speedup:.2f}x: it joins the race")
+    est, curve = _join_model(plan, lab, race, entries, lead, cost, max_k)  # 3.
     if not race.stopped:
         lab.say(f"next blocks: {sum(1 for e in entries if not e.dropped)} still in the "
                 f"race; {_left(lab, deadline)}")
@@ -188,7 +196,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
         kept = _guard(plan, lab, race, lead, slowed, entries, cost)  # 4.
     race.unmeasured(entries)
     rows = [_row(race, e) for e in entries if e.interval is not None]
-    skipped += [f"{e.label}: {e.dropped}" for e in entries if e.interval is None and e.dropped]
+    skipped = [f"{e.label}: {e.dropped}" for e in entries if e.interval is None and e.dropped]
     refused = _refused(race, [e for e in entries if e is not kept])
     result = _result(plan, lab, race, lead, kept, refused, entries, est, curve,
                      rows, skipped, margin, precision, budget, seq, time.monotonic() - wall,
@@ -410,14 +418,7 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
             summary += ("; not surely faster than the baseline (it needs an interval above "
                         f"1.00x and a point over {1 + margin:.2f}x): `up` serves without a "
                         "draft until a tune shows it is")
-    if refused:
-        summary += "; refused, as each surely slows a category: " + _slowing(entries, refused)
-    if settled:
-        summary += f"; settled: {race.stopped} reached (±{iv.half_width:.0%})"
-    else:
-        summary += (f"; provisional: ±{iv.half_width:.0%} in {spent:.0f} s (budget "
-                    f"{budget:.0f} s, precision ±{precision:.0%} asked): {seen}; close what "
-                    f"runs beside or pass --budget {max(2 * budget / 60, 5):.0f}m to settle it")
+    summary += _how_sure(race, iv, refused, entries, spent, budget, precision, seen)
     if seq:
         summary += f"; one server at a time, the baseline drifted {drift:.0%} between blocks"
     on = method != "none"
@@ -439,6 +440,20 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
                   objective=race.objective, figures=_figures(race, top) if on else {},
                   replies=_replies(race, top) if on else [], refused=refused,
                   spans={c: _on(v) for c, v in cats.items()} if on else {})
+
+
+def _how_sure(race: Race, iv: Interval, refused: list[Refused], entries: Sequence[Entry],
+              spent: float, budget: float, precision: float, seen: str) -> str:
+    """The summary's tail: what was refused, and whether the pick is settled or provisional
+    (with what to do to settle it)."""
+    out = ""
+    if refused:
+        out += "; refused, as each surely slows a category: " + _slowing(entries, refused)
+    if race.stopped in ("precision", "decided"):
+        return out + f"; settled: {race.stopped} reached (±{iv.half_width:.0%})"
+    return out + (f"; provisional: ±{iv.half_width:.0%} in {spent:.0f} s (budget "
+                  f"{budget:.0f} s, precision ±{precision:.0%} asked): {seen}; close what "
+                  f"runs beside or pass --budget {max(2 * budget / 60, 5):.0f}m to settle it")
 
 
 def _slowing(entries: Sequence[Entry], refused: list[Refused], most: int = 4) -> str:
