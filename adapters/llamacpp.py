@@ -129,7 +129,6 @@ class LlamaCpp(Adapter):
         "--model-draft", "--hf-repo-draft", "--gpu-layers-draft", "--n-gpu-layers-draft",
         "--device-draft", "--cache-type-k-draft", "--cache-type-v-draft", "--rpc"})
     # /v1/embeddings answers 501 unless started with --embeddings (an embedding-only server)
-    openai_paths: ClassVar[frozenset[str]] = frozenset({"chat/completions", "completions"})
 
     def __init__(self, configured: Path | None = None, built: Path | None = None,
                  search_path: Iterable[Path] = HOMEBREW,

@@ -4,17 +4,10 @@ comment, since TOML has no null."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-
-def value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(value(x) for x in v) + "]"
-    return json.dumps(v)  # a TOML basic string, integer or float alike
+from specctl.orchestrator.config.adhoc import toml_value
 
 
 def lines(data: Mapping[str, Any], table: str = "") -> list[str]:
@@ -28,7 +21,7 @@ def lines(data: Mapping[str, Any], table: str = "") -> list[str]:
         elif v is None:
             out.append(f"# {key}: unset")
         else:
-            out.append(f"{key} = {value(v)}")
+            out.append(f"{key} = {toml_value(v)}")
     for key, v in nested:
         name = f"{table}.{key}" if table else key
         if isinstance(v, Mapping):

@@ -137,8 +137,10 @@ def name_for(ref: str) -> str:
     return name or "model"
 
 
-def _toml_value(value: Any) -> str:
-    return json.dumps(value)  # a TOML basic string, integer or array of strings alike
+def toml_value(value: Any) -> str:
+    """A value as TOML writes it: JSON's spelling is TOML's for a basic string, an integer, a
+    float, a boolean and an array of them (the one TOML quoting function)."""
+    return json.dumps(value)
 
 
 def toml_for(ref: str, flags: Flags, name: str | None = None, description: str = "") -> str:
@@ -150,30 +152,30 @@ def toml_for(ref: str, flags: Flags, name: str | None = None, description: str =
     lines = [
         f"# written by `specctl profiles new {words}`",
         "# every key but target is optional (`specctl profiles show NAME` fills in defaults)",
-        f"description = {_toml_value(description or f'{ref}, draft and k chosen by specctl')}",
-        f"target = {_toml_value(ref)}",
+        f"description = {toml_value(description or f'{ref}, draft and k chosen by specctl')}",
+        f"target = {toml_value(ref)}",
         "# \"auto\": the best compatible draft on disk, on the Hub or in the catalog (or n-gram);",
         "# or a model reference, \"ngram\", \"none\"",
-        f"draft = {_toml_value(data.get('draft', 'auto'))}",
+        f"draft = {toml_value(data.get('draft', 'auto'))}",
         "# \"auto\": `specctl tune`'s result on this machine, else the cost model; or a number",
         'k = "auto"',
     ]
     if "backend" in data:
         lines += ["# preference order (default: by this machine's hardware)",
-                  f"backend = {_toml_value(data['backend'])}"]
+                  f"backend = {toml_value(data['backend'])}"]
     else:
         lines += ["# backend = [\"NAME\"]   # preference order (`specctl backend list`); "
                   "default: by hardware"]
     if "extra_args" in data:
         lines += ["# engine arguments, checked against the installed engine's flags",
-                  f"extra_args = {_toml_value(data['extra_args'])}"]
+                  f"extra_args = {toml_value(data['extra_args'])}"]
     lines += ["", "[server]"]
     for key, default, note in (("host", "127.0.0.1", "a non-loopback host needs api_key_env"),
                                ("port", 8080, ""), ("context", 8192, "tokens; shrunk to fit "
                                                                      "memory when needed")):
         comment = f"   # {note}" if note else ""
         if key in server:
-            lines.append(f"{key} = {_toml_value(server[key])}{comment}")
+            lines.append(f"{key} = {toml_value(server[key])}{comment}")
         else:
-            lines.append(f"# {key} = {_toml_value(default)}{comment}")
+            lines.append(f"# {key} = {toml_value(default)}{comment}")
     return "\n".join(lines) + "\n"

@@ -80,8 +80,9 @@ class Adapter:
     # its spec_stats counts drafted tokens: a speculative server that reports none did not draft
     draft_counters: ClassVar[bool] = False
     # the OpenAI paths (below /v1/) its server answers as specctl starts it: the gateway forwards
-    # these and nothing else, so the engine's own API (tokenize, slots, props) stays behind it
-    openai_paths: ClassVar[frozenset[str]] = frozenset()
+    # these and nothing else, so the engine's own API (tokenize, slots, props) stays behind it;
+    # every OpenAI-compatible server answers the two completions
+    openai_paths: ClassVar[frozenset[str]] = frozenset({"chat/completions", "completions"})
 
     @property
     def runs_on(self) -> frozenset[str]:

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from specctl.orchestrator import http
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.gateway import errors, intake, paths
 from specctl.orchestrator.gateway.bounds import Bounds, Hung, ShuttingDown
@@ -143,8 +144,9 @@ class Gateway:
             await self.pool.tick()
             if self.tuner is not None:
                 self.tuner.tick()
-            if self.ledger is not None:  # the routes and live tables, for `specctl status`
-                self.ledger.routes(self.routes())
+            if self.ledger is not None:  # the routes and live tables, for `specctl status`:
+                # read here (on the loop, beside the pool), written (fsync'd) off it
+                await anyio.to_thread.run_sync(self.ledger.routes, self.routes())
 
     # -- routes --------------------------------------------------------------------------
     async def health(self, _request: Request) -> Response:
@@ -243,9 +245,10 @@ class Gateway:
         reply: httpx.Response | None = None
         try:
             sent = anyio.current_time()
-            reply, failed = await self._open(request, engine, data, body, sent)
-            if reply is None:
-                return await failed(scope, _never, send)
+            opened = await self._open(request, engine, data, body, sent)
+            if isinstance(opened, Response):  # the error to answer instead
+                return await opened(scope, _never, send)
+            reply = opened
             kept = {k: v for k, v in reply.headers.items()
                     if k.lower() in ("content-type", "cache-control", "x-request-id")}
             relay = self._relay(engine, reply, data, arrived, kind, sent)
@@ -270,8 +273,8 @@ class Gateway:
         return error(status, str(exc), "server_error", retry if status == 503 else None)
 
     async def _open(self, request: Request, engine: Engine, data: dict[str, Any], body: bytes,
-                    sent: float) -> tuple[httpx.Response | None, Response]:
-        """Send the request to the engine: its reply's headers, or None and the error to
+                    sent: float) -> httpx.Response | Response:
+        """Send the request to the engine: its reply's headers, or the error response to
         answer instead (the engine failed, sent nothing within the first-byte bound, or the
         gateway is stopping)."""
         client = self.client
@@ -288,18 +291,18 @@ class Gateway:
         failed = f"{engine.model}'s server failed; the next request starts it again"
         try:
             return await self.bounds.within(lambda: client.send(upstream, stream=True),
-                                            sent + bound, hung), error(502, failed, "server_error")
+                                            sent + bound, hung)
         except httpx.HTTPError:
             self._count(engine.model, engine.setting, 502)
-            return None, error(502, failed, "server_error")
+            return error(502, failed, "server_error")
         except Hung:
             self.pool.fail(engine, hung)
             self._count(engine.model, engine.setting, 504)
-            return None, error(504, f"{engine.model}'s server {hung}; it is restarted for the "
+            return error(504, f"{engine.model}'s server {hung}; it is restarted for the "
                                "next request", "server_error")
         except ShuttingDown:
             self._count(engine.model, engine.setting, 503)
-            return None, error(503, STOPPING, "server_error", {"Retry-After": str(RETRY_AFTER)})
+            return error(503, STOPPING, "server_error", {"Retry-After": str(RETRY_AFTER)})
 
     async def _relay(self, engine: Engine, reply: httpx.Response, data: dict[str, Any],
                      arrived: float, kind: str, sent: float) -> AsyncIterator[bytes]:
@@ -339,7 +342,7 @@ class Gateway:
             self.pool.fail(engine, str(exc))
             return 504, f"{engine.model}'s server {exc}; it is restarted for the next request"
         assert isinstance(exc, httpx.HTTPError)
-        return 502, (f"{engine.model}'s server failed mid-stream: {_what(exc)}; the next "
+        return 502, (f"{engine.model}'s server failed mid-stream: {http.why(exc)}; the next "
                      "request starts it again")
 
     def _observe(self, engine: Engine, watch: Watch, arrived: float, status: int,
@@ -378,5 +381,3 @@ class Gateway:
                      "authentication_error", headers, code="invalid_api_key")
 
 
-def _what(exc: httpx.HTTPError) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

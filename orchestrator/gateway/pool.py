@@ -261,8 +261,10 @@ class Pool:
         for model in list(self.plans.served):
             before = self.plans.served[model]
             served = await asyncio.to_thread(self.plans.refresh, model)
-            if served.routing != before.routing:
+            if served.routing.route != before.routing.route:  # live figures start anew
                 self._routed(model, served.routing)
+            elif served.routing.why != before.routing.why:  # e.g. the new tune does not plan
+                self.say(f"{model}: {served.routing.why}")
             for slot, engine in list(self.current.items()):
                 if slot.model != model:
                     continue

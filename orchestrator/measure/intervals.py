@@ -46,12 +46,12 @@ from specctl.orchestrator.measure.estimate import (
     quantile,
 )
 from specctl.orchestrator.measure.lab import Timed
+from specctl.orchestrator.measure.workload import Figure as Figure
+from specctl.orchestrator.measure.workload import Objective as Objective
 from specctl.orchestrator.measure.workload import Timing
 from specctl.orchestrator.planning.plan import Plan
 
 __all__ = ["BOOT", "CONFIDENCE", "LOW_Q", "Interval", "Pairs", "quantile", "relative", "speedup"]
-Objective = Literal["latency", "decode", "throughput"]
-Figure = Literal["latency", "decode", "throughput", "ttft"]  # an objective's, or the first token's
 POOL = "all"
 # how a configuration's step times are pooled: "steps", all prompts as one where its steps
 # draft alike (_uniform; by category where not); "category"; "prompt", each prompt its own

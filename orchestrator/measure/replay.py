@@ -22,12 +22,12 @@ from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import ProfileError, StateError
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import formats, traffic, workload
+from specctl.orchestrator.measure.figures import BUCKETS
 
 MIN_SHARE = 0.05
 MIN_PER_KIND = 2  # tune settles only with two requests of each category
 ENOUGH = 40  # MIN_PER_KIND / MIN_SHARE: see `enough`
 PER_KIND = 12  # as for a prompts file
-BUCKETS = ((256, "<256"), (1024, "256-1k"), (4096, "1k-4k"), (None, ">=4k"))  # tokens in
 
 
 def enough(kept: traffic.Kept | None) -> bool:
@@ -119,7 +119,7 @@ def summary(kept: traffic.Kept, where: object = None) -> dict[str, Any]:
         "model": kept.model, "requests": len(reqs), "not_kept": kept.skipped,
         "kinds": {k: {"requests": n, "share": round(n / len(reqs), 3)} for k, n in counts},
         "tokens_in": {**_spread(tokens_in),
-                      "buckets": {label: buckets.get(label, 0) for _, label in BUCKETS}},
+                      "buckets": {label: buckets.get(label, 0) for _, _, label in BUCKETS}},
         "tokens_out": _spread([r.tokens_out for r in reqs]),
         "oldest": _when(min((r.at for r in reqs), default=None)),
         "newest": _when(max((r.at for r in reqs), default=None)),
@@ -127,7 +127,7 @@ def summary(kept: traffic.Kept, where: object = None) -> dict[str, Any]:
 
 
 def _bucket(tokens: int) -> str:
-    return next(label for top, label in BUCKETS if top is None or tokens < top)
+    return next(label for _, top, label in BUCKETS if tokens < top)
 
 
 def _spread(values: Sequence[int]) -> dict[str, float | int | None]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
@@ -27,14 +27,13 @@ from specctl.orchestrator.files import (
 )
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.humanize import size as human_size
+from specctl.orchestrator.measure.workload import Figure, Objective
 from specctl.orchestrator.models import digest
 from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning.plan import NGRAMS, Method, Plan, Step
 
 Ratio = Annotated[float, Field(ge=0, le=1e6)]  # a speedup, tokens/s or seconds: finite
 Rate = Annotated[float, Field(ge=0, le=1)]
-Objective = Literal["latency", "decode", "throughput"]  # what a speedup is of (intervals)
-FigureName = Literal["latency", "ttft", "decode", "throughput"]
 Span = Annotated[list[Ratio], Field(min_length=3, max_length=3)]  # a point, its 95% interval
 _SHAS = TypeAdapter(dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]])
 
@@ -259,7 +258,7 @@ class Result(_Model):
     # before them routes by kind alone)
     timings: list[Timing] = Field(default_factory=list, max_length=64)
     shapes: dict[str, Shape] = Field(default_factory=dict, max_length=64)
-    figures: dict[FigureName, Span] = Field(default_factory=dict)  # the pick's, each figure
+    figures: dict[Figure, Span] = Field(default_factory=dict)  # the pick's, each figure
     # the choice's greedy replies in the race beside the baseline's on the same prompts (reply,
     # baseline reply, baseline tokens): the sampling check reads them (lossless.gate); not saved
     replies: list[tuple[str, str, int]] = Field(default_factory=list, exclude=True,

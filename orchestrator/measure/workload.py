@@ -17,13 +17,16 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.files import read_text
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import formats
 
-OBJECTIVES = ("latency", "decode", "throughput")  # what tune and bench rank by (intervals)
+Objective = Literal["latency", "decode", "throughput"]  # what tune and bench rank by (intervals)
+OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
+Figure = Literal["latency", "decode", "throughput", "ttft"]  # an objective's, or the first token's
 USER = "user"  # the category of prompts from a file that names none
 MAX_FILE = 16 << 20
 

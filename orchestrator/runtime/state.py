@@ -26,6 +26,7 @@ from specctl.orchestrator.files import (
     read_back,
     write_atomic,
 )
+from specctl.orchestrator.runtime.procs import PORT_FIX
 
 
 def check_writable(folder: Path) -> None:
@@ -118,8 +119,7 @@ def port_lock(runs: Path, port: int) -> Iterator[None]:
         lock.acquire(timeout=0)
     except Timeout:
         raise ServerError(f"port {port} is in use by another specctl run (starting or serving; "
-                          "`specctl status`): stop it or pick another port (server.port in the "
-                          "profile, or SPECCTL_SERVER__PORT)") from None
+                          f"`specctl status`): stop it or {PORT_FIX}") from None
     try:
         yield
     finally:
