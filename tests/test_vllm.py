@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -162,10 +163,8 @@ def test_real_vllm_cpu_serves_the_k_by_batch_schedule_tune_saves(
         tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A tuned result with k by batch size, as `tune` saves it for vLLM, goes through `plan` and
     `up` into vLLM-CPU's --speculative-config; vLLM starts with it (its scheduler builds the
-    batch-size lookup from it) and follows it: 3 tokens drafted per step for one request, 1 per
-    step while 4 run at once."""
-    import threading
-
+    batch-size lookup from it) and follows it: 3 tokens drafted per step for one request, 1 in
+    the steps where several of 4 sent at once run together."""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.measure import tuned
 
@@ -200,20 +199,28 @@ def test_real_vllm_cpu_serves_the_k_by_batch_schedule_tune_saves(
         ask(url)  # one request at a time: k = 3
         alone = Vllm().spec_stats(endpoint)
         assert alone.drafts > 0 and alone.drafted == 3 * alone.drafts, alone
-        threads = [threading.Thread(target=ask, args=(url,)) for _ in range(4)]
+        together = threading.Barrier(4)
+        threads = [threading.Thread(target=ask, args=(url, together)) for _ in range(4)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         both = Vllm().spec_stats(endpoint)
         drafted, drafts = both.drafted - alone.drafted, both.drafts - alone.drafts
-        assert drafts > 0 and drafted < 2 * drafts, both  # mostly 4 (or 2-3) at once: k = 1
+        # the steps with several at once draft 1 token, so fewer than 3 a step on average (not
+        # all: vLLM-CPU runs a step with one request alone while it prefills another's prompt;
+        # seen: 42 of 85 steps at k = 1 in one run)
+        assert drafts > 0 and drafted < 3 * drafts, both
     finally:
         specctl("down", "--all", env=env)
 
 
-def ask(url: str) -> None:
+def ask(url: str, together: threading.Barrier | None = None) -> None:
+    """Two greedy requests, one after the other; `together`: each sent at the same moment as
+    the other threads' (so they share the server's batches, however the threads were started)."""
     for prompt in ("the cat sat on the mat and the cat sat on the", "hello hello hello"):
+        if together is not None:
+            together.wait(timeout=120)
         reply = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
             "model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 32,
             "temperature": 0})
