@@ -314,6 +314,7 @@ class Gateway:
                       prompt=adapter.prompt_tokens)
         chunks, bounds = reply.aiter_raw(), self.bounds.timeouts
         deadline, what = sent + bounds.first_byte, f"the first-byte bound of {bounds.first_byte:g}"
+        observed = False
         try:
             while True:
                 try:
@@ -322,17 +323,23 @@ class Gateway:
                 except StopAsyncIteration:
                     break
                 watch.feed(chunk)
-                yield chunk
+                if watch.done and not observed:  # counted and kept before [DONE] goes out:
+                    observed = True  # a client may close on it, and then the rest of this
+                    self._observe(engine, watch, arrived, reply.status_code, kind, data)
+                yield chunk  # generator never runs
                 deadline = anyio.current_time() + bounds.chunk
                 what = f"the bound between chunks of {bounds.chunk:g}"
         except (httpx.HTTPError, Hung, ShuttingDown) as exc:
+            if observed:  # after [DONE]: the reply was whole
+                return
             status, message = self._cut(engine, exc)
             self._count(engine.model, engine.setting, status)
             if stream:
                 yield event(message, status)
             return
-        watch.finish()
-        self._observe(engine, watch, arrived, reply.status_code, kind, data)
+        if not observed:
+            watch.finish()
+            self._observe(engine, watch, arrived, reply.status_code, kind, data)
 
     def _cut(self, engine: Engine, exc: Exception) -> tuple[int, str]:
         """A stream cut short: its status and the words of its error event."""

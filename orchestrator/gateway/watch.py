@@ -33,6 +33,7 @@ class Watch:
     prompt_tokens: int = 0  # usage's, else the engine's own count (`prompt`); 0: not said
     prompt: Count | None = None  # the adapter's prompt_tokens (a stream without usage)
     chunks: int = 0
+    done: bool = False  # a stream's `data: [DONE]` was seen: the reply is whole
     engine_tps: float | None = None
     stats: SpecStats | None = None
     _pending: bytes = b""
@@ -69,6 +70,7 @@ class Watch:
         if not line.startswith(b"data:"):
             return
         payload = line[5:].strip()
+        self.done = self.done or payload == b"[DONE]"
         if payload == b"[DONE]" or not payload:
             return
         try:
