@@ -258,6 +258,11 @@ class LlamaCpp(Adapter):
         a.add("--port", plan.port)
         a.add("-c", plan.context)
         a.add("-np", plan.parallel)
+        if plan.parallel > 1:
+            # one KV pool for the slots, as llama-server's own default (-np auto) has: else each
+            # slot holds context/parallel tokens, and a 745-token prompt was refused by tune's
+            # quality check (8 slots of 512 in -c 4096); the memory is the same (-c cells)
+            a.optional("--kv-unified")
         a.optional("-a", plan.profile)  # the model name clients see (llama-server accepts any)
         if plan.threads:
             a.add("-t", plan.threads)

@@ -186,6 +186,17 @@ def test_legacy_dialect_argv(cpu_plan: Plan) -> None:
     assert "--spec-draft-n-max" not in argv
 
 
+def test_slots_share_one_kv_pool(cpu_plan: Plan) -> None:
+    """Several slots get one KV pool (as llama-server's own -np auto): each request may hold
+    the whole context, not context/parallel (tune's quality check, 8 slots in -c 4096, had a
+    745-token prompt refused at 512). One slot needs no flag; a build without it goes on."""
+    assert "--kv-unified" not in LlamaCpp().launch(cpu_plan, LlamaCpp().assumed()).argv
+    argv = LlamaCpp().launch(cpu_plan.but(parallel=8), LlamaCpp().assumed()).argv
+    assert "--kv-unified" in argv and ("-c", "4096") in pairs(argv)
+    legacy = installed_from(LEGACY_HELP, "version: 3000 (abc)", "/usr/bin/llama-server")
+    assert "--kv-unified" not in LlamaCpp().launch(cpu_plan.but(parallel=8), legacy).argv
+
+
 def test_quantised_cache_applies_to_both_models(cpu_plan: Plan) -> None:
     plan = cpu_plan.but(memory=replace(cpu_plan.memory, cache_type="q8_0"),
                         hardware=replace(cpu_plan.hardware, gpus=(Gpu("GPU", 24 << 30, 0),)),
