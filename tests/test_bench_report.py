@@ -186,6 +186,27 @@ def test_bench_budget_bounds_the_repeats_too_when_a_precision_is_asked(tmp_path:
     assert passes(0.001, 1.0)[0] == 1  # the first pass always runs
 
 
+def test_c_is_timed_on_the_shortest_prompt_of_each_category(tmp_path: Path) -> None:
+    """bench times c (the draft alone against the baseline) on the shortest prompt of each
+    category, as tune does, never on every prompt: on five suites with documents of 1-2k
+    tokens, short requests to every prompt took 859 s before the first pass."""
+    from specctl.orchestrator.measure import costs
+
+    plan = plans.plan().but(k=3)
+    room = SimLab(Law(), plan, seed=5, noise=0.0, fits=True)
+    configs = bench.configs_for(plan, [3])
+    bench.measure(configs, None, None, room.workload, 1, 64,  # type: ignore[arg-type]
+                  tmp_path, budget=900.0, room=room)
+    work = room.workload
+    timed = {i for _, label, i in room.asked if label == "draft alone"}
+    cats = {p.category for p in work.prompts}
+    assert timed == set(costs.shortest(work)) and len(timed) == len(cats) < len(work.prompts)
+    for i in timed:
+        size = costs._size(work.prompts[i])
+        assert all(costs._size(p) >= size for p in work.prompts
+                   if p.category == work.prompts[i].category)
+
+
 @pytest.mark.parametrize("twin_pace", [1.0, 1.15])
 def test_the_a_a_control_holds_between_equal_servers_and_flags_a_slower_twin(
         tmp_path: Path, twin_pace: float) -> None:

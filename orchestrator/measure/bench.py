@@ -30,7 +30,7 @@ from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure import engine, figures, intervals, lab, lossless, stats
-from specctl.orchestrator.measure.costs import Costs
+from specctl.orchestrator.measure.costs import Costs, shortest
 from specctl.orchestrator.measure.intervals import Objective
 from specctl.orchestrator.measure.lab import Timed
 from specctl.orchestrator.measure.workload import Prompt, Timing, Workload
@@ -307,7 +307,7 @@ def _cost(room: lab.Lab, cfgs: Sequence[lab.Config], seq: bool) -> float | None:
         return None
     alone = ("draft alone", base[1].but(target=drafting.draft))
     costs = Costs(room, base, seq)
-    costs.time([alone])
+    costs.time([alone], prompts=shortest(room.workload))
     return round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
 
 

@@ -10,11 +10,32 @@ from collections.abc import Sequence
 
 from specctl.orchestrator.measure.intervals import LOW_Q, quantile
 from specctl.orchestrator.measure.lab import Config, Lab, Timed, rounds
+from specctl.orchestrator.measure.workload import Prompt, Workload
 
 SHORT_TOKENS = 16  # the short requests that time the costs (the baseline's length)
 LONGEST = 8 * SHORT_TOKENS  # a faster configuration's, to last as long as the baseline's
 COST_BLOCKS = 2  # short requests per prompt and configuration...
 MIN_SAMPLES = 8  # ...and at least this many per configuration (few prompts: more rounds)
+
+
+def shortest(work: Workload) -> list[int]:
+    """The prompts that time the costs: the shortest of each category of the workload's mix.
+    c is a decode cost; a long prompt's prefill only makes a short request long (bench spent
+    859 s of a run timing c on every prompt of five suites, documents of 1-2k tokens among them;
+    tune 39 s of its 240 s budget on documents of 600-800 tokens). One of each category still:
+    tune's race expects its first block's time from these (their prefill beside decoding)."""
+    weights = work.weights()
+    best: dict[str, int] = {}
+    for i, p in enumerate(work.prompts):
+        if weights.get(p.category, 0.0) <= 0:
+            continue
+        if p.category not in best or _size(p) < _size(work.prompts[best[p.category]]):
+            best[p.category] = i
+    return list(best.values())
+
+
+def _size(p: Prompt) -> int:
+    return sum(len(t) for t in p.turns) + len(p.system or "")
 
 
 class Costs:

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure import engine, intervals, speeds
-from specctl.orchestrator.measure.costs import Costs
+from specctl.orchestrator.measure.costs import Costs, shortest
 from specctl.orchestrator.measure.fit import Estimates, fit_alpha
 from specctl.orchestrator.measure.intervals import LOW_Q, Interval, quantile
 from specctl.orchestrator.measure.lab import Config, Lab, Timed
@@ -57,7 +57,6 @@ from specctl.orchestrator.measure.tuned import (
     bound_flag,
     chain_of,
 )
-from specctl.orchestrator.measure.workload import Prompt
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Method, Plan, Step
 
@@ -174,7 +173,8 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
                 + ("--sequential" if sequential else "two servers do not fit in memory"))
     lab.say(f"timing the draft alone against the target (c); {_left(lab, deadline)}")
     costs = Costs(lab, base, seq)  # 1. c from short timings
-    costs.time([alone], prompts=_shortest(lab), least=4, until=started + budget * FIXED_SHARE)
+    costs.time([alone], prompts=shortest(lab.workload), least=4,
+               until=started + budget * FIXED_SHARE)
     cost = round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
     entries = [_entry(e.config[1], cost) for e in entries]
     race = Race(lab, base, max_tokens, seq, margin, precision, deadline, prior=costs.samples,
@@ -204,25 +204,6 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     return result.model_copy(update=speeds.fitted(  # the route's cost model (speeds.py)
         race.samples, [base, *(e.config for e in entries)], lab.workload,
         race.tokens or max_tokens))
-
-
-def _shortest(lab: Lab) -> list[int]:
-    """The prompts that time c: the shortest of each category of the traffic (c is a decode
-    cost; a long prompt's prefill only makes its short requests long: cpu-demo spent 39 s of a
-    240 s budget on them with documents of 600-800 tokens in the workload)."""
-    prompts, weights = lab.workload.prompts, lab.workload.weights()
-    best: dict[str, int] = {}
-    for i in range(len(prompts)):
-        cat = prompts[i].category
-        if weights.get(cat, 0.0) <= 0:
-            continue
-        if cat not in best or _size(prompts[i]) < _size(prompts[best[cat]]):
-            best[cat] = i
-    return list(best.values())
-
-
-def _size(p: Prompt) -> int:
-    return sum(len(t) for t in p.turns) + len(p.system or "")
 
 
 def _plain(e: Entry) -> bool:
