@@ -186,6 +186,18 @@ def test_bench_budget_bounds_the_repeats_too_when_a_precision_is_asked(tmp_path:
     assert passes(0.001, 1.0)[0] == 1  # the first pass always runs
 
 
+def test_tunes_n_gram_pick_is_measured_beside_the_drafts_asked_for() -> None:
+    """Where tune saved n-gram (no draft model) and bench is asked --also draft:3 (llama.cpp's
+    default speculation), tune's pick is measured as it is, and the draft takes the profile's
+    draft model (before, the profile as written was measured in the pick's place)."""
+    written = plans.plan().but(k=4)
+    picked = written.but(method="ngram", k=8, draft=None, p_min=None)
+    got = {c.label: c.plan for c in bench.configs_for(picked, (), None, ["draft:3", "ngram:8"],
+                                                      written)}
+    assert list(got) == ["baseline", "ngram k=8", "draft k=3"], list(got)
+    assert got["ngram k=8"] == picked and got["draft k=3"].draft == written.draft
+
+
 def test_c_is_timed_on_the_shortest_prompt_of_each_category(tmp_path: Path) -> None:
     """bench times c (the draft alone against the baseline) on the shortest prompt of each
     category, as tune does, never on every prompt: on five suites with documents of 1-2k

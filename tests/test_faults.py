@@ -415,6 +415,7 @@ def test_bench_k_after_tune_turned_speculation_off_measures_the_profiles_draft(
     """After a tune saved "off" the plan has no draft model: `bench --k 2` failed in 4 s with
     "'draft' speculation needs a draft file (-md)" instead of measuring the draft it asked for."""
     from specctl.orchestrator.commands import bench
+    from specctl.orchestrator.measure import bench as bench_mod
     from specctl.orchestrator.measure import tuned
     from specctl.orchestrator.measure.workload import from_suites
 
@@ -428,9 +429,14 @@ def test_bench_k_after_tune_turned_speculation_off_measures_the_profiles_draft(
     assert app.resolve(str(profile)).plan.draft is None  # what tune saved
     said: list[str] = []
     work = from_suites({"chat": ["Say hello."]}, {})
-    asked = bench.resolve(app, bench.Ask(str(profile), work, ks=(2,)), said.append)
-    assert asked.plan.draft is not None and written.plan.draft is not None
-    assert asked.plan.draft.ref == written.plan.draft.ref
+    ask = bench.Ask(str(profile), work, ks=(2,))
+    asked = bench.resolve(app, ask)
+    assert asked.plan.draft is None  # tune's pick is still what is measured as it
+    drafts = bench.drafts_of(app, ask, asked, said.append)
+    assert drafts is not None and drafts.draft is not None and written.plan.draft is not None
+    assert drafts.draft.ref == written.plan.draft.ref
     assert any("has no draft model (speculation off)" in line for line in said), said
-    plain = bench.resolve(app, bench.Ask(str(profile), work), said.append)
-    assert plain.plan.draft is None and not plain.plan.speculative  # no --k: what tune saved
+    labels = {c.label: c.plan for c in bench_mod.configs_for(asked.plan, (2,), None, (), drafts)}
+    assert list(labels) == ["baseline", "draft k=2"] and labels["draft k=2"].draft is not None
+    plain = bench.Ask(str(profile), work)
+    assert bench.drafts_of(app, plain, bench.resolve(app, plain), said.append) is None  # no --k

@@ -127,11 +127,13 @@ class Sample:
 
 
 def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
-                also: Sequence[str] = ()) -> list[Config]:
+                also: Sequence[str] = (), drafts: Plan | None = None) -> list[Config]:
     """The baseline plus one speculative config per k (the plan's own k when none given), the
     methods in `also` (`ngram-mod`, `draft+ngram-mod`: a draft at each k chained with it;
     `baseline`: the A/A control, TWIN), and the floor (the plan with every draft rejected)
-    when given."""
+    when given. `drafts`: the plan whose draft model the drafts asked for use, where `plan`
+    (tune's pick: off, n-gram) has none."""
+    written = drafts or plan
     asked = [a.strip() for a in also]
     twin, also = "baseline" in asked, [a for a in asked if a != "baseline"]
     if not plan.speculative and not ks and not also:
@@ -141,9 +143,9 @@ def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
     if plan.speculative or ks:
         for k in ks or [plan.k]:
             method = plan.method if plan.speculative else "draft"
-            spec = plan.but(k=k, method=method)
+            spec = (plan if plan.speculative else written).but(k=k, method=method)
             out.append(Config(spec.short() if spec.chain else f"{method} k={k}", spec))
-    for spec in _also(plan, ks, also):
+    for spec in _also(plan, ks, also, written):
         cfg = Config(spec.short(), spec)
         if cfg not in out:  # --also ngram:8 where the plan is it
             out.append(cfg)
@@ -152,10 +154,10 @@ def configs_for(plan: Plan, ks: Sequence[int], floor: Plan | None = None,
     return out
 
 
-def _also(plan: Plan, ks: Sequence[int], also: Sequence[str]) -> list[Plan]:
+def _also(plan: Plan, ks: Sequence[int], also: Sequence[str], drafts: Plan) -> list[Plan]:
     """`bench --also`: each `METHOD[:K][@P][+METHOD[:K]...]` as plans (a draft at K, else at each
     --k; others at K or their usual k; `@P`: a draft's p-min; the methods after the first are
-    chained n-gram methods)."""
+    chained n-gram methods). A draft takes its draft model from `drafts`."""
     from specctl.orchestrator.planning.planner import DEFAULT_K
 
     out = []
@@ -171,7 +173,7 @@ def _also(plan: Plan, ks: Sequence[int], also: Sequence[str]) -> list[Plan]:
                                "draft:3@0.5 (a draft at k=3 with p-min 0.5)")
         chain = tuple(Step(m, k_ or DEFAULT_K[m]) for m, k_ in rest)  # type: ignore[arg-type]
         if head == "draft":
-            out += [plan.but(method="draft", k=k_, chain=chain, p_min=p_min)
+            out += [drafts.but(method="draft", k=k_, chain=chain, p_min=p_min)
                     for k_ in ([k] if k else ks or [plan.k or 4])]
         else:
             out.append(plan.but(method=head, k=k or DEFAULT_K[head], draft=None, p_min=None,
