@@ -432,8 +432,10 @@ def test_bench_k_after_tune_turned_speculation_off_measures_the_profiles_draft(
     ask = bench.Ask(str(profile), work, ks=(2,))
     asked = bench.resolve(app, ask)
     assert asked.plan.draft is None  # tune's pick is still what is measured as it
-    drafts = bench.drafts_of(app, ask, asked, said.append)
-    assert drafts is not None and drafts.draft is not None and written.plan.draft is not None
+    got = bench.drafts_of(app, ask, asked, said.append)
+    assert got is not None
+    drafts = got.plan
+    assert drafts.draft is not None and written.plan.draft is not None
     assert drafts.draft.ref == written.plan.draft.ref
     assert any("has no draft model (speculation off)" in line for line in said), said
     labels = {c.label: c.plan for c in bench_mod.configs_for(asked.plan, (2,), None, (), drafts)}

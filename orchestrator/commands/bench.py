@@ -74,26 +74,30 @@ def resolve(app: App, ask: Ask) -> Resolved:
     return app.resolve(ask.profile, use_tuned=not ask.untuned)
 
 
-def drafts_of(app: App, ask: Ask, resolved: Resolved, step: Say) -> Plan | None:
+def drafts_of(app: App, ask: Ask, resolved: Resolved, step: Say) -> Resolved | None:
     """Where the drafts asked for (--k with speculation tuned off, --also draft...) take their
-    draft model when the saved setting has none: the profile as written. The saved setting is
-    still what is measured as tune's pick (before, bench measured the profile as written in its
-    place: cpu-demo's tuned n-gram k=8 was not in a bench that asked --also draft:3)."""
+    draft model when the saved setting has none: the profile as written. A saved setting that
+    speculates (n-gram) is still what is measured as tune's pick (before, bench measured the
+    profile as written in its place: cpu-demo's tuned n-gram k=8 was not in a bench that asked
+    --also draft:3); one saved "off" is the baseline itself, and the profile is measured."""
     wants = (ask.ks and not resolved.plan.speculative) or bench_mod.asks_for_draft(ask.also)
     if resolved.plan.draft is not None or not wants or ask.untuned:
         return None
-    written = app.resolve(ask.profile, use_tuned=False).plan
-    if written.draft is None:
+    written = app.resolve(ask.profile, use_tuned=False)
+    if written.plan.draft is None:
         return None
     step(f"the setting `specctl tune` saved has no draft model ({resolved.plan.describe_spec()})"
-         f": the drafts asked for use the profile's ({written.draft.name})")
+         f": the drafts asked for use the profile's ({written.plan.draft.name})")
     return written
 
 
 def run(app: App, ask: Ask, step: Say) -> Outcome:
     resolved = resolve(app, ask)
+    written = drafts_of(app, ask, resolved, step)
+    if written is not None and not resolved.plan.speculative:
+        resolved = written  # --quality, the floor and the certificate are the drafts'
     plan = resolved.plan
-    drafts = drafts_of(app, ask, resolved, step)
+    drafts = written.plan if written is not None else None
     want_floor = ask.quality if ask.floor is None else ask.floor
     rejecting = resolved.backend.rejecting(plan, resolved.installed) if want_floor else None
     also = tuple(a for a in ask.also if a.strip() != bench_mod.ROUTED)
