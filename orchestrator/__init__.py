@@ -13,3 +13,7 @@ The flow, one way (each layer imports only those before it; tests/test_layers.py
     app, runs           the composition root (one per command); the running profiles
     cli                 the thin command line
 """
+
+if __name__ != "specctl.orchestrator":  # the folder imported by its bare name, from the repo root
+    raise ImportError(f"import specctl.orchestrator, not {__name__}: pyproject.toml maps "
+                      "the folder under specctl (`pip install -e .` once)")

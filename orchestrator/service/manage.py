@@ -7,6 +7,7 @@ who ran `sudo`, else the one running specctl), with that user's dirs, venv and p
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import platform
 import pwd
@@ -88,12 +89,12 @@ def writable_dirs(dirs: Dirs, env: Mapping[str, str], home: Path,
 
 def program_paths() -> tuple[Path, ...]:
     """What running `python -m specctl` reads: this interpreter, its environment (a venv and
-    the Python it was made from) and specctl's code where it really lies (an editable install's
-    package links into the checkout)."""
-    import specctl
-
-    package = Path(specctl.__file__).parent
-    code = units.outermost([package.resolve(), *(entry.resolve() for entry in package.iterdir())])
+    the Python it was made from) and specctl's code where it really lies (an editable install
+    maps the packages to the checkout's folders: orchestrator/, adapters/, profiles/)."""
+    specs = [importlib.util.find_spec(name) for name in
+             ("specctl", "specctl.adapters", "specctl.orchestrator", "specctl.profiles")]
+    code = units.outermost([Path(folder).resolve() for spec in specs if spec is not None
+                            for folder in spec.submodule_search_locations or ()])
     found = [Path(sys.executable), Path(sys.executable).resolve(), Path(sys.prefix),
              Path(sys.exec_prefix), Path(sys.base_prefix), Path(sys.base_exec_prefix), *code]
     return tuple(dict.fromkeys(p.absolute() for p in found))
