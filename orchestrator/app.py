@@ -35,8 +35,8 @@ from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime.provision import Needs
 
 if TYPE_CHECKING:  # measure/ pulls numpy and HTTP clients in: imported where used (a fast plan)
-    from specctl.orchestrator.measure import certificates, tuned
-    from specctl.orchestrator.measure import route as route_mod
+    from specctl.orchestrator.measure.results import certificates, tuned
+    from specctl.orchestrator.measure.route import choose as route_mod
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ class App:
                             f"name; {hint}`specctl status` lists what runs")
 
     def tuned_key(self, plan: Plan, installed: Installed) -> str:
-        from specctl.orchestrator.measure import tuned
+        from specctl.orchestrator.measure.results import tuned
 
         return tuned.key(plan, installed.version, self.dirs.state / "model-sha256.json", self.say)
 
@@ -161,12 +161,12 @@ class App:
         """The saved `specctl tune` result for this plan's machine, build and model files."""
         if not any(self.dirs.tuned.glob("*.json")):
             return None  # nothing tuned yet: do not hash the model files
-        from specctl.orchestrator.measure import tuned
+        from specctl.orchestrator.measure.results import tuned
 
         return tuned.load(self.dirs.tuned, self.tuned_key(plan, installed))
 
     def route(self, written: Resolved) -> tuple[route_mod.Route | None, str]:
-        """Speculation per request (measure/route.py) for the plan as written (`resolve(...,
+        """Speculation per request (measure/route/choose.py) for the plan as written (`resolve(...,
         use_tuned=False)`), from its saved tune's per-category winners; None and why when
         there is none."""
         if not written.needs.empty:
@@ -174,13 +174,13 @@ class App:
         found = self.saved_tune(written.plan, written.installed)
         if found is None:
             return None, "not tuned yet on this machine and build (run `specctl tune`)"
-        from specctl.orchestrator.measure import route as route_mod
+        from specctl.orchestrator.measure.route import choose as route_mod
 
         return route_mod.route_for(written.plan, found, written.backend)
 
     def certificate_of_run(self, plan: Mapping[str, Any]) -> certificates.Found | None:
         """The losslessness certificate state of a run's recorded plan (`status`)."""
-        from specctl.orchestrator.measure import certificates
+        from specctl.orchestrator.measure.results import certificates
 
         return certificates.for_run(self.dirs.state, plan)
 
@@ -252,7 +252,7 @@ class App:
         """The backend `bench --backends` measured fastest for this profile on this machine."""
         if probed is None or len(profile.backend) == 1:
             return None
-        from specctl.orchestrator.measure import winners
+        from specctl.orchestrator.measure.results import winners
 
         try:
             found = winners.load(self.dirs.state / "backends", profile.name, hw.fingerprint())

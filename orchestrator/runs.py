@@ -353,8 +353,8 @@ def _log_head(path: str) -> str:
 
 
 def _certificate(app: App, run: state.RunState) -> tuple[dict[str, Any] | None, str]:
-    """The served configuration's losslessness certificate (measure/certificates.py): its state
-    and the engine build it is for; None when the run does not speculate."""
+    """The served configuration's losslessness certificate (measure/results/certificates.py): its
+    state and the engine build it is for; None when the run does not speculate."""
     if run.plan.get("method", "none") == "none" or not run.plan.get("k"):
         return None, ""
     try:

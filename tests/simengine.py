@@ -6,7 +6,8 @@ cost of a draft configuration, which n-gram has not), exact draft counters, and 
 bursts of 0.5-3 s, each slowing whatever runs during it 2-5x, covering a set share of the time.
 A simulated clock: no real sleeping, a tune takes milliseconds.
 
-It speaks the `Lab` protocol (orchestrator/measure/lab.py), which the real servers speak too.
+It speaks the `Lab` protocol (orchestrator/measure/lab/servers.py), which the real servers speak
+too.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specctl.orchestrator.contract.stats import SpecStats
-from specctl.orchestrator.measure.lab import Config, Timed
-from specctl.orchestrator.measure.workload import Prompt, Timing, Workload, speedup
+from specctl.orchestrator.measure.lab.servers import Config, Timed
+from specctl.orchestrator.measure.prompts.workload import Prompt, Timing, Workload, speedup
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Plan
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specctl.orchestrator.measure import bench, intervals
+from specctl.orchestrator.measure.bench import flow as bench
+from specctl.orchestrator.measure.estimates import intervals
+from specctl.orchestrator.measure.prompts import suites
 from tests.cli import specctl
 
 pytestmark = pytest.mark.server
@@ -89,8 +91,7 @@ def test_tunes_short_sampling_check_passes_speculation_and_refuses_the_draft_alo
 
     from specctl.orchestrator.app import App
     from specctl.orchestrator.errors import SpecctlError
-    from specctl.orchestrator.measure import bench as bench_mod
-    from specctl.orchestrator.measure import lossless
+    from specctl.orchestrator.measure.lossless import check as lossless
 
     profile = tmp_path / "qwen.toml"
     profile.write_text('target = "testbed:qwen-1.5b-q4"\ndraft = "testbed:qwen-0.5b-q4"\n'
@@ -99,7 +100,7 @@ def test_tunes_short_sampling_check_passes_speculation_and_refuses_the_draft_alo
     got = app.resolve(str(profile))
     # docqa's first prompt (~750 tokens) does not fit a slot's share of -c 2048 over the check's
     # 8 slots (256): it runs because the slots share one KV pool (adapters/llamacpp.py)
-    prompts = {c: bench_mod.suite_texts(c)[:1] for c in ("chat", "code", "summarize", "docqa")}
+    prompts = {c: suites.suite_texts(c)[:1] for c in ("chat", "code", "summarize", "docqa")}
     how = lossless.short(0.8, 0.95)
     raced = [("the same reply", "the same reply", 64)] * 5  # tune's race's greedy replies
     said = lossless.gate(got.plan, got.backend, got.installed, prompts, how, app.dirs.logs,
@@ -122,7 +123,7 @@ def test_bench_quality_starts_each_server_once(tmp_path: Path, monkeypatch: pyte
     the candidate and the floor twice). Counted on the real engine.serve, wrapped."""
     from collections import Counter
 
-    from specctl.orchestrator.measure import engine
+    from specctl.orchestrator.measure.lab import engine
     from tests.cli import run_main
 
     starts: Counter[str] = Counter()

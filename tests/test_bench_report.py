@@ -10,7 +10,9 @@ import pytest
 from rich.console import Console
 
 from specctl.orchestrator.cli import render
-from specctl.orchestrator.measure import bench, intervals
+from specctl.orchestrator.measure.bench import flow as bench
+from specctl.orchestrator.measure.estimates import intervals
+from specctl.orchestrator.measure.prompts import suites
 from tests import plans
 from tests.simengine import Law, SimLab
 
@@ -134,8 +136,8 @@ def test_verdicts() -> None:
 
 
 def test_every_suite_has_a_dozen_distinct_prompts() -> None:
-    for name in bench.SUITES:
-        prompts = bench.load_suite(name)
+    for name in suites.SUITES:
+        prompts = suites.load_suite(name)
         assert len(prompts) >= 12 and len(set(prompts)) == len(prompts)
 
 
@@ -202,7 +204,7 @@ def test_c_is_timed_on_the_shortest_prompt_of_each_category(tmp_path: Path) -> N
     """bench times c (the draft alone against the baseline) on the shortest prompt of each
     category, as tune does, never on every prompt: on five suites with documents of 1-2k
     tokens, short requests to every prompt took 859 s before the first pass."""
-    from specctl.orchestrator.measure import costs
+    from specctl.orchestrator.measure.estimates import step_costs as costs
 
     plan = plans.plan().but(k=3)
     room = SimLab(Law(), plan, seed=5, noise=0.0, fits=True)

@@ -1,5 +1,5 @@
-"""Losslessness certificates (measure/certificates.py): written per engine build and model files,
-found again for the same configuration, "engine changed" when the build is another, validated
+"""Losslessness certificates (measure/results/certificates.py): written per engine build and model
+files, found again for the same configuration, "engine changed" when the build is another, validated
 when read back."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from specctl.orchestrator.errors import StateError
-from specctl.orchestrator.measure import certificates as certs
-from specctl.orchestrator.measure import tuned
+from specctl.orchestrator.measure.results import certificates as certs
+from specctl.orchestrator.measure.results import tuned
 
 
 def engine(tmp_path: Path, version: str = "b1", body: bytes = b"llama-server build 1"

@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from specctl.orchestrator.app import App, Resolved
-from specctl.orchestrator.measure import engine
-from specctl.orchestrator.measure.workload import Prompt
+from specctl.orchestrator.measure.lab import engine
+from specctl.orchestrator.measure.prompts.workload import Prompt
 from specctl.orchestrator.runtime import client
 from tests.cli import specctl
 

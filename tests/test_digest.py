@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.measure import tuned
+from specctl.orchestrator.measure.results import tuned
 from specctl.orchestrator.models import testbed
 from tests.cli import run_main
 

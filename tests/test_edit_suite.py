@@ -6,14 +6,15 @@ from __future__ import annotations
 import re
 
 from specctl.orchestrator.cli.measure import _workload
-from specctl.orchestrator.measure import bench
+from specctl.orchestrator.measure.bench import flow as bench
+from specctl.orchestrator.measure.prompts import suites
 
 SOURCE = re.compile(r"```[a-z]*\n(.+?)```|---\n(.+?)---", re.DOTALL)
 
 
 def test_every_edit_prompt_holds_its_source_text() -> None:
-    prompts = bench.suite_texts("edit")
-    assert "edit" in bench.SUITES
+    prompts = suites.suite_texts("edit")
+    assert "edit" in suites.SUITES
     code = document = 0
     for prompt in prompts:
         found = SOURCE.search(prompt)

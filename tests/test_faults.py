@@ -415,9 +415,9 @@ def test_bench_k_after_tune_turned_speculation_off_measures_the_profiles_draft(
     """After a tune saved "off" the plan has no draft model: `bench --k 2` failed in 4 s with
     "'draft' speculation needs a draft file (-md)" instead of measuring the draft it asked for."""
     from specctl.orchestrator.commands import bench
-    from specctl.orchestrator.measure import bench as bench_mod
-    from specctl.orchestrator.measure import tuned
-    from specctl.orchestrator.measure.workload import from_suites
+    from specctl.orchestrator.measure.bench import flow as bench_mod
+    from specctl.orchestrator.measure.prompts.workload import from_suites
+    from specctl.orchestrator.measure.results import tuned
 
     profile, app = _auto_k_app(env, tmp_path, monkeypatch)
     written = app.resolve(str(profile))

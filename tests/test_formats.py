@@ -1,6 +1,6 @@
-"""`--prompts FILE` in the standard formats (measure/formats.py): MT-Bench / Spec-Bench questions,
-ShareGPT, OpenAI chat lines, text lines; each malformed case is one line naming file:line or the
-item, never a traceback."""
+"""`--prompts FILE` in the standard formats (measure/prompts/formats.py): MT-Bench / Spec-Bench
+questions, ShareGPT, OpenAI chat lines, text lines; each malformed case is one line naming file:line
+or the item, never a traceback."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specctl.orchestrator.errors import ProfileError, StateError
-from specctl.orchestrator.measure import formats, workload
+from specctl.orchestrator.measure.prompts import formats, workload
 from tests.cli import run_main
 
 

@@ -26,7 +26,8 @@ import pytest
 
 from specctl.orchestrator.app import App
 from specctl.orchestrator.gateway.engines import footprint
-from specctl.orchestrator.measure import tuned
+from specctl.orchestrator.measure.prompts import suites
+from specctl.orchestrator.measure.results import tuned
 from specctl.orchestrator.runtime.servers import free_port
 from tests.test_faults import ours
 
@@ -503,7 +504,6 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
     falls under the baseline's (code, told here its baseline ran at 100000 tok/s) goes to the
     server without a draft. `specctl status` shows the route and the live table."""
     from specctl.orchestrator.gateway.live import MIN_REQUESTS
-    from specctl.orchestrator.measure import bench as bench_mod
 
     profile(env, "smol", SMOL + 'k = "auto"\n[server]\ncontext = 1024\n')
     for key in ("SPECCTL_STATE_DIR", "SPECCTL_CONFIG_DIR"):
@@ -524,7 +524,7 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
                  won("edit", "ngram", 8, 1.0), won("chat", "none", 0, 1.0)]))
     gw = start(env, tmp_path, "smol")
     gateways.append(gw)
-    asks = {kind: bench_mod.suite_texts(kind)[6] for kind in ("chat", "code", "summarize")}
+    asks = {kind: suites.suite_texts(kind)[6] for kind in ("chat", "code", "summarize")}
     for text in asks.values():  # each starts its kind's server (served meanwhile by any up)
         assert _ask(gw, text)
 
@@ -580,7 +580,6 @@ def test_a_long_prompt_with_a_short_answer_goes_where_prefill_is_cheapest(
     every kind and n-gram for long prompts. A question over a 1,100-token document answered in
     16 tokens is served by the n-gram server, a short code request of 64 tokens by the draft's
     (the real engines' own request counts, by setting); `/gateway/status` says the rule."""
-    from specctl.orchestrator.measure import bench as bench_mod
 
     profile(env, "smol", SMOL + 'k = "auto"\n[server]\ncontext = 4096\n')
     for key in ("SPECCTL_STATE_DIR", "SPECCTL_CONFIG_DIR"):
@@ -607,8 +606,8 @@ def test_a_long_prompt_with_a_short_answer_goes_where_prefill_is_cheapest(
                 "docqa": tuned.Shape(kind="docqa", answer=32, chars_per_token=4.0)}))
     gw = start(env, tmp_path, "smol")
     gateways.append(gw)
-    doc = bench_mod.suite_texts("docqa")[6]  # held out: 4,469 characters
-    code = bench_mod.suite_texts("code")[6]
+    doc = suites.suite_texts("docqa")[6]  # held out: 4,469 characters
+    code = suites.suite_texts("code")[6]
     assert len(doc) > 4000
     for text, tokens in ((doc, 16), (code, 64)):  # each starts its server
         assert _ask(gw, text, tokens)

@@ -13,7 +13,7 @@ import pytest
 
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.gateway.keep import Keeper
-from specctl.orchestrator.measure import traffic
+from specctl.orchestrator.measure.traffic import store as traffic
 
 
 def _body(text: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from specctl.orchestrator.errors import (
     SpecctlError,
     StateError,
 )
-from specctl.orchestrator.measure import tuned
+from specctl.orchestrator.measure.results import tuned
 from specctl.orchestrator.planning import drafts
 from specctl.orchestrator.runtime.server import server_env
 from specctl.orchestrator.service import manage, units

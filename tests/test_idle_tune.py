@@ -18,7 +18,8 @@ from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans
 from specctl.orchestrator.gateway.pool import Pool, PoolSettings
-from specctl.orchestrator.measure import replay, traffic
+from specctl.orchestrator.measure.traffic import replay
+from specctl.orchestrator.measure.traffic import store as traffic
 from specctl.orchestrator.runtime.server import Server
 from tests import plans as plan_values
 from tests.test_pool_states import Clock, FakeRunner

@@ -11,8 +11,8 @@ import pytest
 from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.contract.stats import SpecStats
-from specctl.orchestrator.measure import intervals
-from specctl.orchestrator.measure.lab import Timed, fits_together
+from specctl.orchestrator.measure.estimates import intervals
+from specctl.orchestrator.measure.lab.servers import Timed, fits_together
 from tests import plans
 from tests.conftest import recorded
 
@@ -65,7 +65,7 @@ def test_a_request_beside_outside_load_counts_with_that_load_taken_out() -> None
     processes on average, as the CPU watch reports them): its 10 s count as 8 quiet (LOADED
     0.5 of its speed lost while the burst ran), and the speedup of a configuration as fast as
     the baseline reads 1.0x, not 0.8x. Beyond one core the loss is a core's."""
-    from specctl.orchestrator.measure.lab import LOADED
+    from specctl.orchestrator.measure.lab.servers import LOADED
     quiet = timed("baseline", 0, 8.0)
     loaded = replace(timed("same", 0, 10.0), busy=0.4)
     assert LOADED == 0.5 and loaded.quiet_s == pytest.approx(8.0) and quiet.quiet_s == 8.0

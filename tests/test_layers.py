@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "runs": BASE | {"config", "machine", "models", "planning", "runtime", "app"},
     "commands": BASE | {"config", "machine", "models", "planning", "runtime", "measure",
                         "service", "app", "runs"},
-    # the gateway routes each request by its kind (measure/classify.py, measure/route.py)
+    # the gateway routes each request by its kind (measure/route/classify.py, choose.py)
     "gateway": BASE | {"config", "machine", "models", "planning", "runtime", "measure", "app"},
 }
 # adapters: the contract, each other, and the core's pure helpers they share

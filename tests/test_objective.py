@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from specctl.orchestrator.measure import bench, intervals
-from specctl.orchestrator.measure.route import route_for
-from specctl.orchestrator.measure.tune import tune
-from specctl.orchestrator.measure.tuned import OnCategory, Result
+from specctl.orchestrator.measure.bench import flow as bench
+from specctl.orchestrator.measure.estimates import intervals
+from specctl.orchestrator.measure.results.tuned import OnCategory, Result
+from specctl.orchestrator.measure.route.choose import route_for
+from specctl.orchestrator.measure.tune.flow import tune
 from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 from tests.simengine import Law, SimLab

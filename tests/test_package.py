@@ -68,9 +68,12 @@ def test_pyproject_lists_every_package_there_is() -> None:
 def _bare_imports(path: Path) -> list[str]:
     out = []
     for node in ast.walk(ast.parse(path.read_text())):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                 [node.module] if isinstance(node, ast.ImportFrom) and node.module
-                 and not node.level else [])
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        else:
+            continue
         out += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
                 if n.split(".")[0] in BARE]
     return out

@@ -25,7 +25,7 @@ from specctl.orchestrator.cli.base import cli
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract import registry
 from specctl.orchestrator.machine import hardware
-from specctl.orchestrator.measure import tuned
+from specctl.orchestrator.measure.results import tuned
 from tests.conftest import FIXTURES, HARDWARE, recorded
 from tests.ggufs import write_gguf
 

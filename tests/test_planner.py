@@ -23,7 +23,7 @@ from specctl.orchestrator.errors import (
     IncompatibleDraftError,
     ProfileError,
 )
-from specctl.orchestrator.measure import tuned
+from specctl.orchestrator.measure.results import tuned
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import costmodel, drafts, planner
 from specctl.orchestrator.planning.plan import Plan
@@ -55,7 +55,7 @@ def plan_for(data: dict[str, Any], machine: str, hub: Path,
 
 
 def saved_tune(**changes: Any) -> tuned.Result:
-    """A saved `specctl tune` result, as measure/tuned.py reads one back."""
+    """A saved `specctl tune` result, as measure/results/tuned.py reads one back."""
     return tuned.Result.from_json({
         "profile": "test", "method": "draft", "k": 3, "p_min": 0.4, "speedup": 1.7,
         "summary": "k=3 p-min 0.4: 1.70x", "alpha": 0.7, "cost": 0.1, "verify": {"3": 1.7},

@@ -24,7 +24,7 @@ from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans, Routing, Served
 from specctl.orchestrator.gateway.pool import Pool, PoolSettings, StartFailed
 from specctl.orchestrator.gateway.room import NoRoom
-from specctl.orchestrator.measure.classify import Facts
+from specctl.orchestrator.measure.route.classify import Facts
 from specctl.orchestrator.runtime.servers import Running
 from tests import plans as plan_values
 

@@ -45,7 +45,7 @@ from specctl.orchestrator.errors import (
 )
 from specctl.orchestrator.files import NAME_PATTERN, check_name, inside, read_back
 from specctl.orchestrator.machine import hardware
-from specctl.orchestrator.measure import tuned
+from specctl.orchestrator.measure.results import tuned
 from specctl.orchestrator.models import gguf_meta
 from specctl.orchestrator.runtime import state
 from specctl.orchestrator.service import quote, units

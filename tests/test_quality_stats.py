@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from specctl.orchestrator.measure import quality
+from specctl.orchestrator.measure.lossless import twosample as quality
 from tests import plans
 
 Array = npt.NDArray[np.float64]
@@ -373,7 +373,8 @@ def test_the_sampler_never_gives_two_choices_one_seed(monkeypatch: pytest.Monkey
     """A server seeds choice i of a request with seed + i: requests must step their seed by the
     batch, or two samples are one sample twice (seen on llama-server: a false 'differs')."""
     from specctl.orchestrator.contract.launch import Endpoint
-    from specctl.orchestrator.measure import engine, lossless
+    from specctl.orchestrator.measure.lab import engine
+    from specctl.orchestrator.measure.lossless import check as lossless
     from specctl.orchestrator.runtime import client
 
     seeds: list[int] = []

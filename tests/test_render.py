@@ -149,7 +149,7 @@ def test_doctor_shows_each_gpus_total_used_and_free_and_what_was_hidden(terminal
 
 
 def test_the_sweeps_time_ratio_is_of_the_seconds_it_shows() -> None:
-    from specctl.orchestrator.measure.tuned import Measured, Result
+    from specctl.orchestrator.measure.results.tuned import Measured, Result
     row = Measured(label="draft k=1", method="draft", k=1, p_min=None, speedup=1.2, tps=12.0)
     tuned = Result(profile="p", method="draft", k=1, p_min=None, speedup=1.2, summary="s",
                    alpha=0.8, cost=0.3, verify={}, baseline_tps=10.0, seconds=71.4)

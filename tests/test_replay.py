@@ -1,4 +1,4 @@
-"""The kept traffic read back (measure/replay.py): `specctl traffic` (summary and forget),
+"""The kept traffic read back (measure/traffic/replay.py): `specctl traffic` (summary and forget),
 `--prompts traffic` (the observed mix, each request's own answer length) and `enough`, the idle
 tuner's threshold."""
 
@@ -12,7 +12,8 @@ import pytest
 from specctl.orchestrator.cli.measure import _workload
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import ProfileError
-from specctl.orchestrator.measure import replay, traffic
+from specctl.orchestrator.measure.traffic import replay
+from specctl.orchestrator.measure.traffic import store as traffic
 from tests.cli import run_main
 
 

@@ -24,7 +24,7 @@ from specctl.orchestrator.app import App
 from specctl.orchestrator.cli.base import cli
 from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.launch import Installed
-from specctl.orchestrator.measure import tuned, winners
+from specctl.orchestrator.measure.results import tuned, winners
 from specctl.orchestrator.planning import backends, memory, planner
 from specctl.orchestrator.planning.plan import Plan, plan_json
 from specctl.orchestrator.runtime import handoff

@@ -1,7 +1,7 @@
 """Routing by what the request is: its kind, its prompt's length and the answer it expects. The
-cost model tune fits from its own samples (measure/speeds.py: prefill seconds per prompt token,
+cost model tune fits from its own samples (measure/route/costs.py: prefill seconds per prompt token,
 decode seconds per answer token by category, each category's answers and characters per token),
-saved with the result and read back; one function (measure/route.choose) decides, and the
+saved with the result and read back; one function (measure/route/choose.choose) decides, and the
 gateway's slot and `bench --also routed` both call it. On the simulated engine
 (tests/simengine.py: a prefill law where a draft model prefills the prompt too)."""
 
@@ -14,14 +14,15 @@ import pytest
 
 from specctl.orchestrator.gateway import plans as gateway_plans
 from specctl.orchestrator.gateway.plans import Routing, Served
-from specctl.orchestrator.measure import classify, speeds
-from specctl.orchestrator.measure import route as route_mod
-from specctl.orchestrator.measure.classify import Facts
-from specctl.orchestrator.measure.route import Route, choose, route_for
-from specctl.orchestrator.measure.routed import RoutedLab
-from specctl.orchestrator.measure.tune import tune
-from specctl.orchestrator.measure.tuned import Result, Shape, Timing, Winner
-from specctl.orchestrator.measure.workload import Prompt, Workload
+from specctl.orchestrator.measure.bench.routed import RoutedLab
+from specctl.orchestrator.measure.prompts.workload import Prompt, Workload
+from specctl.orchestrator.measure.results.tuned import Result, Shape, Timing, Winner
+from specctl.orchestrator.measure.route import choose as route_mod
+from specctl.orchestrator.measure.route import classify
+from specctl.orchestrator.measure.route import costs as speeds
+from specctl.orchestrator.measure.route.choose import Route, choose, route_for
+from specctl.orchestrator.measure.route.classify import Facts
+from specctl.orchestrator.measure.tune.flow import tune
 from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 from tests.simengine import Law, SimLab

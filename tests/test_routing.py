@@ -1,6 +1,6 @@
-"""Speculation per request: the classifier (measure/classify.py) on the shipped suites, routes
-built from tune's per-category winners (measure/route.py), `bench --also routed` on the simulated
-engine (tests/simengine.py: a known speed law where each kind has its own winner), and the
+"""Speculation per request: the classifier (measure/route/classify.py) on the shipped suites, routes
+built from tune's per-category winners (measure/route/choose.py), `bench --also routed` on the
+simulated engine (tests/simengine.py: a known speed law where each kind has its own winner), and the
 gateway's live table (gateway/live.py). The gateway routing real llama-servers is in
 test_gateway.py."""
 
@@ -15,17 +15,19 @@ import pytest
 
 from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.gateway.live import MIN_REQUESTS, Live
-from specctl.orchestrator.measure import bench, classify
-from specctl.orchestrator.measure.route import route_for
-from specctl.orchestrator.measure.routed import RoutedLab
-from specctl.orchestrator.measure.tune import tune
-from specctl.orchestrator.measure.tuned import Chained, Result, Winner
-from specctl.orchestrator.measure.workload import Prompt, Workload
+from specctl.orchestrator.measure.bench import flow as bench
+from specctl.orchestrator.measure.bench.routed import RoutedLab
+from specctl.orchestrator.measure.prompts import suites
+from specctl.orchestrator.measure.prompts.workload import Prompt, Workload
+from specctl.orchestrator.measure.results.tuned import Chained, Result, Winner
+from specctl.orchestrator.measure.route import classify
+from specctl.orchestrator.measure.route.choose import route_for
+from specctl.orchestrator.measure.tune.flow import tune
 from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 from tests.simengine import CATEGORIES, Law, SimLab
 
-SUITES = {name: bench.suite_texts(name) for name in bench.SUITES}
+SUITES = {name: suites.suite_texts(name) for name in suites.SUITES}
 
 
 def adapter() -> Any:

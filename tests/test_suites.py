@@ -3,7 +3,7 @@
 A suite is `{"name": ..., "prompts": [...]}` with 12 prompts: 1-2 are what `tune` uses, 1-6 what
 the router's rules were written from, 7-12 are held out. A prompt is a string (one user message)
 or `{"turns": [user messages...], "system": optional}` (a conversation; later turns are sent with
-the model's own earlier replies). The files are read directly, not through bench.load_suite.
+the model's own earlier replies). The files are read directly, not through suites.load_suite.
 
 Lengths are bounded by characters: the Qwen2.5 tokenizer counted 4.2-5.4 characters a token on
 these English prompts, so at most 5 characters a token (for a floor) and at least 4 (for a
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-PROMPTS = resources.files("specctl.orchestrator.measure") / "prompts"
+PROMPTS = resources.files("specctl.orchestrator.measure.prompts")
 FIXTURES = Path(__file__).parent / "fixtures" / "prompts"
 NEW = ("docqa", "article", "multiturn", "math", "translate", "qa")
 SIZE = 12

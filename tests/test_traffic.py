@@ -1,5 +1,5 @@
-"""The kept traffic (measure/traffic.py): opt-in per profile, one 0600 file per model, bounded in
-count and bytes, an allow-list of what a request leaves (never a key or header), safe under
+"""The kept traffic (measure/traffic/store.py): opt-in per profile, one 0600 file per model, bounded
+in count and bytes, an allow-list of what a request leaves (never a key or header), safe under
 concurrent writers, read back as untrusted input, and deleted whole by `forget`."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.errors import NameRefusedError, ProfileError, StateError
-from specctl.orchestrator.measure import kept as store
-from specctl.orchestrator.measure import traffic
+from specctl.orchestrator.measure.traffic import kept as store
+from specctl.orchestrator.measure.traffic import store as traffic
 
 SECRET = "sk-live-0123456789abcdefSECRET"
 

@@ -22,9 +22,9 @@ import pytest
 from rich.console import Console
 
 from specctl.orchestrator.cli import render
-from specctl.orchestrator.measure import tune as tune_mod
-from specctl.orchestrator.measure.fit import fit_alpha
-from specctl.orchestrator.measure.tuned import Measured, Result, bound_flag, steps_of
+from specctl.orchestrator.measure.results.tuned import Measured, Result, bound_flag, steps_of
+from specctl.orchestrator.measure.tune import flow as tune_mod
+from specctl.orchestrator.measure.tune.fit import fit_alpha
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Plan, Step
 from tests import plans
@@ -285,8 +285,8 @@ def test_the_leader_of_a_real_noisy_tune_gives_way(plan: Plan) -> None:
     picked by a cost model misled by noise): the leader draft k=8 0.55x [0.19-0.71], p-min 0.5
     at 0.88x [0.28-1.15]. The leader cannot pay, the rival beats it by the margin: it leads,
     and its top (1.15x) keeps "off" from being decided (before: "off")."""
-    from specctl.orchestrator.measure.intervals import Interval
-    from specctl.orchestrator.measure.race import Entry, Race
+    from specctl.orchestrator.measure.estimates.intervals import Interval
+    from specctl.orchestrator.measure.tune.race import Entry, Race
 
     lab = SimLab(Law(), plan)
     race = Race(lab, ("baseline", plan.baseline()), 64, False, 0.05, 0.05, 240.0)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from specctl.orchestrator.measure.lab import Config
-from specctl.orchestrator.measure.tune import tune
-from specctl.orchestrator.measure.tuned import Result, steps_of
+from specctl.orchestrator.measure.lab.servers import Config
+from specctl.orchestrator.measure.results.tuned import Result, steps_of
+from specctl.orchestrator.measure.tune.flow import tune
 from specctl.orchestrator.planning import costmodel
 from specctl.orchestrator.planning.plan import Plan
 from tests import plans

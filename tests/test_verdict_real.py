@@ -15,6 +15,7 @@ import pytest
 
 from specctl.adapters.llamacpp import LlamaCpp
 from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.measure.prompts import suites
 from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import ROOT, specctl, status_row
 
@@ -135,8 +136,7 @@ def test_tunes_check_refuses_to_save_a_setting_whose_engine_did_not_draft(
     line (the output is the target's, but nothing was speculated)."""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.errors import SpecctlError
-    from specctl.orchestrator.measure import bench as bench_mod
-    from specctl.orchestrator.measure import lossless
+    from specctl.orchestrator.measure.lossless import check as lossless
 
     for key, value in environment(tmp_path, "no-draft-llama-server").items():
         if key.startswith(("SPECCTL_", "REAL_")):
@@ -145,7 +145,7 @@ def test_tunes_check_refuses_to_save_a_setting_whose_engine_did_not_draft(
     profile.write_text(f'{SMOL}k = 3\n[server]\ncontext = 2048\n')
     app = App.from_env()
     got = app.resolve(str(profile))
-    prompts = {c: bench_mod.suite_texts(c)[:1] for c in ("chat", "code")}
+    prompts = {c: suites.suite_texts(c)[:1] for c in ("chat", "code")}
     with pytest.raises(SpecctlError) as refused:
         lossless.gate(got.plan, got.backend, got.installed, prompts, lossless.short(0.8, 0.95),
                       app.dirs.logs, lambda _m: None)

@@ -1,4 +1,4 @@
-"""bench's one verdict (measure/verdicts.py) on simulated engines whose answer is known.
+"""bench's one verdict (measure/bench/verdicts.py) on simulated engines whose answer is known.
 
 A simulated reply is a sequence of 4-character words (one word = one token). A correct engine
 copies the baseline's reply and flips a near-tie with a known per-token probability (numerics),
@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specctl.orchestrator.measure import bench, numerics, verdicts, versus
+from specctl.orchestrator.measure.bench import flow as bench
+from specctl.orchestrator.measure.bench import verdicts, versus
+from specctl.orchestrator.measure.lossless import numerics
 from tests import plans
 
 BASE, SPEC, FLOOR = bench.BASELINE, "draft k=3", bench.FLOOR

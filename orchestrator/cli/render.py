@@ -18,8 +18,8 @@ from specctl.orchestrator.cli.tables import Column
 from specctl.orchestrator.contract.launch import Installed, Launch
 from specctl.orchestrator.humanize import duration
 from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.measure.tuned import Measured
-from specctl.orchestrator.measure.tuned import Result as Tuned
+from specctl.orchestrator.measure.results.tuned import Measured
+from specctl.orchestrator.measure.results.tuned import Result as Tuned
 from specctl.orchestrator.planning.drafts import Candidate
 from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.sizes import gib, gib_pair

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from specctl.orchestrator.commands import doctor as command
     from specctl.orchestrator.config.adhoc import Flags
     from specctl.orchestrator.machine import cluster
-    from specctl.orchestrator.measure import certificates
+    from specctl.orchestrator.measure.results import certificates
 
 
 @cli.group(invoke_without_command=True)
@@ -237,7 +237,7 @@ def plan(ref: str, flags: Flags, hardware: Path | None, as_json: bool) -> None:
 def _certificate(app: App, resolved: Resolved) -> certificates.Found | None:
     """Whether the planned speculation passed `bench --quality` on this engine build (None when
     it does not speculate or the engine is not installed here)."""
-    from specctl.orchestrator.measure import certificates
+    from specctl.orchestrator.measure.results import certificates
 
     if not resolved.plan.speculative or resolved.installed.assumed:
         return None

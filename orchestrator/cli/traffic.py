@@ -44,7 +44,7 @@ def show(model: str | None, as_json: bool) -> None:
     specctl traffic show
     specctl traffic show cpu-demo --json"""
     from specctl.orchestrator.config.paths import Dirs
-    from specctl.orchestrator.measure import replay
+    from specctl.orchestrator.measure.traffic import replay
 
     found, notes = replay.summaries(Dirs.from_env(), model)
     for note in notes:
@@ -88,7 +88,7 @@ def forget(model: str | None) -> None:
     specctl traffic forget cpu-demo
     specctl traffic forget            every model's"""
     from specctl.orchestrator.config.paths import Dirs
-    from specctl.orchestrator.measure import traffic as store
+    from specctl.orchestrator.measure.traffic import store as store
 
     dirs = Dirs.from_env()
     gone = store.forget(dirs, model)

@@ -10,23 +10,21 @@ from typing import TYPE_CHECKING, Any
 
 from specctl.orchestrator.errors import ProfileError, SpecctlError
 from specctl.orchestrator.humanize import Say
-from specctl.orchestrator.measure import bench as bench_mod
-from specctl.orchestrator.measure import (
-    lab,
-    lossless,
-    quality,
-    reports,
-    route,
-    routed,
-    verdicts,
-)
-from specctl.orchestrator.measure.intervals import Objective
-from specctl.orchestrator.measure.workload import Workload
+from specctl.orchestrator.measure.bench import flow as bench_mod
+from specctl.orchestrator.measure.bench import routed, verdicts
+from specctl.orchestrator.measure.estimates.intervals import Objective
+from specctl.orchestrator.measure.lab import servers as lab
+from specctl.orchestrator.measure.lossless import check as lossless
+from specctl.orchestrator.measure.lossless import twosample as quality
+from specctl.orchestrator.measure.prompts import suites
+from specctl.orchestrator.measure.prompts.workload import Workload
+from specctl.orchestrator.measure.results import reports
+from specctl.orchestrator.measure.route import choose as route
 from specctl.orchestrator.planning.plan import Plan
 
 if TYPE_CHECKING:
     from specctl.orchestrator.app import App, Resolved
-    from specctl.orchestrator.measure import winners
+    from specctl.orchestrator.measure.results import winners
 
 
 
@@ -51,7 +49,7 @@ class Ask:
     budget: float = 600.0
     sequential: bool = False
     untuned: bool = False  # the profile as written, not what `tune` saved
-    objective: Objective = "latency"  # what the speedups are of (measure/intervals.py)
+    objective: Objective = "latency"  # what the speedups are of (measure/estimates/intervals.py)
 
 
 @dataclass(frozen=True)
@@ -165,7 +163,7 @@ def _routing(app: App, ask: Ask, step: Say) -> route.Route:
 
 
 def _suites() -> dict[str, list[str]]:
-    return {name: bench_mod.suite_texts(name) for name in bench_mod.SUITES}
+    return {name: suites.suite_texts(name) for name in suites.SUITES}
 
 
 def _sampled(room: lab.ServerLab, plan: Plan, rejecting: Plan | None, ask: Ask,
@@ -195,7 +193,7 @@ def _json(results: Mapping[str, quality.QualityResult]) -> dict[str, Any]:
 def _certify(app: App, resolved: Resolved, report: dict[str, Any]) -> str:
     """Write the losslessness certificate of this `bench --quality` run; a line that says what
     it is and where."""
-    from specctl.orchestrator.measure import certificates
+    from specctl.orchestrator.measure.results import certificates
 
     cache = certificates.sha_cache(app.dirs.state)
     plan, installed = resolved.plan, resolved.installed
@@ -217,8 +215,8 @@ def versus(app: App, profile_ref: str, names: list[str], ks: tuple[int, ...], wo
            repeats: int, max_tokens: int, step: Say, sequential: bool = False,
            precision: float | None = None, budget: float = 600.0) -> Versus:
     """bench --backends: each backend measured in turn; the fastest saved for this machine."""
-    from specctl.orchestrator.measure import versus as versus_mod
-    from specctl.orchestrator.measure import winners
+    from specctl.orchestrator.measure.bench import versus as versus_mod
+    from specctl.orchestrator.measure.results import winners
 
     profile = app.load(profile_ref)
     entries = []

@@ -1,5 +1,5 @@
 """`specctl tune`: resolve the plan once (without the saved result), measure on real servers
-(measure/tune.py's race) within the budget, less what the sampling check will take, add the
+(measure/tune/flow.py's race) within the budget, less what the sampling check will take, add the
 k-by-batch schedule where the engine switches k by batch size, check sampling before saving,
 and save the decision, settled or provisional."""
 
@@ -11,16 +11,18 @@ from typing import TYPE_CHECKING, Any
 
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.humanize import Say
-from specctl.orchestrator.measure import lab, lossless, trials
-from specctl.orchestrator.measure import tune as tune_mod
-from specctl.orchestrator.measure import tuned as tuned_mod
-from specctl.orchestrator.measure.intervals import Objective
-from specctl.orchestrator.measure.workload import Workload
+from specctl.orchestrator.measure.estimates.intervals import Objective
+from specctl.orchestrator.measure.lab import servers as lab
+from specctl.orchestrator.measure.lossless import check as lossless
+from specctl.orchestrator.measure.prompts.workload import Workload
+from specctl.orchestrator.measure.results import tuned as tuned_mod
+from specctl.orchestrator.measure.tune import flow as tune_mod
+from specctl.orchestrator.measure.tune import sweep as trials
 from specctl.orchestrator.planning import costmodel
 
 if TYPE_CHECKING:
     from specctl.orchestrator.app import App, Resolved
-    from specctl.orchestrator.measure.tuned import Measured
+    from specctl.orchestrator.measure.results.tuned import Measured
 
 
 
@@ -37,7 +39,7 @@ class Ask:
     precision: float = 0.05
     budget: float = 240.0
     sequential: bool = False
-    objective: Objective = "latency"  # what the race ranks by (measure/intervals.py)
+    objective: Objective = "latency"  # what the race ranks by (measure/estimates/intervals.py)
 
 
 GATE_SHARE = 0.25  # of the budget, kept for the sampling check after the race (cpu-demo: 60-67 s)
@@ -122,7 +124,7 @@ def _runner(app: App, resolved: Resolved, ask: Ask, step: Say, level: int) -> tr
 
 
 def _tuned(app: App, resolved: Resolved, ask: Ask, step: Say) -> tuned_mod.Result:
-    """The race on real servers (measure/lab.py), every one stopped at the end."""
+    """The race on real servers (measure/lab/servers.py), every one stopped at the end."""
     room = lab.ServerLab(resolved.backend, resolved.installed, ask.work, app.dirs.logs, step)
     try:
         return tune_mod.tune(resolved.plan, room, ask.max_k, max_tokens=ask.max_tokens,

@@ -252,7 +252,7 @@ class Adapter:
     def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
         """(tokens, decode tokens/s) as the server measured them, when it reports them. The
         decode time starts once the prompt's pass has yielded the first token (llama-server's
-        predicted_ms), so it covers tokens - 1 of them (measure/lab.Timed.decoded)."""
+        predicted_ms), so it covers tokens - 1 of them (measure/lab/servers.Timed.decoded)."""
         return None
 
 

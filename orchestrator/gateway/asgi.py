@@ -41,7 +41,7 @@ from specctl.orchestrator.gateway.owned import Ledger
 from specctl.orchestrator.gateway.pool import NotReady, Pool, StartFailed, Unknown
 from specctl.orchestrator.gateway.room import NoRoom
 from specctl.orchestrator.gateway.watch import Watch
-from specctl.orchestrator.measure import classify
+from specctl.orchestrator.measure.route import classify
 
 RETRY_AFTER = 10
 

@@ -7,8 +7,8 @@ tune saves a setting that pays, the pool's watch on the tuned results swaps it i
 opts out with `[gateway] tune_when_idle = false`.
 
 What it tunes on: the model's own kept traffic (`[gateway] keep_traffic`, `specctl tune
---prompts traffic`) once it holds enough (measure/replay.enough: 40 requests, so that every kind
-replayed has the two requests a settled tune needs), else the shipped suites; the log line says
+--prompts traffic`) once it holds enough (measure/traffic/replay.enough: 40 requests, so that every
+kind replayed has the two requests a settled tune needs), else the shipped suites; the log line says
 which. The kept file is read when a tune starts (an idle gateway: no request in flight)."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.files import inside
 from specctl.orchestrator.gateway.pool import Pool
-from specctl.orchestrator.measure import replay, traffic
+from specctl.orchestrator.measure.traffic import replay
+from specctl.orchestrator.measure.traffic import store as traffic
 from specctl.orchestrator.runtime.server import Server
 
 UNTUNED = "cost model"  # a plan's k_source when no saved tune set it

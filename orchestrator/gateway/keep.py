@@ -1,5 +1,5 @@
 """The gateway's kept traffic (opt-in: `[gateway] keep_traffic = N`): each request answered 200
-to a model that keeps traffic is recorded (measure/traffic.py: its body as received, after the
+to a model that keeps traffic is recorded (measure/traffic/store.py: its body as received, after the
 intake checks, the router's kind, the prompt's tokens and the reply's), by one worker thread, in
 the order the requests finished.
 
@@ -20,8 +20,8 @@ from typing import Any
 
 from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.humanize import Say
-from specctl.orchestrator.measure import traffic
-from specctl.orchestrator.measure.kept import MAX_TOKENS
+from specctl.orchestrator.measure.traffic import store as traffic
+from specctl.orchestrator.measure.traffic.kept import MAX_TOKENS
 
 DEPTH = 64  # requests waiting to be written; a write takes about 0.1 ms
 CLOSE_WAIT = 5.0  # seconds the gateway's stop waits for the queue to be written

@@ -29,7 +29,7 @@ class Tally:
     drafted: int = 0
     accepted: int = 0
     windows: dict[str, deque[float]] = field(default_factory=dict)  # the last speeds, by
-    # setting: a route sends a kind's long prompts to another server (measure/route.choose)
+    # setting: a route sends a kind's long prompts to another server (measure/route/choose.choose)
     demoted: str = ""  # why it now goes to no draft
 
     @property

@@ -16,8 +16,8 @@ from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import ServerError, SpecctlError
 from specctl.orchestrator.gateway.engines import Slot
-from specctl.orchestrator.measure.classify import Facts
-from specctl.orchestrator.measure.route import Route, choose
+from specctl.orchestrator.measure.route.choose import Route, choose
+from specctl.orchestrator.measure.route.classify import Facts
 from specctl.orchestrator.sizes import in_gib
 
 
@@ -62,8 +62,8 @@ class Served:
 
     def slot_for(self, facts: Facts | None, demoted: bool) -> Slot:
         """The slot of a request (its kind, prompt characters and max_tokens): the model's one
-        server, or the route's member for it (measure/route.choose: its kind's, or where it is
-        predicted faster by length; no draft where live traffic showed its kind slower than
+        server, or the route's member for it (measure/route/choose.choose: its kind's, or where it
+        is predicted faster by length; no draft where live traffic showed its kind slower than
         its baseline)."""
         model, route = self.resolved.plan.profile, self.routing.route
         if route is None or facts is None or self.routing.written is None:
@@ -109,7 +109,7 @@ class Plans:
         return found
 
     def _routing(self, model: str, resolved: Resolved) -> Routing:
-        """The model's route as its saved tune says (measure/route.py), from the plan as
+        """The model's route as its saved tune says (measure/route/choose.py), from the plan as
         written (resolved only where a saved tune exists to route by)."""
         profile = self.profiles[model]
         if not profile.gateway.route:

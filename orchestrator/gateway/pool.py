@@ -30,7 +30,7 @@ from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans, Routing, Served, tuned_signature
 from specctl.orchestrator.gateway.room import NoRoom, Room
 from specctl.orchestrator.humanize import Say
-from specctl.orchestrator.measure.classify import Facts
+from specctl.orchestrator.measure.route.classify import Facts
 
 
 class Unknown(SpecctlError):

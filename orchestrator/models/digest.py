@@ -6,7 +6,7 @@ seconds (a 40 GiB one about a minute), so the digest is taken where the file arr
 back after: a testbed model's `<file>.sha256` marker (written when its pinned hash was checked,
 holding the hash, size and mtime), and a Hugging Face cache file's blob, which is named by its
 SHA-256 (`blobs/<sha256>`; `models pull` checks it on download). Only a file known by neither
-is read, once (measure/tuned.py remembers it by path, size and mtime).
+is read, once (measure/results/tuned.py remembers it by path, size and mtime).
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ class Facts:
 
 
 class TunedResult(Protocol):
-    """What the planner reads of a saved `specctl tune` result (measure/tuned.Result is one)."""
+    """What the planner reads of a saved `specctl tune` result (measure/results/tuned.Result is
+    one)."""
 
     @property
     def method(self) -> Method: ...

@@ -1,0 +1,1 @@
+"""What timings say: low quantiles, intervals by objective, whole requests, step costs."""

@@ -1,0 +1,1 @@
+"""Is speculation lossless here: the sampling check, two-sample tests, greedy numerics."""

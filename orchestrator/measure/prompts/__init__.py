@@ -1,0 +1,2 @@
+"""The workload: prompts with categories and their mix, the formats `--prompts FILE` reads,
+the shipped suites."""

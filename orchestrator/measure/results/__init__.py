@@ -1,0 +1,1 @@
+"""The saved records (tuned results, the fastest backend, certificates, bench reports)."""

@@ -1,0 +1,1 @@
+"""Speculation per request: a request's kind, what a setting costs it, the route's choice."""

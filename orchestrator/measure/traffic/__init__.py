@@ -1,0 +1,1 @@
+"""The user's own requests, kept where a profile opts in: the file, the store, the replay."""
