@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -27,19 +27,17 @@ from specctl.adapters.llamacpp_dialect import (
     installed_from,
 )
 from specctl.orchestrator.contract.adapter import Adapter, Resources, options_of
+from specctl.orchestrator.contract.dirs import Dirs
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, Progress, url_host
+from specctl.orchestrator.contract.memory import Budget
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.sizes import from_gib, gib
-
-if TYPE_CHECKING:
-    from specctl.orchestrator.config.paths import Dirs
-    from specctl.orchestrator.contract.memory import Budget
-    from specctl.orchestrator.machine.hardware import Hardware
-    from specctl.orchestrator.models.info import ModelInfo
-    from specctl.orchestrator.planning.plan import Plan
 
 HOMEBREW = (Path("/opt/homebrew/bin/llama-server"), Path("/usr/local/bin/llama-server"))
 _MALFORMED = re.compile(r"^Failed to parse |\[json\.exception\.|\bis not supported\b")

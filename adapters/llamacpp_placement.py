@@ -14,13 +14,11 @@ margins the plan leaves (`--fit-target`, MiB per GPU) and the context it needs (
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from specctl.orchestrator.contract.hardware import Hardware
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.sizes import MIB, gib
-
-if TYPE_CHECKING:
-    from specctl.orchestrator.machine.hardware import Hardware
-    from specctl.orchestrator.planning.plan import Plan
 
 Fit = Literal["auto", "on", "off"]
 ALL = 999  # -ngl: every layer

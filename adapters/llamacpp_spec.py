@@ -17,17 +17,15 @@ n-gram methods, each with its own k). Per type, what k means and which knobs go 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from pydantic import Field
 
 from specctl.adapters.llamacpp_dialect import FLAGS, SPEC_TYPE_DIALECT, SPEC_TYPES
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import BackendError
-
-if TYPE_CHECKING:
-    from specctl.orchestrator.models.info import ModelInfo
-    from specctl.orchestrator.planning.plan import Plan
 
 MODEL_TYPES = frozenset({"draft", "eagle3", "mtp", "dflash", "dspark"})  # one at most
 FILE_TYPES = frozenset({"draft", "eagle3", "dflash", "dspark"})  # these need -md / -hfd

@@ -29,11 +29,13 @@ import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
 
 from specctl.orchestrator.contract.adapter import Adapter, options_of
+from specctl.orchestrator.contract.dirs import Dirs
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import (
     Endpoint,
     HttpCall,
@@ -42,17 +44,13 @@ from specctl.orchestrator.contract.launch import (
     is_loopback,
     url_host,
 )
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.settings import BackendSettings, load_settings
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.files import expand_user
-
-if TYPE_CHECKING:
-    from specctl.orchestrator.config.paths import Dirs
-    from specctl.orchestrator.machine.hardware import Hardware
-    from specctl.orchestrator.models.info import ModelInfo
-    from specctl.orchestrator.planning.plan import Plan
 
 NAME = "mlx"
 RECORDED = "0.32.2"  # the mlx-lm version whose `mlx_lm.server --help` is in dialects/

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
@@ -20,14 +20,12 @@ from pydantic import BaseModel, Field
 from specctl.adapters.ollama_store import OllamaStore, models_dir
 from specctl.orchestrator import http
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.launch import HttpCall, Installed, Launch, is_loopback, url_host
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import BackendError
-
-if TYPE_CHECKING:
-    from specctl.orchestrator.config.paths import Dirs
-    from specctl.orchestrator.planning.plan import Plan
 
 NAME = "ollama"
 DEFAULT_URL = "http://127.0.0.1:11434"

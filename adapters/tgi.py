@@ -26,7 +26,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -34,18 +34,16 @@ from specctl.adapters import prometheus, tgi_container, tgi_launcher
 from specctl.adapters.tgi_container import CONTAINER_PORT, DATA
 from specctl.adapters.tgi_launcher import LauncherOption
 from specctl.orchestrator.contract.adapter import Adapter, Resources, options_of
+from specctl.orchestrator.contract.dirs import Dirs
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
+from specctl.orchestrator.contract.memory import Budget
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
-
-if TYPE_CHECKING:
-    from specctl.orchestrator.config.paths import Dirs
-    from specctl.orchestrator.contract.memory import Budget
-    from specctl.orchestrator.machine.hardware import Hardware
-    from specctl.orchestrator.models.info import ModelInfo
-    from specctl.orchestrator.planning.plan import Plan
 
 NAME = "tgi"
 DIALECT = tgi_launcher.VERSION  # the newest (and only) recorded launcher reference

@@ -13,26 +13,24 @@ import subprocess
 from collections.abc import Mapping
 from importlib import metadata, resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
 from specctl.adapters import prometheus
 from specctl.orchestrator.contract.adapter import Adapter, VocabCheck, options_of
+from specctl.orchestrator.contract.dirs import Dirs
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.files import expand_user
 from specctl.orchestrator.sizes import GIB, gib
-
-if TYPE_CHECKING:
-    from specctl.orchestrator.config.paths import Dirs
-    from specctl.orchestrator.machine.hardware import Hardware
-    from specctl.orchestrator.models.info import ModelInfo
-    from specctl.orchestrator.planning.plan import Plan
 
 NAME = "vllm"
 NEWEST = "0.33.0"

@@ -16,22 +16,23 @@ from typing import TYPE_CHECKING, Any
 
 from specctl.orchestrator.config import adhoc, profiles
 from specctl.orchestrator.config.adhoc import Flags
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.dirs import Dirs
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import Installed, Launch
+from specctl.orchestrator.contract.model import ModelInfo
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import BadInputError, ProfileError, SpecctlError, StateError
 from specctl.orchestrator.files import check_name, inside
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.machine import cluster, hardware
-from specctl.orchestrator.machine.hardware import Hardware
+from specctl.orchestrator.models import digest
 from specctl.orchestrator.models.hub import Hub
-from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.resolve import Resolver, hf_cache_dir
 from specctl.orchestrator.planning import backends, drafts, planner, search
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime.provision import Needs
 
 if TYPE_CHECKING:  # measure/ pulls numpy and HTTP clients in: imported where used (a fast plan)
@@ -144,7 +145,7 @@ class App:
     def tuned_key(self, plan: Plan, installed: Installed) -> str:
         from specctl.orchestrator.measure.results import tuned
 
-        return tuned.key(plan, installed.version, self.dirs.state / "model-sha256.json", self.say)
+        return tuned.key(plan, installed.version, digest.cache_of(self.dirs.state), self.say)
 
     def tune_for(self, built: planner.Built) -> planner.Saved:
         """The saved `specctl tune` result for a built plan's machine, build and model files,

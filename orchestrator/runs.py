@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,14 +19,16 @@ import psutil
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.launch import Endpoint, api_key
+from specctl.orchestrator.contract.plan import plan_json
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ModelError, ServerError, SpecctlError, StateError
 from specctl.orchestrator.files import inside, open_private, private_dir
 from specctl.orchestrator.humanize import Say
-from specctl.orchestrator.planning.plan import plan_json
 from specctl.orchestrator.runtime import handoff, procs, state
 from specctl.orchestrator.runtime.supervise import Policy, Supervisor
+from specctl.orchestrator.service import observe
 
 
 def _clean_leftover(runs: Path, profile: str, say: Say) -> None:
@@ -305,6 +307,15 @@ class Row:
     note: str = ""
     placement: str = ""  # what the engine chose (layers, context, buffers), from its log
     certificate: dict[str, Any] | None = None  # certificates.Found.to_json(), when speculating
+
+
+def annotate(rows: list[Row], dirs: Dirs) -> list[Row]:
+    """`status` rows with the manager's restart count and last exit for a profile run as a
+    service (the supervisor does not restart there: one layer, one count)."""
+    seen = observe.of_profiles([r.profile for r in rows], dirs)
+    return [replace(r, restarts=seen[r.profile].restarts,
+                    note="; ".join(filter(None, (seen[r.profile].summary(), r.note))))
+            if r.profile in seen else r for r in rows]
 
 
 def status(app: App) -> list[Row]:

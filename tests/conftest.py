@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.machine.hardware import Hardware, from_json
+from specctl.orchestrator.contract.dirs import Dirs
+from specctl.orchestrator.contract.hardware import Hardware
+from specctl.orchestrator.machine.hardware import from_json
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HARDWARE = FIXTURES / "hardware"

@@ -12,9 +12,9 @@ from typing import Any
 
 from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.memory import Budget, MemoryPlan
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
-from specctl.orchestrator.models.info import ModelInfo
-from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.sizes import from_gib
 from tests.conftest import recorded
 

@@ -16,11 +16,11 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure.lab.servers import Config, Timed
-from specctl.orchestrator.measure.prompts.workload import Prompt, Timing, Workload, speedup
+from specctl.orchestrator.measure.prompts.workload import Prompt, Timing, Workload, throughput_ratio
 from specctl.orchestrator.planning import costmodel
-from specctl.orchestrator.planning.plan import Plan
 
 CATEGORIES = ("code", "code", "chat", "chat", "summarize", "summarize")
 
@@ -136,7 +136,7 @@ class Law:
         base = [Timing(c, tokens, tokens / self.base_tps) for c in self.categories]
         mine = [Timing(c, tokens, tokens * self.per_token(plan, i, draft_ref, tokens)[0])
                 for i, c in enumerate(self.categories)]
-        return speedup(mine, base, weights)
+        return throughput_ratio(mine, base, weights)
 
     def true_latency(self, plan: Plan, draft_ref: str, tokens: int = 64,
                      only: str | None = None) -> float:
@@ -154,7 +154,7 @@ class Law:
                 pre, draft = self.prefill(side, i, draft_ref)
                 out.append(Timing(c, 1, pre + draft
                                    + n * self.per_token(side, i, draft_ref, n)[0]))
-        return speedup(mine, base, weights)
+        return throughput_ratio(mine, base, weights)
 
     def best(self, plan: Plan, max_k: int = 8) -> tuple[int, float]:
         """The law's best plain draft length and its speedup."""

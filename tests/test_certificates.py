@@ -12,23 +12,23 @@ import pytest
 
 from specctl.orchestrator.errors import StateError
 from specctl.orchestrator.measure.results import certificates as certs
-from specctl.orchestrator.measure.results import tuned
+from specctl.orchestrator.models import digest
 
 
 def engine(tmp_path: Path, version: str = "b1", body: bytes = b"llama-server build 1"
            ) -> certs.Build:
     program = tmp_path / "llama-server"
     program.write_bytes(body)
-    return certs.engine_of("llamacpp", version, str(program), certs.sha_cache(tmp_path / "st"))
+    return certs.engine_of("llamacpp", version, str(program), digest.cache_of(tmp_path / "st"))
 
 
 def setting(tmp_path: Path, k: int = 3) -> certs.Setting:
     target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
     target.write_bytes(b"target weights")
     draft.write_bytes(b"draft weights")
-    cache = certs.sha_cache(tmp_path / "st")
-    return certs.Setting(target="testbed:t", target_sha256=tuned.file_sha(target, cache),
-                         draft="testbed:d", draft_sha256=tuned.file_sha(draft, cache),
+    cache = digest.cache_of(tmp_path / "st")
+    return certs.Setting(target="testbed:t", target_sha256=digest.file_sha(target, cache),
+                         draft="testbed:d", draft_sha256=digest.file_sha(draft, cache),
                          method="draft", k=k)
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import shipped_dir
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.registry import adapter_classes
 from tests.cli import run_main
 from tests.conftest import HARDWARE

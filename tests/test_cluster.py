@@ -37,7 +37,7 @@ def _info(name: str) -> object:
 
 
 def test_vllm_parallel_checks() -> None:
-    from specctl.orchestrator.models.info import ModelInfo
+    from specctl.orchestrator.contract.model import ModelInfo
 
     llama = _info("hf:meta-llama/Llama-3.1-70B-Instruct")
     small = _info("hf:meta-llama/Llama-3.2-1B-Instruct")

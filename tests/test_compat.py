@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from specctl.adapters.vllm import Vllm, VllmOptions
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.models import compat, testbed
 from specctl.orchestrator.models.compat import identical, near
 from specctl.orchestrator.models.gguf_meta import read_tokens
-from specctl.orchestrator.models.info import ModelInfo, ModelRef, from_catalog, from_gguf
+from specctl.orchestrator.models.info import ModelRef, from_catalog, from_gguf
 
 KEYS = ("qwen-1.5b-q4", "qwen-0.5b-q4", "smollm2-135m", "gemma3-270m")
 

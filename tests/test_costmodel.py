@@ -11,7 +11,7 @@ from specctl.orchestrator.planning.costmodel import (
     best,
     curve,
     linear_verify,
-    speedup,
+    modelled_speedup,
     tokens_per_step,
 )
 
@@ -66,10 +66,10 @@ def test_alpha_out_of_range(alpha: float) -> None:
 
 
 def test_speedup() -> None:
-    assert speedup(0.9, 0.1, 0) == 1.0
-    assert speedup(1.0, 0.0, 4) == pytest.approx(5.0)
-    assert speedup(0.8, 0.05, 8) == pytest.approx(tokens_per_step(0.8, 8) / 1.4)
-    assert speedup(0.8, 0.05, 8, verify=lambda _k: 2.0) == pytest.approx(
+    assert modelled_speedup(0.9, 0.1, 0) == 1.0
+    assert modelled_speedup(1.0, 0.0, 4) == pytest.approx(5.0)
+    assert modelled_speedup(0.8, 0.05, 8) == pytest.approx(tokens_per_step(0.8, 8) / 1.4)
+    assert modelled_speedup(0.8, 0.05, 8, verify=lambda _k: 2.0) == pytest.approx(
         tokens_per_step(0.8, 8) / 2.4)
 
 
@@ -107,7 +107,7 @@ def test_linear_verify_with_the_cpu_measurement() -> None:
 
 def test_point_fields() -> None:
     p = costmodel.curve(0.7, 0.2, 3)[2]
-    assert p == costmodel.Point(3, tokens_per_step(0.7, 3), speedup(0.7, 0.2, 3))
+    assert p == costmodel.Point(3, tokens_per_step(0.7, 3), modelled_speedup(0.7, 0.2, 3))
 
 
 def test_curve_over_prompts_takes_the_median_prompt() -> None:

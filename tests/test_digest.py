@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
-from specctl.orchestrator.measure.results import tuned
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.models import testbed
 from tests.cli import run_main
 
@@ -53,12 +52,12 @@ def test_an_unknown_file_is_read_once_and_said(tmp_path: Path,
 
     model = tmp_path / "mine.gguf"
     model.write_bytes(b"GGUF" + b"\2" * 1000)
-    monkeypatch.setattr(tuned, "LOUD_BYTES", 0)
+    monkeypatch.setattr(digest, "LOUD_BYTES", 0)
     said: list[str] = []
     cache = tmp_path / "shas.json"
-    first = tuned.file_sha(model, cache, said.append)
+    first = digest.file_sha(model, cache, said.append)
     assert first == digest.sha256_file(model) and len(said) == 1 and "mine.gguf" in said[0]
-    assert tuned.file_sha(model, cache, said.append) == first and len(said) == 1  # remembered
+    assert digest.file_sha(model, cache, said.append) == first and len(said) == 1  # remembered
 
 
 @pytest.mark.server

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract import registry
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.runtime import provision
 from tests.cli import run_main
 from tests.conftest import HARDWARE

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specctl.orchestrator.app import App
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.models import catalog, testbed
 from specctl.orchestrator.planning import drafts, search
 from tests.cli import specctl

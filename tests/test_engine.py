@@ -12,10 +12,10 @@ import pytest
 
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Endpoint, Launch
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure.bench import flow as bench
 from specctl.orchestrator.measure.lab import engine
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client, servers
 from tests import plans
 

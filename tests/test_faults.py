@@ -294,7 +294,7 @@ def test_model_file_missing(env: dict[str, str], tmp_path: Path) -> None:
 
 
 def test_model_file_truncated_or_not_gguf(env: dict[str, str], tmp_path: Path) -> None:
-    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.dirs import Dirs
     from specctl.orchestrator.models import testbed
 
     real = testbed.path_of("smollm2-135m", Dirs.from_env().models)

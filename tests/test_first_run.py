@@ -218,7 +218,7 @@ def test_up_a_hub_model_without_a_profile_serves_with_an_auto_draft(
     import httpx
 
     from specctl.adapters.llamacpp import LlamaCpp
-    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.dirs import Dirs
     from specctl.orchestrator.models import testbed
     from specctl.orchestrator.runtime.servers import free_port
     from tests.cli import run_state
@@ -421,7 +421,7 @@ def test_a_llama_server_on_path_is_used_instead_of_a_build(tmp_path: Path) -> No
     build. Without it (and an empty cache), the same plan is made on the recorded dialect and
     `up --no-provision` refuses, saying to install."""
     from specctl.adapters.llamacpp import LlamaCpp
-    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.dirs import Dirs
 
     real = LlamaCpp.create(Dirs.from_env()).locate()
     if real is None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract import registry
+from specctl.orchestrator.contract.dirs import Dirs
 from tests.cli import run_main, specctl
 
 if sys.version_info >= (3, 11):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.gateway.keep import Keeper
 from specctl.orchestrator.measure.traffic import store as traffic
 

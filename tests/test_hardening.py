@@ -21,7 +21,7 @@ from specctl.adapters.ollama_store import MODEL_LAYER, OllamaStore
 from specctl.orchestrator import runs
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config import profiles
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.launch import Launch, api_key
 from specctl.orchestrator.errors import (
     BackendError,

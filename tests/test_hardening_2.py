@@ -27,8 +27,8 @@ from specctl.adapters.tgi import IMAGE, Tgi, TgiOptions
 from specctl.orchestrator import runs, sanitise
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config import profiles
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract import registry
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.errors import ModelError, ProfileError, SettingsError, StateError
 from specctl.orchestrator.models import compat
 from specctl.orchestrator.models.hub import Hub

@@ -8,14 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from specctl.orchestrator.contract.hardware import AppleSilicon, Cpu, Gpu, Hardware
 from specctl.orchestrator.errors import HardwareError
 from specctl.orchestrator.machine import hardware
 from specctl.orchestrator.machine.hardware import (
-    AppleSilicon,
-    Cpu,
     Detectors,
-    Gpu,
-    Hardware,
     detect,
     detect_apple,
     detect_cpu,

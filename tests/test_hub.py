@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.models import digest, testbed
 from specctl.orchestrator.runtime.servers import free_port
 from specctl.orchestrator.sizes import GIB

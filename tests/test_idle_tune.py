@@ -13,7 +13,7 @@ from pathlib import Path
 from specctl.adapters.llamacpp import LlamaCpp
 from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.config import profiles
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans

@@ -53,7 +53,7 @@ def test_steps_are_exact_and_noise_only_lengthens_their_time() -> None:
                       block, drafted=40)
             b = timed("baseline", i, 64 * 0.1 * (slow if i == 1 else 1.0), block=block)
             pairs.setdefault(i, []).append((s, b))
-    got = intervals.speedup(pairs, cats, {"code": 1.0})
+    got = intervals.paired_speedup(pairs, cats, {"code": 1.0})
     assert got is not None
     # 128 tokens in (32 + 48) steps of 0.2 s against 128 steps of 0.1 s
     assert got.point == pytest.approx(12.8 / (80 * 0.2))
@@ -70,9 +70,9 @@ def test_a_request_beside_outside_load_counts_with_that_load_taken_out() -> None
     loaded = replace(timed("same", 0, 10.0), busy=0.4)
     assert LOADED == 0.5 and loaded.quiet_s == pytest.approx(8.0) and quiet.quiet_s == 8.0
     assert intervals.step_time(loaded) == pytest.approx(8.0 / 64)
-    got = intervals.speedup({0: [(loaded, quiet)]}, {0: "code"}, {"code": 1.0})
+    got = intervals.paired_speedup({0: [(loaded, quiet)]}, {0: "code"}, {"code": 1.0})
     assert got is not None and got.point == pytest.approx(1.0)
-    raw = intervals.speedup({0: [(replace(loaded, busy=0.0), quiet)]}, {0: "code"},
+    raw = intervals.paired_speedup({0: [(replace(loaded, busy=0.0), quiet)]}, {0: "code"},
                             {"code": 1.0})
     assert raw is not None and raw.point == pytest.approx(0.8)
     assert replace(loaded, busy=1.7).quiet_s == pytest.approx(5.0)
@@ -95,7 +95,7 @@ def test_two_configurations_are_told_apart_directly_where_the_baseline_is_noisy(
             b.setdefault(i, []).append(
                 (timed("B", i, 26 * 0.2 * rng.uniform(1.0, 1.05), 38, block, 40), base))
     weights = {"code": 1.0}
-    ia, ib = intervals.speedup(a, cats, weights), intervals.speedup(b, cats, weights)
+    ia, ib = intervals.paired_speedup(a, cats, weights), intervals.paired_speedup(b, cats, weights)
     rel = intervals.relative(a, b, cats, weights)
     assert ia is not None and ib is not None and rel is not None
     assert ia.low < ib.point  # the old test (A's bottom above B's point) cannot decide
@@ -159,11 +159,11 @@ def test_a_routed_configuration_pools_each_prompt_apart() -> None:
                                             timed("baseline", i, 64, 0.1, jitter)))
     cats, weights = {0: "summarize", 1: "summarize"}, {"summarize": 1.0}
     own = [6.4 / (32 * 0.11), 6.4 / (20 * 0.25)]  # 1.82x and 1.28x
-    routed = intervals.speedup(pairs, cats, weights, poolable="prompt")
+    routed = intervals.paired_speedup(pairs, cats, weights, poolable="prompt")
     assert routed is not None
     assert min(own) <= routed.point <= max(own)
     assert routed.point == pytest.approx(12.8 / (32 * 0.11 + 20 * 0.25), rel=0.01)
-    pooled = intervals.speedup(pairs, cats, weights, poolable="category")
+    pooled = intervals.paired_speedup(pairs, cats, weights, poolable="category")
     assert pooled is not None and pooled.point > max(own)  # what it measured before
 
 
@@ -190,10 +190,10 @@ def test_both_sides_pool_alike_so_the_pools_size_pulls_neither() -> None:
             b.setdefault(i, []).append((timed("B", i, 6.4 * rng.uniform(1.0, 1.4),
                                               block=block), base))
     for pooling in ("prompt", "steps"):
-        got = intervals.speedup(a, cats, weights, poolable=pooling)
+        got = intervals.paired_speedup(a, cats, weights, poolable=pooling)
         assert got is not None and got.low <= 1.0 <= got.high, (pooling, got)
         assert got.point == pytest.approx(1.0, abs=0.04), (pooling, got)
-    category = intervals.speedup(a, cats, weights, poolable="category")
+    category = intervals.paired_speedup(a, cats, weights, poolable="category")
     assert category is not None and 0.94 < category.point < 1.0, category
     rel = intervals.relative(a, b, cats, weights, poolable=("prompt", "steps"))
     assert rel is not None and rel.low <= 1.0 <= rel.high and rel.point == pytest.approx(

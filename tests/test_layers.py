@@ -1,11 +1,13 @@
 """The layering written in ARCHITECTURE.md and at the top of each package, checked on the code.
 
-A module may import (at run time, at any depth; `if TYPE_CHECKING:` imports are types only and
-free) what its layer allows. The flow runs one way: the contract (the adapter protocol, the
-registry and the values adapters exchange) on the ground floor -> config -> machine, models ->
+A module may import (at run time or for types alone, at any depth: an `if TYPE_CHECKING:`
+import is an arrow too) what its layer allows. The flow runs one way: the contract (the adapter
+protocol, the registry and the values adapters exchange: the plan, the dirs, the machine, the
+model's metadata) on the ground floor -> config -> machine, models ->
 planning -> runtime -> measure; app and runs compose them; commands hold each command's flow; cli
 sits on top; adapters see the contract and the core's pure helpers, and the core reaches them
-only through the registry's entry points.
+only through the registry's entry points. Inside measure/, each wing imports only the wings
+before it in WINGS (the table in measure/__init__.py), and measure/ has at most ten rooms.
 
 Folders as well as modules: counting every run-time import (at module level or inside a
 function), no two folders (a package of orchestrator/, a top-level module, adapters/) import
@@ -39,7 +41,8 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": BASE | {"config", "machine", "models", "planning"},
     "measure": BASE | {"config", "machine", "models", "planning", "runtime"},
     "app": BASE | {"config", "machine", "models", "planning", "runtime", "measure", "service"},
-    "runs": BASE | {"config", "machine", "models", "planning", "runtime", "app"},
+    # the running profiles, with what the service manager says of those it runs
+    "runs": BASE | {"config", "machine", "models", "planning", "runtime", "service", "app"},
     "commands": BASE | {"config", "machine", "models", "planning", "runtime", "measure",
                         "service", "app", "runs"},
     # the gateway routes each request by its kind (measure/route/classify.py, choose.py)
@@ -64,9 +67,11 @@ def _type_only(tree: ast.Module) -> set[int]:
     return out
 
 
-def imports(path: Path) -> list[tuple[int, str]]:
+def imports(path: Path, types: bool = True) -> list[tuple[int, str]]:
+    """The specctl modules a file imports, with their lines; `types=False` leaves out the
+    `if TYPE_CHECKING:` ones."""
     tree = ast.parse(path.read_text())
-    skip = _type_only(tree)
+    skip = set() if types else _type_only(tree)
     found = []
     for node in ast.walk(tree):
         if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -109,6 +114,48 @@ def offences() -> list[str]:
 def test_every_import_follows_the_layers() -> None:
     found = offences()
     assert not found, "\n".join(found)
+
+
+MEASURE = ROOT / "orchestrator" / "measure"
+WINGS = ("prompts", "lab", "estimates", "results", "lossless", "route", "traffic", "tune",
+         "bench")  # measure/__init__.py's table, from the ground up
+
+
+def wing_of(module: str) -> str | None:
+    """specctl.orchestrator.measure.tune.race -> tune; None outside measure's wings."""
+    parts = module.split(".")
+    return parts[3] if parts[:3] == ["specctl", "orchestrator", "measure"] and len(parts) > 3 \
+        else None
+
+
+def wing_offences() -> list[str]:
+    out = []
+    for path in sorted(MEASURE.rglob("*.py")):
+        rel = path.relative_to(MEASURE).parts
+        if len(rel) < 2:
+            continue
+        src = rel[0]
+        for line, module in imports(path):
+            dst = wing_of(module)
+            if dst is not None and WINGS.index(dst) > WINGS.index(src):
+                out.append(f"{path.relative_to(ROOT)}:{line}: wing {src} imports {module}")
+    return out
+
+
+def test_each_wing_of_measure_imports_only_the_wings_below_it() -> None:
+    found = wing_offences()
+    assert not found, "\n".join(found)
+    rooms = sorted(p.name for p in MEASURE.iterdir() if p.name != "__pycache__"
+                   and (p.is_dir() or p.suffix == ".py") and p.name != "__init__.py")
+    assert rooms == sorted(WINGS) and len(rooms) <= 10, rooms
+    table = (MEASURE / "__init__.py").read_text()
+    assert [w for w in WINGS if f"\n    {w} " in table] == list(WINGS)  # the map says so
+
+
+def test_the_wing_check_sees_an_upward_import() -> None:
+    assert wing_of("specctl.orchestrator.measure.tune.race") == "tune"
+    assert wing_of("specctl.orchestrator.measure") is None
+    assert WINGS.index("bench") > WINGS.index("tune") > WINGS.index("results")
 
 
 def test_the_check_sees_an_upward_import() -> None:
@@ -231,7 +278,7 @@ def test_the_circle_check_sees_type_only_and_late_imports(tmp_path: Path) -> Non
 
 
 def folder_of(module: str) -> str:
-    """specctl.orchestrator.planning.plan -> planning; specctl.orchestrator.app -> app;
+    """specctl.orchestrator.contract.plan -> planning; specctl.orchestrator.app -> app;
     specctl.adapters.vllm -> adapters."""
     parts = module.split(".")[1:]
     return "adapters" if parts[0] == "adapters" else parts[1] if len(parts) > 1 else parts[0]
@@ -242,7 +289,7 @@ def folder_graph(files: Iterable[Path], root: Path) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for path in files:
         src = folder_of(module_name(path, root))
-        dsts = {folder_of(module) for _, module in imports(path)
+        dsts = {folder_of(module) for _, module in imports(path, types=False)
                 if module.startswith(("specctl.orchestrator.", "specctl.adapters"))}
         graph.setdefault(src, set()).update(dsts - {src})
     return graph

@@ -19,11 +19,11 @@ from specctl.adapters.llamacpp_dialect import (
     parse_help,
     parse_version,
 )
+from specctl.orchestrator.contract.hardware import Gpu
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError
-from specctl.orchestrator.machine.hardware import Gpu
-from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 
 LEGACY_HELP = """\

@@ -12,8 +12,8 @@ import pytest
 from specctl.adapters.llamacpp import LlamaCpp, LlamaCppOptions
 from specctl.adapters.llamacpp_dialect import METHOD_OF, SPEC_TYPES, parse_help
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.plan import NGRAMS, Plan, Step
 from specctl.orchestrator.errors import BackendError
-from specctl.orchestrator.planning.plan import NGRAMS, Plan, Step
 from tests import plans
 from tests.test_llamacpp_adapter import LEGACY_HELP, real_help
 

@@ -11,8 +11,8 @@ from specctl.adapters.llamacpp import LlamaCpp
 from specctl.adapters.vllm import Vllm
 from specctl.orchestrator.config.profiles import Memory
 from specctl.orchestrator.contract.memory import Budget
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.errors import DoesNotFitError
-from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import memory
 from specctl.orchestrator.planning.memory import estimate

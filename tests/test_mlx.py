@@ -32,13 +32,13 @@ from specctl.adapters.mlx import (
     recorded_flags,
     script_python,
 )
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract import registry
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.launch import Endpoint, Installed
+from specctl.orchestrator.contract.model import ModelInfo
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import BackendError, ProfileError
 from specctl.orchestrator.models import compat
-from specctl.orchestrator.models.info import ModelInfo
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import procs
 from specctl.orchestrator.runtime.servers import free_port
 from specctl.orchestrator.sizes import GIB

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.measure.bench import flow as bench
 from specctl.orchestrator.measure.estimates import intervals
 from specctl.orchestrator.measure.results.tuned import OnCategory, Result
 from specctl.orchestrator.measure.route.choose import route_for
 from specctl.orchestrator.measure.tune.flow import tune
-from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 from tests.simengine import Law, SimLab
 

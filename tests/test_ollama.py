@@ -18,7 +18,7 @@ import pytest
 
 from specctl.adapters import ollama_store
 from specctl.adapters.ollama import Ollama
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.errors import ModelError
 from specctl.orchestrator.models import testbed
 from specctl.orchestrator.runtime.servers import free_port

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.models import testbed
 from tests.cli import run_main
 

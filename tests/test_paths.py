@@ -7,7 +7,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from specctl.orchestrator.config.paths import APP, Dirs
+from specctl.orchestrator.contract.dirs import APP, Dirs
 
 
 def test_an_explicit_mapping_alone_decides_empty_means_default_and_tilde_expands() -> None:

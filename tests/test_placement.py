@@ -17,8 +17,8 @@ from specctl.adapters.vllm import Vllm, VllmOptions
 from specctl.orchestrator.config.profiles import Memory
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.memory import Budget
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.errors import DoesNotFitError
-from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.planning import memory
 from specctl.orchestrator.planning.memory import estimate
 from specctl.orchestrator.sizes import GIB, MIB, gib_pair

@@ -22,8 +22,8 @@ from click.testing import CliRunner
 import specctl.orchestrator.cli.main  # noqa: F401 (importing it registers the commands)
 from specctl.orchestrator.app import App
 from specctl.orchestrator.cli.base import cli
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract import registry
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.machine import hardware
 from specctl.orchestrator.measure.results import tuned
 from tests.conftest import FIXTURES, HARDWARE, recorded

@@ -13,10 +13,11 @@ from specctl.adapters.llamacpp import LlamaCpp
 from specctl.adapters.ollama import Ollama
 from specctl.adapters.vllm import Vllm
 from specctl.orchestrator.app import App
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import profile_model
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import (
     BackendError,
     DoesNotFitError,
@@ -26,7 +27,6 @@ from specctl.orchestrator.errors import (
 from specctl.orchestrator.measure.results import tuned
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import costmodel, drafts, planner
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.sizes import GIB
 from tests.conftest import HARDWARE, recorded
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specctl.orchestrator.config import profiles
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.errors import ProfileError
 
 SHIPPED = ("cpu-demo", "cpu-demo-q4", "cuda-h100-llama70b", "cuda-rtx4090-qwen-coder",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from tests.cli import run_main
 
 if sys.version_info >= (3, 11):

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.runtime import state
 from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import ROOT

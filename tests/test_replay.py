@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specctl.orchestrator.cli.measure import _workload
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure.traffic import replay
 from specctl.orchestrator.measure.traffic import store as traffic

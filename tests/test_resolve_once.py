@@ -24,9 +24,9 @@ from specctl.orchestrator.app import App
 from specctl.orchestrator.cli.base import cli
 from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.plan import Plan, plan_json
 from specctl.orchestrator.measure.results import tuned, winners
 from specctl.orchestrator.planning import backends, memory, planner
-from specctl.orchestrator.planning.plan import Plan, plan_json
 from specctl.orchestrator.runtime import handoff
 from specctl.orchestrator.runtime.server import Server
 from specctl.orchestrator.runtime.servers import free_port

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.gateway import plans as gateway_plans
 from specctl.orchestrator.gateway.plans import Routing, Served
 from specctl.orchestrator.measure.bench.routed import RoutedLab
@@ -23,7 +24,6 @@ from specctl.orchestrator.measure.route import costs as speeds
 from specctl.orchestrator.measure.route.choose import Route, choose, route_for
 from specctl.orchestrator.measure.route.classify import Facts
 from specctl.orchestrator.measure.tune.flow import tune
-from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 from tests.simengine import Law, SimLab
 from tests.test_pool_states import resolved

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from specctl.orchestrator.contract.memory import Budget
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.gateway.live import MIN_REQUESTS, Live
 from specctl.orchestrator.measure.bench import flow as bench
 from specctl.orchestrator.measure.bench.routed import RoutedLab
@@ -23,7 +24,6 @@ from specctl.orchestrator.measure.results.tuned import Chained, Result, Winner
 from specctl.orchestrator.measure.route import classify
 from specctl.orchestrator.measure.route.choose import route_for
 from specctl.orchestrator.measure.tune.flow import tune
-from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 from tests.simengine import CATEGORIES, Law, SimLab
 

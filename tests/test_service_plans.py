@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from tests.cli import run_main
 
 

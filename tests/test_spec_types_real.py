@@ -15,11 +15,11 @@ import pytest
 
 from specctl.adapters.llamacpp import LlamaCpp
 from specctl.orchestrator.app import App, Resolved
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
+from specctl.orchestrator.contract.plan import NGRAMS, Plan, Step
 from specctl.orchestrator.measure.lab import engine
 from specctl.orchestrator.measure.lab.servers import ServerLab
 from specctl.orchestrator.measure.prompts.workload import Prompt, Workload
-from specctl.orchestrator.planning.plan import NGRAMS, Plan, Step
 from specctl.orchestrator.planning.planner import DEFAULT_K
 from tests import plans
 

@@ -34,13 +34,13 @@ from specctl.adapters.tgi_container import default_hf_dirs
 from specctl.adapters.tgi_launcher import validate
 from specctl.orchestrator.app import App
 from specctl.orchestrator.config import profiles
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract import registry
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
 from specctl.orchestrator.contract.memory import Budget
+from specctl.orchestrator.contract.model import ModelInfo
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import BackendError, ProfileError
-from specctl.orchestrator.models.info import ModelInfo
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime.server import server_env
 from tests import plans
 from tests.conftest import HARDWARE

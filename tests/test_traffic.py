@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from specctl.orchestrator.config import profiles
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.errors import NameRefusedError, ProfileError, StateError
 from specctl.orchestrator.measure.traffic import kept as store
 from specctl.orchestrator.measure.traffic import store as traffic

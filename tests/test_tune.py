@@ -22,11 +22,11 @@ import pytest
 from rich.console import Console
 
 from specctl.orchestrator.cli import render
+from specctl.orchestrator.contract.plan import Plan, Step
 from specctl.orchestrator.measure.results.tuned import Measured, Result, bound_flag, steps_of
 from specctl.orchestrator.measure.tune import flow as tune_mod
 from specctl.orchestrator.measure.tune.fit import fit_alpha
 from specctl.orchestrator.planning import costmodel
-from specctl.orchestrator.planning.plan import Plan, Step
 from tests import plans
 from tests.simengine import Law, SimLab, copying, laws
 
@@ -286,16 +286,16 @@ def test_the_leader_of_a_real_noisy_tune_gives_way(plan: Plan) -> None:
     at 0.88x [0.28-1.15]. The leader cannot pay, the rival beats it by the margin: it leads,
     and its top (1.15x) keeps "off" from being decided (before: "off")."""
     from specctl.orchestrator.measure.estimates.intervals import Interval
-    from specctl.orchestrator.measure.tune.race import Entry, Race
+    from specctl.orchestrator.measure.tune.race import Contender, Race
 
     lab = SimLab(Law(), plan)
     race = Race(lab, ("baseline", plan.baseline()), 64, False, 0.05, 0.05, 240.0)
-    lead = Entry("draft k=8", ("draft k=8", plan.but(k=8)), 2.9, Interval(0.55, 0.19, 0.71),
+    lead = Contender("draft k=8", ("draft k=8", plan.but(k=8)), 2.9, Interval(0.55, 0.19, 0.71),
                  blocks=2, drafted=500)
-    rival = Entry("draft k=8 p-min 0.5", ("draft k=8 p-min 0.5", plan.but(k=8, p_min=0.5)),
+    rival = Contender("draft k=8 p-min 0.5", ("draft k=8 p-min 0.5", plan.but(k=8, p_min=0.5)),
                   2.9, Interval(0.88, 0.28, 1.15), blocks=2, drafted=400)
     assert race.leader([lead, rival]) is rival
-    sure = Entry("x", ("x", plan), 2.9, Interval(1.3, 1.2, 1.4), blocks=2, drafted=9)
+    sure = Contender("x", ("x", plan), 2.9, Interval(1.3, 1.2, 1.4), blocks=2, drafted=9)
     assert race.leader([sure, rival]) is sure  # a leader that pays keeps its lead
 
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.measure.lab.servers import Config
 from specctl.orchestrator.measure.results.tuned import Result, steps_of
 from specctl.orchestrator.measure.tune.flow import tune
 from specctl.orchestrator.planning import costmodel
-from specctl.orchestrator.planning.plan import Plan
 from tests import plans
 from tests.simengine import CATEGORIES, Law, SimLab
 
@@ -133,5 +133,5 @@ def test_the_law_is_what_the_cost_model_says(plan: Plan) -> None:
                           "verify": {}, "baseline_tps": 1.0,
                           "chain": [{"method": "ngram-mod", "k": 16}]}).chain))
     per_token, _, _ = sim.per_token(chained, chat, "")
-    expected = 1 / sim.base_tps / costmodel.speedup(0.8, 0.25, 4, sim.verify)
+    expected = 1 / sim.base_tps / costmodel.modelled_speedup(0.8, 0.25, 4, sim.verify)
     assert per_token == pytest.approx(expected)

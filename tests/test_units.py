@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specctl.orchestrator.config import profiles
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.service import manage, quote, units
 from tests.cli import specctl
 

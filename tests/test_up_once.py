@@ -19,9 +19,9 @@ import specctl.orchestrator.cli.main  # noqa: F401 (importing it registers the c
 from specctl.orchestrator import runs
 from specctl.orchestrator.cli.base import cli
 from specctl.orchestrator.config import profiles
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract import registry
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.planning import backends
 from specctl.orchestrator.runtime import handoff, provision
 from tests.ggufs import write_gguf

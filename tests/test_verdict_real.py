@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from specctl.adapters.llamacpp import LlamaCpp
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.measure.prompts import suites
 from specctl.orchestrator.runtime.servers import free_port
 from tests.cli import ROOT, specctl, status_row

@@ -20,8 +20,8 @@ from tests.conftest import recorded
 CPU = recorded("linux_cpu_2c_24g")
 
 
-def winner(fast: str = "ollama", slow: str = "llamacpp") -> winners.Winner:
-    return winners.Winner(profile="p", machine="vm", measured="2026-12-03 08:00", speeds=(
+def winner(fast: str = "ollama", slow: str = "llamacpp") -> winners.FastestBackend:
+    return winners.FastestBackend(profile="p", machine="vm", measured="2026-12-03 08:00", speeds=(
         winners.Speed(backend=slow, setting="draft k=3", tps=10.0, speedup=1.2),
         winners.Speed(backend=fast, setting="no draft", tps=13.0, speedup=1.0)))
 

@@ -15,13 +15,13 @@ from rich.text import Text
 from specctl.orchestrator import sanitise
 from specctl.orchestrator.cli import tables, wrap
 from specctl.orchestrator.cli.tables import Column
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import Installed, Launch
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.humanize import duration
-from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.measure.results.tuned import Measured
 from specctl.orchestrator.measure.results.tuned import Result as Tuned
 from specctl.orchestrator.planning.drafts import Candidate
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.sizes import gib, gib_pair
 
 if TYPE_CHECKING:

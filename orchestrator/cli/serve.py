@@ -135,10 +135,9 @@ def status(as_json: bool) -> None:
     from specctl.orchestrator import runs
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
-    from specctl.orchestrator.service import observe
 
     app = App.from_env()
-    rows = observe.annotate(runs.status(app), app.dirs)
+    rows = runs.annotate(runs.status(app), app.dirs)
     if as_json:
         click.echo(json.dumps([render.status_json(r) for r in rows], indent=2))
         return
@@ -176,7 +175,7 @@ def logs(name: str, follow: bool, lines: int) -> None:
 
     \b
     specctl logs cpu-demo -f"""
-    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.dirs import Dirs
     from specctl.orchestrator.files import inside
     from specctl.orchestrator.runtime import procs, state
     from specctl.orchestrator.service import observe
@@ -369,7 +368,7 @@ def _install(spec: units.ServiceSpec, mgr: str, dry_run: bool, enable: bool,
 def _named_service(name: str, system: bool,
                    manager: str | None) -> tuple[units.ServiceSpec, str]:
     """The service of an installed profile, found by its name (no profile file needed)."""
-    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.dirs import Dirs
     from specctl.orchestrator.files import check_name
     from specctl.orchestrator.service import manage as service_mod
 
@@ -420,7 +419,7 @@ def service_status(name: str, system: bool, manager: str | None, as_json: bool) 
                            f"`specctl service install --profile {name}`")
     seen = observe.observe(spec, mgr)
     app = App.from_env()
-    rows = [r for r in observe.annotate(runs.status(app), app.dirs) if r.profile == name]
+    rows = [r for r in runs.annotate(runs.status(app), app.dirs) if r.profile == name]
     if as_json:
         click.echo(json.dumps({"profile": name, "manager": mgr, "unit": str(path),
                                "service": asdict(seen) if seen else None,

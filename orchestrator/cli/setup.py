@@ -84,7 +84,7 @@ def profiles_new(name: str, ref: str, flags: Flags, force: bool) -> None:
     specctl plan -p coder          (plans what `specctl plan hf:... --port 9000` plans)"""
     from specctl.orchestrator.config import adhoc
     from specctl.orchestrator.config import profiles as profiles_mod
-    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.dirs import Dirs
     from specctl.orchestrator.files import write_atomic
 
     dirs = Dirs.from_env()
@@ -122,7 +122,7 @@ def profiles_show(name: str, as_json: bool) -> None:
     specctl profiles show ./mine.toml --json | jq .resolved.server"""
     from specctl.orchestrator.cli import tomltext
     from specctl.orchestrator.config import profiles as profiles_mod
-    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.dirs import Dirs
 
     dirs = Dirs.from_env()
     path, text, profile = profiles_mod.shown(name, dirs)
@@ -218,7 +218,7 @@ def plan(ref: str, flags: Flags, hardware: Path | None, as_json: bool) -> None:
     specctl plan -p m3-ultra-70b --hardware machine.json   (from `specctl doctor --record`)"""
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
-    from specctl.orchestrator.planning.plan import plan_json
+    from specctl.orchestrator.contract.plan import plan_json
 
     app = App.from_env(say=lambda line: err_console.print(line, highlight=False, markup=False))
     resolved = app.resolve(app.load(ref, flags), hardware)
@@ -393,7 +393,7 @@ def drafts(model: str | None, target_flag: str | None, backend_name: str | None,
     from specctl.orchestrator.app import App
     from specctl.orchestrator.cli import render
     from specctl.orchestrator.contract import registry as backends
-    from specctl.orchestrator.planning.plan import model_json
+    from specctl.orchestrator.contract.plan import model_json
 
     if bool(model) == bool(target_flag):
         raise click.UsageError("name the target model once: `specctl drafts MODEL`")

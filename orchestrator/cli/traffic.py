@@ -43,7 +43,7 @@ def show(model: str | None, as_json: bool) -> None:
     \b
     specctl traffic show
     specctl traffic show cpu-demo --json"""
-    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.dirs import Dirs
     from specctl.orchestrator.measure.traffic import replay
 
     found, notes = replay.summaries(Dirs.from_env(), model)
@@ -87,7 +87,7 @@ def forget(model: str | None) -> None:
     \b
     specctl traffic forget cpu-demo
     specctl traffic forget            every model's"""
-    from specctl.orchestrator.config.paths import Dirs
+    from specctl.orchestrator.contract.dirs import Dirs
     from specctl.orchestrator.measure.traffic import store as store
 
     dirs = Dirs.from_env()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import ProfileError, SpecctlError
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.bench import flow as bench_mod
@@ -20,7 +21,7 @@ from specctl.orchestrator.measure.prompts import suites
 from specctl.orchestrator.measure.prompts.workload import Workload
 from specctl.orchestrator.measure.results import reports
 from specctl.orchestrator.measure.route import choose as route
-from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.models import digest
 
 if TYPE_CHECKING:
     from specctl.orchestrator.app import App, Resolved
@@ -195,7 +196,7 @@ def _certify(app: App, resolved: Resolved, report: dict[str, Any]) -> str:
     it is and where."""
     from specctl.orchestrator.measure.results import certificates
 
-    cache = certificates.sha_cache(app.dirs.state)
+    cache = digest.cache_of(app.dirs.state)
     plan, installed = resolved.plan, resolved.installed
     engine = certificates.engine_of(plan.backend, installed.version, installed.path, cache)
     cert = certificates.from_report(plan.profile, engine, certificates.setting_of(plan, cache),
@@ -207,7 +208,7 @@ def _certify(app: App, resolved: Resolved, report: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class Versus:
     reports: list[dict[str, Any]]  # one bench report per backend
-    winner: winners.Winner
+    winner: winners.FastestBackend
     saved: Path  # the winner, which `plan` now prefers
 
 
@@ -224,12 +225,12 @@ def versus(app: App, profile_ref: str, names: list[str], ks: tuple[int, ...], wo
         got = app.resolve(profile.model_copy(update={"backend": [name]}))
         if got.installed.assumed:
             raise SpecctlError(f"{name} is not installed here; {got.backend.install_hint}")
-        entries.append(versus_mod.Entry(got.plan, got.backend, got.installed))
+        entries.append(versus_mod.BackendPlan(got.plan, got.backend, got.installed))
     found, speeds = versus_mod.compare(entries, ks, work, repeats, max_tokens, app.dirs.logs,
                                        step, sequential=sequential, precision=precision,
                                        budget=budget)
     hw = entries[0].plan.hardware
-    winner = winners.Winner(profile=profile.name, machine=hw.name, speeds=tuple(speeds),
+    winner = winners.FastestBackend(profile=profile.name, machine=hw.name, speeds=tuple(speeds),
                             measured=winners.now(),
                             report=str(reports.save(app.dirs.bench, profile.name,
                                                     {"backends": found})))

@@ -17,7 +17,7 @@ from specctl.orchestrator.measure.lossless import check as lossless
 from specctl.orchestrator.measure.prompts.workload import Workload
 from specctl.orchestrator.measure.results import tuned as tuned_mod
 from specctl.orchestrator.measure.tune import flow as tune_mod
-from specctl.orchestrator.measure.tune import sweep as trials
+from specctl.orchestrator.measure.tune.sweep import Sweep
 from specctl.orchestrator.planning import costmodel
 
 if TYPE_CHECKING:
@@ -53,7 +53,9 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class Sweep:
+class Swept:
+    """What `tune --exhaustive` measured: every k against the baseline."""
+
     results: list[Measured]
     baseline_tps: float
     seconds: float
@@ -100,7 +102,7 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
     return Outcome(result, tuned_mod.save(app.dirs.tuned, result), resolved.plan.profile)
 
 
-def sweep(app: App, ask: Ask, step: Say) -> Sweep:
+def sweep(app: App, ask: Ask, step: Say) -> Swept:
     """--exhaustive: every k in 1..max-k measured in full (to check the tuner itself)."""
     resolved = app.resolve(ask.profile, use_tuned=False)
     runner = _runner(app, resolved, ask, step, ask.concurrency or resolved.plan.parallel)
@@ -111,13 +113,13 @@ def sweep(app: App, ask: Ask, step: Say) -> Sweep:
                                   app.tuned_key(resolved.plan, resolved.installed))
     except SpecctlError:
         previous = None
-    return Sweep(results, base_tps, seconds, previous)
+    return Swept(results, base_tps, seconds, previous)
 
 
-def _runner(app: App, resolved: Resolved, ask: Ask, step: Say, level: int) -> trials.Bench:
+def _runner(app: App, resolved: Resolved, ask: Ask, step: Say, level: int) -> Sweep:
     """Whole runs on a server each (the sweep, the k-by-batch schedule): at one request where
     the engine switches k by batch size (the schedule covers the others)."""
-    runner = trials.Bench(resolved.backend, resolved.installed, ask.work, ask.max_tokens,
+    runner = Sweep(resolved.backend, resolved.installed, ask.work, ask.max_tokens,
                           app.dirs.logs, step, level)
     return replace(runner, concurrency=1) if resolved.backend.k_per_batch(
         resolved.installed) else runner
@@ -137,7 +139,7 @@ def _tuned(app: App, resolved: Resolved, ask: Ask, step: Say) -> tuned_mod.Resul
         room.close()
 
 
-def _scheduled(resolved: Resolved, result: tuned_mod.Result, runner: trials.Bench,
+def _scheduled(resolved: Resolved, result: tuned_mod.Result, runner: Sweep,
                level: int) -> tuned_mod.Result:
     """k by batch size, for engines that switch k per batch (tuned at one request first)."""
     levels = sorted({1, level, *(2 ** n for n in range(9) if 2 ** n < level)})

@@ -35,7 +35,7 @@ from pydantic import (
 )
 
 from specctl.orchestrator.config import overrides, problems
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.launch import host_problem
 from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.errors import BadInputError, NameRefusedError, ProfileError

@@ -1,7 +1,7 @@
 """Every SPECCTL_* variable specctl reads, and the check that refuses a misspelled one.
 
 The names are computed, never listed by hand: specctl's settings (config/settings.py), its dirs
-(config/paths.py), each backend's settings (its adapter declares them), the profile overrides
+(contract/dirs.py), each backend's settings (its adapter declares them), the profile overrides
 (`SPECCTL_K`, `SPECCTL_SERVER__PORT`: config/overrides.py checks those), and the two read by
 name elsewhere (the launchd secrets file, the gateway's key). A variable that is none of these
 but close to one (`SPECCTL_STATE_DIRR`), or that names a profile field without its section
@@ -28,8 +28,8 @@ CLOSE = 0.85  # difflib's ratio (of the names less SPECCTL_) that makes one a mi
 
 def settings_names() -> list[str]:
     """The machine settings: specctl's, its dirs', each backend's, and those read by name."""
-    from specctl.orchestrator.config import paths
     from specctl.orchestrator.config.settings import Settings
+    from specctl.orchestrator.contract import dirs as paths
     from specctl.orchestrator.contract import registry
 
     names = [v.name for v in settings_vars((Settings, paths.Variables), "specctl")]

@@ -16,23 +16,21 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from specctl.orchestrator.contract.dirs import Dirs
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, Progress
+from specctl.orchestrator.contract.memory import Budget
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options, OptionsT
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.settings import EnvVar, settings_vars
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import BackendError
-
-if TYPE_CHECKING:
-    from specctl.orchestrator.config.paths import Dirs
-    from specctl.orchestrator.contract.memory import Budget
-    from specctl.orchestrator.machine.hardware import Hardware
-    from specctl.orchestrator.models.info import ModelInfo
-    from specctl.orchestrator.planning.plan import Plan
 
 VocabCheck = Callable[[str, "ModelInfo", "ModelInfo", bool], str | None]
 """(rule, target, draft, relaxed) -> why the draft's vocabulary cannot serve, or None."""

@@ -12,13 +12,10 @@ from __future__ import annotations
 import difflib
 import functools
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING
 
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.errors import BackendError, UnknownBackendError
-
-if TYPE_CHECKING:
-    from specctl.orchestrator.config.paths import Dirs
 
 GROUP = "specctl.adapters"
 

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Protocol
 
 from specctl.orchestrator.app import Resolved
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.files import inside
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import servers
 from specctl.orchestrator.runtime.servers import Running
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.traffic import store as traffic
 from specctl.orchestrator.measure.traffic.kept import MAX_TOKENS

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.orchestrator.config.profiles import MAX_CLUSTER_GPUS, Cluster, Node
+from specctl.orchestrator.contract.hardware import Cpu, Gpu, Hardware
 from specctl.orchestrator.errors import BadInputError, SpecctlError
 from specctl.orchestrator.machine import hardware
-from specctl.orchestrator.machine.hardware import Cpu, Gpu, Hardware
 from specctl.orchestrator.sizes import from_gib
 
 

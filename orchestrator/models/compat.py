@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.models import hf_meta
 from specctl.orchestrator.models.gguf_meta import read_tokens, token_bytes
-from specctl.orchestrator.models.info import ModelInfo
 
 MAX_VOCAB_DIFF = 128
 CHECK_FROM_ID = 5

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specctl.orchestrator.contract.model import RepoFile
 from specctl.orchestrator.errors import ModelError, ReadOnlyError
 from specctl.orchestrator.files import UnreadableError, read_text, write_atomic
 from specctl.orchestrator.models import gguf_meta
@@ -34,8 +35,6 @@ T = TypeVar("T")
 
 REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
-_QUANT = re.compile(r"[.-]((?:I?Q\d(?:_[A-Z0-9]+)*)|F16|F32|BF16)(?:-\d{5}-of-\d{5})?\.gguf$",
-                    re.IGNORECASE)
 FIRST_READ = 4 << 20  # most GGUF metadata (a 150k-token vocabulary) fits in a few MB
 MAX_HEADER = 128 << 20
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
@@ -104,19 +103,6 @@ def _http_error(name: str, what: str, exc: Exception) -> ModelError:
         return ModelError(f"{name}: the Hub refused the Hugging Face token (401): it is wrong or "
                           "revoked; fix HF_TOKEN or log in again (`hf auth login`)")
     return ModelError(f"{name}: the Hub answered {status} for {what}; try again later")
-
-
-class RepoFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    path: str = Field(min_length=1, max_length=1000)
-    size: int = Field(ge=0)
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
-
-    @property
-    def quant(self) -> str | None:
-        m = _QUANT.search(self.path)
-        return m.group(1).upper() if m else None
 
 
 class Repo(BaseModel):

@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.errors import BadRefError
 from specctl.orchestrator.files import expand_user
-from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import catalog, hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import (
     ArrayInfo,
@@ -22,7 +22,6 @@ from specctl.orchestrator.models.gguf_meta import (
     text,
     token_id,
 )
-from specctl.orchestrator.models.hub import RepoFile
 
 _STORE_SCHEME = re.compile(r"[a-z][a-z0-9]+")  # another tool's store, e.g. `NAME:model:tag`
 VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "rwkv": "rwkv"}
@@ -61,71 +60,6 @@ def parse_ref(text: str) -> ModelRef:
     if sep and rest and _STORE_SCHEME.fullmatch(scheme) and not rest.startswith(("/", "\\")):
         return ModelRef(scheme, rest)  # the store named by the scheme checks the rest
     return ModelRef("gguf", str(expand_user(text)))
-
-
-@dataclass(frozen=True)
-class Remote:
-    """Where a model not on disk is on the Hub: the files to fetch at a revision."""
-
-    repo: str
-    revision: str
-    files: tuple[RepoFile, ...]  # a GGUF (its split parts in order) or a model folder's files
-    size_bytes: int
-    gguf: bool
-    base_model: str | None = None  # the repo it was made from, as its model card says
-
-    @property
-    def short(self) -> str:
-        return f"hf:{self.repo}@{self.revision[:7]}"
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    ref: str
-    name: str
-    path: Path | None
-    architecture: str
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab_size: int
-    vocab_type: str
-    tokenizer: str
-    params_b: float | None
-    quant: str | None
-    size_bytes: int
-    family: str = ""
-    kind: str = "model"  # model | eagle | eagle3 | mtp (built-in MTP layers) | medusa
-    spec_heads: int = 0  # built-in speculative heads: Medusa heads or MTP layers
-    expert_share: float = 0.0  # an MoE: the share of its weights in experts (0: dense)
-    context: int = 0  # the context it was trained for, in tokens (0: not known)
-    bos_id: int | None = None
-    eos_id: int | None = None
-    add_bos: bool | None = None
-    add_eos: bool | None = None
-    source: Literal["file", "catalog", "hub"] = "catalog"
-    meta_file: Path | None = None  # the metadata (GGUF header, config folder) when not on disk
-    remote: Remote | None = None  # where to fetch it, when it is not on disk
-    note: str = ""  # where the metadata came from, when that is worth saying
-
-    @property
-    def kv_bytes_per_token_f16(self) -> int:
-        """K and V, all layers, at 2 bytes per element."""
-        return self.layers * self.kv_heads * self.head_dim * 2 * 2
-
-    @property
-    def estimated(self) -> bool:
-        """Its size is the catalog's estimate (parameters x bytes per weight), not a file's."""
-        return self.source == "catalog" and self.path is None
-
-    def describe(self) -> str:
-        where = f" (on the Hub: {self.remote.short})" if self.remote else " (not on disk)"
-        if self.estimated:
-            where = " (the catalog's estimate: its file is not on disk)"
-        size = ("about " if self.estimated else "") + human_size(self.size_bytes) + (
-            "" if self.path else where)
-        return f"{self.name} [{self.quant or '?'}] {size}"
 
 
 def from_gguf(path: Path, ref: str) -> ModelInfo:

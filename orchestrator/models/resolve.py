@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specctl.orchestrator.config.adhoc import bare_repo
+from specctl.orchestrator.contract.model import ModelInfo, Remote, RepoFile
 from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import BadRefError, ModelError
 from specctl.orchestrator.files import is_file, walk
@@ -26,12 +27,10 @@ from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import hf_meta, testbed
 from specctl.orchestrator.models.catalog import BYTES_PER_WEIGHT
 from specctl.orchestrator.models.gguf_meta import read_metadata
-from specctl.orchestrator.models.hub import SIDECARS, Hub, Repo, RepoFile, pick_quant
+from specctl.orchestrator.models.hub import SIDECARS, Hub, Repo, pick_quant
 from specctl.orchestrator.models.info import (
     GGUF_QUANTS,
-    ModelInfo,
     ModelRef,
-    Remote,
     from_catalog,
     from_gguf,
     from_hf_dir,

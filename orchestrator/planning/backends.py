@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.registry import default_order
 from specctl.orchestrator.errors import BackendError
-from specctl.orchestrator.machine.hardware import Hardware
 
 
 def probe_all(backends: Mapping[str, Adapter]) -> dict[str, Installed | None]:

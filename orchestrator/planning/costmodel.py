@@ -29,7 +29,7 @@ def tokens_per_step(alpha: float, k: int) -> float:
     return (1 - alpha ** (k + 1)) / (1 - alpha)
 
 
-def speedup(alpha: float, c: float, k: int, verify: Verify = lambda _k: 1.0) -> float:
+def modelled_speedup(alpha: float, c: float, k: int, verify: Verify = lambda _k: 1.0) -> float:
     if k == 0:
         return 1.0
     return tokens_per_step(alpha, k) / (k * c + verify(k))
@@ -43,7 +43,7 @@ class Point:
 
 
 def curve(alpha: float, c: float, max_k: int = 16, verify: Verify = lambda _k: 1.0) -> list[Point]:
-    return [Point(k, tokens_per_step(alpha, k), speedup(alpha, c, k, verify))
+    return [Point(k, tokens_per_step(alpha, k), modelled_speedup(alpha, c, k, verify))
             for k in range(1, max_k + 1)]
 
 

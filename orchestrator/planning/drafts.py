@@ -17,20 +17,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specctl.orchestrator.contract.model import ModelInfo
+from specctl.orchestrator.contract.plan import Method
 from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.files import is_file, walk
 from specctl.orchestrator.models import catalog
 from specctl.orchestrator.models.hub import Hub
-from specctl.orchestrator.models.info import (
-    ModelInfo,
-    from_catalog,
-    from_gguf,
-    from_hf_dir,
-    parse_ref,
-)
+from specctl.orchestrator.models.info import from_catalog, from_gguf, from_hf_dir, parse_ref
 from specctl.orchestrator.planning import costmodel
-from specctl.orchestrator.planning.plan import Method
 from specctl.orchestrator.sizes import gib
 
 LARGE_RATIO = 0.35  # a draft that costs more than this share of a target step rarely pays

@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specctl.orchestrator.config.profiles import Memory
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.memory import Budget, MemoryPlan
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.errors import DoesNotFitError
-from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.sizes import from_gib, gib, gib_pair
 
 # bytes per element, as fractions of 16ths: q8_0 is 34 bytes per 32 values, q4_0 18 per 32

@@ -18,9 +18,12 @@ from typing import Protocol, TypeAlias
 
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import Installed, is_loopback
 from specctl.orchestrator.contract.memory import Budget, MemoryPlan
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
+from specctl.orchestrator.contract.plan import NGRAMS, WITH_DRAFT, Method, Plan, Step
 from specctl.orchestrator.errors import (
     DoesNotFitError,
     IncompatibleDraftError,
@@ -28,14 +31,12 @@ from specctl.orchestrator.errors import (
     SpecctlError,
     StateError,
 )
-from specctl.orchestrator.machine.hardware import Hardware
 from specctl.orchestrator.models import compat
 from specctl.orchestrator.models.catalog import original_repo
-from specctl.orchestrator.models.info import GGUF_QUANTS, ModelInfo
+from specctl.orchestrator.models.info import GGUF_QUANTS
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import backends as choosing
 from specctl.orchestrator.planning import drafts, memory, search
-from specctl.orchestrator.planning.plan import NGRAMS, WITH_DRAFT, Method, Plan, Step
 
 DEFAULT_K = {"ngram": 4, "eagle": 3, "eagle3": 4, "mtp": 1, "medusa": 4, "dflash": 8,
              "dspark": 8, "ngram-mod": 16, "ngram-map-k": 8, "ngram-map-k4v": 8,

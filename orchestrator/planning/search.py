@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.model import ModelInfo
+from specctl.orchestrator.contract.plan import Method
 from specctl.orchestrator.errors import ModelError, SpecctlError
 from specctl.orchestrator.models import compat
 from specctl.orchestrator.models.hub import Hub
-from specctl.orchestrator.models.info import ModelInfo, parse_ref
+from specctl.orchestrator.models.info import parse_ref
 from specctl.orchestrator.models.resolve import Resolver
 from specctl.orchestrator.planning import drafts
 from specctl.orchestrator.planning.drafts import Candidate, Found
-from specctl.orchestrator.planning.plan import Method
 
 
 @dataclass(frozen=True)

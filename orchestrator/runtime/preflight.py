@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.model import ModelInfo
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import BackendError, ModelError, SettingsError
 from specctl.orchestrator.humanize import size
 from specctl.orchestrator.models import testbed
 from specctl.orchestrator.models.hub import Hub
-from specctl.orchestrator.models.info import ModelInfo
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import provision
 
 HowToGet = Callable[[str], str]  # a model reference -> how to get it (the resolver's advice)

@@ -7,16 +7,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.model import ModelInfo
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.models import testbed
-from specctl.orchestrator.models.info import ModelInfo, parse_ref
+from specctl.orchestrator.models.info import parse_ref
 from specctl.orchestrator.models.resolve import Resolver
-from specctl.orchestrator.planning.plan import Plan
 
 
 def install(backend: Adapter, dirs: Dirs, rebuild: bool = False) -> Installed:

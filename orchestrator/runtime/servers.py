@@ -14,8 +14,8 @@ from pathlib import Path
 
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import ServerError
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime.server import NotHealthy, Server, server_env
 
 

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specctl.orchestrator.config.paths import Dirs
 from specctl.orchestrator.contract import registry
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.files import expand_user, inside, write_atomic
 from specctl.orchestrator.service import envfile, environment, units

@@ -10,13 +10,9 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.service import manage, units
-
-if TYPE_CHECKING:
-    from specctl.orchestrator.runs import Row
 
 SYSTEMD_PROPS = ("ActiveState", "SubState", "Result", "NRestarts", "ExecMainCode",
                  "ExecMainStatus")
@@ -129,15 +125,6 @@ def of_profiles(names: list[str], dirs: Dirs) -> Mapping[str, Observed]:
         if seen is not None:
             found[name] = seen
     return found
-
-
-def annotate(rows: list[Row], dirs: Dirs) -> list[Row]:
-    """`status` rows with the manager's restart count and last exit for a profile run as a
-    service (the supervisor does not restart there: one layer, one count)."""
-    seen = of_profiles([r.profile for r in rows], dirs)
-    return [replace(r, restarts=seen[r.profile].restarts,
-                    note="; ".join(filter(None, (seen[r.profile].summary(), r.note))))
-            if r.profile in seen else r for r in rows]
 
 
 def journal_argv(name: str, dirs: Dirs, lines: int, follow: bool) -> list[str] | None:

@@ -41,11 +41,11 @@ def row(timed: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
     out: dict[str, Any] = {"bound": limit, "discarded": dropped}
     found: dict[str, Interval] = {}
     for figure, key, prefix in BESIDE:
-        got = intervals.speedup(kept, cats, weights, poolable=poolable, objective=figure)
+        got = intervals.paired_speedup(kept, cats, weights, poolable=poolable, objective=figure)
         if got is not None:
             found[figure] = got
             out |= _span(key, prefix, got)
-    main = found.get("decode") if objective == "decode" else intervals.speedup(
+    main = found.get("decode") if objective == "decode" else intervals.paired_speedup(
         kept, cats, weights, poolable=poolable, objective=objective)
     if main is None:
         return out
@@ -80,7 +80,7 @@ def buckets(timed: Pairs, cats: Mapping[int, str], weights: Mapping[str, float]
     out = []
     for low, high, name in BUCKETS:
         mine = {i: ps for i, ps in timed.items() if low <= size[i] < high}
-        got = intervals.speedup(mine, cats, weights, objective="latency") if mine else None
+        got = intervals.paired_speedup(mine, cats, weights, objective="latency") if mine else None
         if got is not None:
             out.append({"bucket": name, "prompts": len(mine), **_span(
                 "e2e_speedup", "e2e", got)})

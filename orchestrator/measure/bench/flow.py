@@ -24,19 +24,19 @@ from typing import Any
 from specctl.orchestrator.config.profiles import MAX_K
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.plan import NGRAMS, Plan, Step
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.bench import figures
 from specctl.orchestrator.measure.estimates import estimate, intervals
 from specctl.orchestrator.measure.estimates.intervals import Objective
-from specctl.orchestrator.measure.estimates.step_costs import Costs, shortest
+from specctl.orchestrator.measure.estimates.step_costs import StepCosts, shortest
 from specctl.orchestrator.measure.lab import engine
 from specctl.orchestrator.measure.lab import servers as lab
 from specctl.orchestrator.measure.lab.servers import Timed
 from specctl.orchestrator.measure.lossless import check as lossless
 from specctl.orchestrator.measure.prompts.workload import Prompt, Timing, Workload
-from specctl.orchestrator.planning.plan import NGRAMS, Plan, Step
 
 HELPS = 1 + engine.MARGIN  # a config "helps" when its speedup beats the baseline by 5%
 BASELINE = "baseline"
@@ -276,7 +276,7 @@ def _cost(room: lab.Lab, cfgs: Sequence[lab.Config], seq: bool) -> float | None:
     if drafting is None or drafting.draft is None or base is None:
         return None
     alone = ("draft alone", base[1].but(target=drafting.draft))
-    costs = Costs(room, base, seq)
+    costs = StepCosts(room, base, seq)
     costs.time([alone], prompts=shortest(room.workload))
     return round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
 
@@ -304,7 +304,7 @@ def _widest(timed: Sequence[Timed], configs: Sequence[Config], workload: Workloa
             continue
         limit = cfg.bound(cost) or float("inf")
         pairs, _ = intervals.plausible(intervals.pair(timed, cfg.label, BASELINE), limit)
-        got = intervals.speedup(pairs, cats, workload.weights(), poolable=cfg.poolable(),
+        got = intervals.paired_speedup(pairs, cats, workload.weights(), poolable=cfg.poolable(),
                                 objective=objective)
         widths.append(got.half_width if got else float("inf"))
     return max(widths, default=0.0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.bench.flow import ROUTED
 from specctl.orchestrator.measure.lab.servers import Config, Lab, Timed
@@ -14,7 +15,6 @@ from specctl.orchestrator.measure.prompts.workload import Workload
 from specctl.orchestrator.measure.route import choose as routes
 from specctl.orchestrator.measure.route import classify
 from specctl.orchestrator.measure.route.choose import Route
-from specctl.orchestrator.planning.plan import Plan
 
 
 class RoutedLab:

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.measure.bench import flow as bench
 from specctl.orchestrator.measure.lossless.numerics import FLIP_RATE, LEVEL, Greedy, greedy
-from specctl.orchestrator.planning.plan import Plan
 
 OUTPUT_CHANGED = "output changed"
 BROKEN_ENGINE = "broken engine"

@@ -17,17 +17,17 @@ from typing import Any
 
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.bench import flow as bench
 from specctl.orchestrator.measure.bench import verdicts
 from specctl.orchestrator.measure.prompts import workload
 from specctl.orchestrator.measure.prompts.workload import Workload
 from specctl.orchestrator.measure.results import winners
-from specctl.orchestrator.planning.plan import Plan
 
 
 @dataclass(frozen=True)
-class Entry:
+class BackendPlan:
     plan: Plan
     backend: Adapter
     installed: Installed
@@ -49,7 +49,7 @@ def speed_of(report: dict[str, Any], samples: Sequence[bench.Sample],
                          speedup=tps(best) / base if base else 0.0)
 
 
-def compare(entries: Sequence[Entry], ks: Sequence[int], work: Workload, repeats: int,
+def compare(entries: Sequence[BackendPlan], ks: Sequence[int], work: Workload, repeats: int,
             max_tokens: int, logs: Path, say: Say,
             sequential: bool = False, precision: float | None = None, budget: float = 600.0
             ) -> tuple[list[dict[str, Any]], list[winners.Speed]]:

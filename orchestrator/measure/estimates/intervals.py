@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.measure.estimates import whole
 from specctl.orchestrator.measure.estimates.estimate import (
     BOOT,
@@ -50,9 +51,9 @@ from specctl.orchestrator.measure.prompts import workload
 from specctl.orchestrator.measure.prompts.workload import Figure as Figure
 from specctl.orchestrator.measure.prompts.workload import Objective as Objective
 from specctl.orchestrator.measure.prompts.workload import Timing
-from specctl.orchestrator.planning.plan import Plan
 
-__all__ = ["BOOT", "CONFIDENCE", "LOW_Q", "Interval", "Pairs", "quantile", "relative", "speedup"]
+__all__ = ["BOOT", "CONFIDENCE", "LOW_Q", "Interval", "Pairs", "paired_speedup", "quantile",
+           "relative"]
 POOL = "all"
 # how a configuration's step times are pooled: "steps", all prompts as one where its steps
 # draft alike (_uniform; by category where not); "category"; "prompt", each prompt its own
@@ -153,7 +154,7 @@ def _score(pairs: Pairs, keys: Mapping[int, tuple[str, str]], cats: Mapping[int,
         tokens = max(b.tokens for _, b in ps)
         mine.append(Timing(c, tokens, per * n * mine_t[keys[i][0]]))
         base.append(Timing(c, tokens, n * base_t[keys[i][1]]))
-    return workload.speedup(mine, base, weights)
+    return workload.throughput_ratio(mine, base, weights)
 
 
 def poolable(plan: Plan) -> Pooling:
@@ -194,7 +195,7 @@ def _weighed(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float]
     return {i: ps for i, ps in pairs.items() if weights.get(cats[i], 0.0) > 0}, weights
 
 
-def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
+def paired_speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
             only: str | None = None, seed: int = 0, rounds: int = BOOT,
             poolable: Pooling = "steps", objective: Figure = "decode") -> Interval | None:
     """The workload speedup of the paired timings by `objective` with its bootstrap interval
@@ -211,7 +212,7 @@ def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
     if not pairs:
         return None
     if objective != "decode":
-        return whole.speedup(pairs, cats, weights, objective, seed, rounds)
+        return whole.figure_ratio(pairs, cats, weights, objective, seed, rounds)
     mine, base, keys = _pools(pairs, cats, poolable)
     point = _score(pairs, keys, cats, weights, _times(mine), _times(base))
     rng = random.Random(seed)

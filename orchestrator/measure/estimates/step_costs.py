@@ -1,7 +1,7 @@
 """The step costs of a speculative configuration from short requests: many of them, interleaved
 across the configurations (or in alternating blocks, one server at a time), each cost a low
 quantile of its timings (outside load only lengthens a request), each configuration's requests
-as long in time as the baseline's (Costs.lengths). c is the draft's step over the
+as long in time as the baseline's (StepCosts.lengths). c is the draft's step over the
 target's; v(k) a verification step of k drafts, in target steps."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _size(p: Prompt) -> int:
     return sum(len(t) for t in p.turns) + len(p.system or "")
 
 
-class Costs:
+class StepCosts:
     """The short timings and what they give: each configuration's time per token (c is the
     draft alone's over the baseline's; tune takes v(k) from its race)."""
 

@@ -70,7 +70,7 @@ def _ratio(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
     return base / mine if mine > 0 else 0.0
 
 
-def speedup(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
+def figure_ratio(pairs: Pairs, cats: Mapping[int, str], weights: Mapping[str, float],
             figure: Figure, seed: int = 0, rounds: int = BOOT) -> Interval | None:
     """The configuration's figure over the baseline's with its bootstrap interval (None: no
     pairs, or no time measured: a server that reports no first token)."""

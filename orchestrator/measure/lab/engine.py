@@ -15,10 +15,10 @@ from pathlib import Path
 
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Endpoint, Installed
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError
 from specctl.orchestrator.measure.prompts.workload import Prompt
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client, servers
 
 MARGIN = 0.05  # a configuration must beat another by 5% to count as better: noise is below it

@@ -21,12 +21,12 @@ import psutil
 
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.lab import engine
 from specctl.orchestrator.measure.prompts.workload import Workload
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client
 
 Config = tuple[str, Plan]  # a label and what it serves

@@ -24,12 +24,12 @@ from pathlib import Path
 
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import ProfileError, SpecctlError
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.lab import engine
 from specctl.orchestrator.measure.lossless import numerics
 from specctl.orchestrator.measure.lossless import twosample as quality
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.runtime import client
 
 AGAINST = ("speculative", "baseline", "draft")

@@ -160,7 +160,7 @@ def throughput(requests: Sequence[Timing], weights: Mapping[str, float]) -> floa
     return num / den if den > 0 else 0.0
 
 
-def speedup(spec: Sequence[Timing], base: Sequence[Timing], weights: Mapping[str, float],
+def throughput_ratio(spec: Sequence[Timing], base: Sequence[Timing], weights: Mapping[str, float],
             ) -> float:
     b = throughput(base, weights)
     return throughput(spec, weights) / b if b > 0 else 0.0

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.files import inside, read_back, write_atomic
 from specctl.orchestrator.humanize import Say
-from specctl.orchestrator.measure.results import tuned
-from specctl.orchestrator.planning.plan import Plan
+from specctl.orchestrator.measure.results.record import Record
+from specctl.orchestrator.models import digest
 
 Sha = Annotated[str, Field(pattern=r"^([0-9a-f]{64}|-|ref:.{1,4096})$")]
 
@@ -38,16 +39,7 @@ def folder(state: Path) -> Path:
     return state / "certificates"
 
 
-def sha_cache(state: Path) -> Path:
-    """The (path, size, mtime) -> SHA-256 cache shared with tuning keys (App.tuned_key)."""
-    return state / "model-sha256.json"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class Build(_Model):
+class Build(Record):
     """An engine build: its backend, version string and the SHA-256 of its program."""
 
     backend: str = Field(max_length=40)
@@ -64,7 +56,7 @@ class Build(_Model):
         return f"{self.backend} {self.version} (program sha256 {short})"
 
 
-class Setting(_Model):
+class Setting(Record):
     """What was tested: the models (by file SHA-256) and the speculation."""
 
     target: str = Field(max_length=4096)
@@ -79,7 +71,7 @@ class Setting(_Model):
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
 
 
-class Category(_Model):
+class Category(Record):
     category: str = Field(max_length=64)
     verdict: str = Field(max_length=40)
     p_value: float = Field(ge=0, le=1)
@@ -90,7 +82,7 @@ class Category(_Model):
     min_detectable_shift: float | None = Field(None, ge=0, le=1e6)  # nats/token
 
 
-class Certificate(_Model):
+class Certificate(Record):
     profile: str = Field(max_length=64)
     engine: Build
     setting: Setting
@@ -143,15 +135,15 @@ class Found:
 
 def engine_of(backend: str, version: str, program: str | None, cache_file: Path) -> Build:
     path = Path(program) if program else None
-    sha = tuned.file_sha(path, cache_file) if path is not None and path.is_file() else "-"
+    sha = digest.file_sha(path, cache_file) if path is not None and path.is_file() else "-"
     return Build(backend=backend, version=version, program=program or "-", sha256=sha)
 
 
 def setting_of(plan: Plan, cache_file: Path, say: Say | None = None) -> Setting:
     return Setting(target=plan.target.ref,
-                   target_sha256=tuned.model_id(plan.target, cache_file, say),
+                   target_sha256=digest.model_id(plan.target, cache_file, say),
                    draft=plan.draft.ref if plan.draft else None,
-                   draft_sha256=tuned.model_id(plan.draft, cache_file, say), method=plan.method,
+                   draft_sha256=digest.model_id(plan.draft, cache_file, say), method=plan.method,
                    k=plan.k if plan.speculative else 0)
 
 
@@ -159,7 +151,7 @@ def for_plan(state: Path, plan: Plan, installed: Installed,
              say: Say | None = None) -> Found:
     """The certificate state of a resolved plan on the installed engine (`plan`, `bench`);
     with no certificate saved at all, nothing is hashed to find none."""
-    cache_file = sha_cache(state)
+    cache_file = digest.cache_of(state)
     engine = engine_of(plan.backend, installed.version, installed.path, cache_file)
     if not any(folder(state).glob("*.json")):
         return Found("none", engine, None, plan.profile)
@@ -178,7 +170,7 @@ def for_run(state: Path, plan: Mapping[str, Any]) -> Found | None:
         return None
     if not isinstance(target, Mapping) or not (draft is None or isinstance(draft, Mapping)):
         return None
-    cache_file = sha_cache(state)
+    cache_file = digest.cache_of(state)
     setting = Setting(target=str(target.get("ref", "")), target_sha256=_sha(target, cache_file),
                       draft=str(draft.get("ref", "")) if draft else None,
                       draft_sha256=_sha(draft, cache_file), method=method,
@@ -193,7 +185,7 @@ def _sha(model: Mapping[str, Any] | None, cache_file: Path) -> str:
         return "-"
     path = Path(str(model["path"])) if model.get("path") else None
     if path is not None and path.is_file():
-        return tuned.file_sha(path, cache_file)
+        return digest.file_sha(path, cache_file)
     return f"ref:{model.get('ref', '')}"
 
 

@@ -15,79 +15,38 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import Field, model_validator
 
 from specctl.orchestrator.config.profiles import MAX_K, PMin
+from specctl.orchestrator.contract.plan import NGRAMS, Method, Plan, Step
 from specctl.orchestrator.files import (
-    UnreadableError,
     inside,
     read_back,
-    read_text,
     write_atomic,
 )
 from specctl.orchestrator.humanize import Say
-from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.measure.prompts.workload import Figure, Objective
+from specctl.orchestrator.measure.results.record import Record
 from specctl.orchestrator.models import digest
-from specctl.orchestrator.models.info import ModelInfo
-from specctl.orchestrator.planning.plan import NGRAMS, Method, Plan, Step
 
 Ratio = Annotated[float, Field(ge=0, le=1e6)]  # a speedup, tokens/s or seconds: finite
 Rate = Annotated[float, Field(ge=0, le=1)]
 Span = Annotated[list[Ratio], Field(min_length=3, max_length=3)]  # a point, its 95% interval
-_SHAS = TypeAdapter(dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]])
-
-
-LOUD_BYTES = 256 << 20  # a file this large takes a noticeable while to hash: it is said first
-
-
-def file_sha(path: Path, cache_file: Path, say: Say | None = None) -> str:
-    """The file's SHA-256: taken on arrival (models/digest.py), remembered by path, size and
-    mtime, or read now (once; said first when the file is large)."""
-    arrived = digest.known(path)
-    if arrived is not None:
-        return arrived
-    st = path.stat()
-    stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    try:
-        known = _SHAS.validate_json(read_text(cache_file))
-    except (OSError, ValueError, UnreadableError):  # missing or not a cache: hash anew
-        known = {}
-    if stamp not in known:
-        if say is not None and st.st_size >= LOUD_BYTES:
-            say(f"reading {path.name} ({human_size(st.st_size)}) once for its SHA-256, which "
-                "keys its saved tune and certificates (remembered by its size and time)")
-        known[stamp] = digest.sha256_file(path)
-        write_atomic(cache_file, json.dumps(known, indent=1))
-    return known[stamp]
-
-
-def model_id(info: ModelInfo | None, cache_file: Path, say: Say | None = None) -> str:
-    if info is None:
-        return "-"
-    if info.path is not None and info.path.is_file():
-        return file_sha(info.path, cache_file, say)
-    return f"ref:{info.ref}"  # not on disk (planning elsewhere): the reference stands in
-
-
 def key(plan: Plan, backend_version: str, cache_file: Path, say: Say | None = None) -> str:
     parts = [plan.hardware.fingerprint(), plan.backend, backend_version,
-             model_id(plan.target, cache_file, say), model_id(plan.draft, cache_file, say)]
+             digest.model_id(plan.target, cache_file, say),
+             digest.model_id(plan.draft, cache_file, say)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class Chained(_Model):
+class Chained(Record):
     """A method chained after the result's own (plan.Step), with its k."""
 
     method: Method
     k: int = Field(ge=1, le=64)
 
 
-class Measured(_Model):
+class Measured(Record):
     label: str = Field(max_length=200)
     method: Method
     chain: list[Chained] = Field(default_factory=list, max_length=4)
@@ -132,7 +91,7 @@ def bound_flag(bound: float | None, figures: dict[str, float], flag: str = "") -
             + (f"; {flag}" if flag else ""))[:500]
 
 
-class Winner(_Model):
+class Winner(Record):
     """A category's best measured configuration in the race ("none": the baseline)."""
 
     category: str = Field(max_length=64)
@@ -163,7 +122,7 @@ def slowed(point: float, high: float, requests: int, margin: float) -> bool:
     return point * (1 + margin) < 1.0
 
 
-class OnCategory(_Model):
+class OnCategory(Record):
     """A speedup on one category: its point, its 95% interval and the requests it rests on."""
 
     point: Ratio
@@ -178,7 +137,7 @@ class OnCategory(_Model):
         return f"{self.point:.2f}x [{self.low:.2f}-{self.high:.2f}]"
 
 
-class Refused(_Model):
+class Refused(Record):
     """A configuration not picked because it surely slows a category (`slowed`), by the
     objective."""
 
@@ -190,7 +149,7 @@ class Refused(_Model):
 PerToken = Annotated[float, Field(gt=0, le=1e3)]  # seconds a token: finite, above 0
 
 
-class Timing(_Model):
+class Timing(Record):
     """What a measured setting (the baseline too) cost a request in the race
     (measure/route/costs.py): its prefill seconds per prompt token (None: no prompt long enough),
     and its decode seconds per answer token on each category it answered."""
@@ -204,7 +163,7 @@ class Timing(_Model):
     decode: dict[str, PerToken] = Field(default_factory=dict, max_length=64)
 
 
-class Shape(_Model):
+class Shape(Record):
     """A category's requests as the race saw them: the router's kind it counts as, its answers'
     median length (tokens a turn) and whether they ran to the length asked (the median is then
     a floor), the characters of prompt text a prompt token carried (None: no prompt long
@@ -216,7 +175,7 @@ class Shape(_Model):
     chars_per_token: Annotated[float, Field(ge=0.5, le=64)] | None = None
 
 
-class Result(_Model):
+class Result(Record):
     profile: str = Field(max_length=64)
     method: Method  # "none" = speculation off
     k: int = Field(ge=0, le=MAX_K)  # 1-32, as in a profile; 0 when off

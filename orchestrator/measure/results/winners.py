@@ -11,23 +11,20 @@ import hashlib
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from specctl.orchestrator.files import inside, read_back, write_atomic
+from specctl.orchestrator.measure.results.record import Record
 
 
-class Speed(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
+class Speed(Record):
     backend: str = Field(max_length=40)
     setting: str = Field(max_length=200)  # the speculation it was measured with
     tps: float = Field(ge=0, le=1e7)  # the workload's decode tokens/s
     speedup: float = Field(ge=0, le=1e6)  # over its own no-draft baseline
 
 
-class Winner(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
+class FastestBackend(Record):
     profile: str = Field(max_length=64)
     machine: str = Field(max_length=64)
     speeds: tuple[Speed, ...] = Field(min_length=2, max_length=16)
@@ -51,15 +48,15 @@ def key(profile: str, machine_fingerprint: str) -> str:
     return hashlib.sha256(f"{profile}|{machine_fingerprint}".encode()).hexdigest()[:20]
 
 
-def save(folder: Path, winner: Winner, fingerprint: str) -> Path:
+def save(folder: Path, winner: FastestBackend, fingerprint: str) -> Path:
     path = inside(folder, key(winner.profile, fingerprint), ".json", "backend choice key")
     write_atomic(path, winner.model_dump_json(indent=2) + "\n")
     return path
 
 
-def load(folder: Path, profile: str, fingerprint: str) -> Winner | None:
+def load(folder: Path, profile: str, fingerprint: str) -> FastestBackend | None:
     path = inside(folder, key(profile, fingerprint), ".json", "backend choice key")
-    return read_back(path, lambda text: Winner.model_validate_json(text, strict=True),
+    return read_back(path, lambda text: FastestBackend.model_validate_json(text, strict=True),
                      "backend choice", "Measure again with `specctl bench --backends`.")
 
 

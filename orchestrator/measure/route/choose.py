@@ -40,12 +40,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from specctl.orchestrator.contract.adapter import Adapter
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.measure.lab.engine import MARGIN
 from specctl.orchestrator.measure.lab.servers import together
 from specctl.orchestrator.measure.results.tuned import Measured, Result, Timing, Winner, steps_of
 from specctl.orchestrator.measure.route import classify
 from specctl.orchestrator.measure.route import costs as speeds
-from specctl.orchestrator.planning.plan import Plan
 from specctl.orchestrator.sizes import in_gib
 
 MAX_SERVERS = 3
@@ -79,7 +79,7 @@ class Route:
     need: int  # bytes the members hold together
     budget: int
     off: Plan  # no draft: for a kind live traffic shows slower than the baseline
-    costs: speeds.Costs | None = None  # what each member costs a request (None: by kind)
+    costs: speeds.RequestCosts | None = None  # what each member costs a request (None: by kind)
 
     def member_for(self, kind: str) -> Member:
         """The server of `kind` (a kind no winner was measured for: the main member's)."""
@@ -116,7 +116,7 @@ class Route:
                 f"compute; the budget is {in_gib(self.budget):.2f} GiB)")
 
 
-def _crossing(costs: speeds.Costs, home: Member, cheap: Member) -> str:
+def _crossing(costs: speeds.RequestCosts, home: Member, cheap: Member) -> str:
     """'code prompts over ~940 tokens answered in under ~64 -> off': where a request of
     `home`'s first kind, of that kind's typical answer, goes to `cheap` ('' where it never
     does)."""
@@ -141,7 +141,7 @@ def _rounded(x: float) -> int:
 
 def choose(route: Route, facts: classify.Facts) -> Member:
     """The member a request goes to (the gateway's slot, `bench --also routed`): its kind's,
-    unless another's predicted time (speeds.Costs.time: its prompt's prefill and its answer's
+    unless another's predicted time (speeds.RequestCosts.time: its prompt's prefill and its answer's
     decode) is under the kind's member's by SWITCH; the kind's member where the route has no
     costs or no figure for it."""
     home = route.member_for(facts.kind)
@@ -298,7 +298,7 @@ def route_for(base: Plan, result: Result, backend: Adapter) -> tuple[Route | Non
 
 
 def _for_long(base: Plan, result: Result, members: tuple[Member, ...],
-              costs: speeds.Costs | None, backend: Adapter) -> tuple[Member, ...]:
+              costs: speeds.RequestCosts | None, backend: Adapter) -> tuple[Member, ...]:
     """The member for long prompts, where the tune measured a setting whose prefill is under
     every member's by PREFILL (no draft or n-gram, where the members draft with a model) and
     there is room for it (MAX_SERVERS, the memory budget): of those, the one that decodes

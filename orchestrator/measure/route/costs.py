@@ -1,5 +1,5 @@
 """What a served setting costs a request, fitted from tune's own samples and saved with the
-tuned result (tuned.Timing, tuned.Shape); what the route reads of it (`Costs`).
+tuned result (tuned.Timing, tuned.Shape); what the route reads of it (`RequestCosts`).
 
 A request of P prompt tokens answered in N tokens takes about
 
@@ -42,12 +42,12 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from specctl.orchestrator.contract.plan import NGRAMS, Plan
 from specctl.orchestrator.measure.estimates.estimate import LOW_Q, quantile
 from specctl.orchestrator.measure.lab.servers import Config, Timed
 from specctl.orchestrator.measure.prompts.workload import Prompt, Workload
 from specctl.orchestrator.measure.results.tuned import Result, Shape, Timing, chain_of
 from specctl.orchestrator.measure.route import classify
-from specctl.orchestrator.planning.plan import NGRAMS, Plan
 
 MIN_PROMPT = 256  # prompt tokens from which a request's first token is mostly its prefill
 
@@ -142,7 +142,7 @@ def fitted(samples: Sequence[Timed], configs: Sequence[Config], work: Workload,
 
 
 @dataclass(frozen=True)
-class Costs:
+class RequestCosts:
     """Per setting (as the route names them) its f and its d by kind; per kind its typical
     answer (tokens, and whether it is a floor) and its characters per prompt token."""
 
@@ -175,8 +175,8 @@ def _mean(values: Iterable[float]) -> float:
     return sum(got) / len(got) if got else 0.0
 
 
-def costs_of(result: Result, setting: Callable[[Timing], str]) -> Costs | None:
-    """The Costs of a saved result, its settings named by `setting`; None where it has no
+def costs_of(result: Result, setting: Callable[[Timing], str]) -> RequestCosts | None:
+    """The RequestCosts of a saved result, its settings named by `setting`; None where it has no
     figures to route by (a result saved before them, or no prompt long enough for f)."""
     kinds = {c: s.kind or classify.SUITE_KINDS.get(c) for c, s in result.shapes.items()}
     rows = [t for t in result.timings if t.prefill is not None and t.decode]
@@ -193,7 +193,7 @@ def costs_of(result: Result, setting: Callable[[Timing], str]) -> Costs | None:
     for cat, shape in result.shapes.items():
         if kinds[cat]:
             answer.setdefault(kinds[cat] or "", []).append(shape)
-    return Costs(prefill={setting(t): t.prefill or 0.0 for t in rows}, decode=decode,
+    return RequestCosts(prefill={setting(t): t.prefill or 0.0 for t in rows}, decode=decode,
                  answer={k: (_mean(s.answer for s in v), any(s.ran_out for s in v))
                          for k, v in answer.items()},
                  chars_per_token={k: _mean(cpt) for k, v in answer.items()

@@ -3,7 +3,7 @@ added per request, compaction past its bounds, and the file read back.
 
 The file is JSON lines: a head (`{"version": 2, "model", "keep", "skipped"}`), then a line per
 request, added at the end (`add` writes one line, not the file: a gateway keeps every request),
-each an `Entry` (the allow-list traffic.py copies from a body). Bounds: a request takes at
+each an `Request` (the allow-list traffic.py copies from a body). Bounds: a request takes at
 most MAX_REQUEST bytes as kept (256 KiB, about 64k tokens of text); a larger one is not kept
 (its text cut would replay another prompt) but counted as `skipped` (a `{"skipped":1}` line
 until the next compaction). The file never passes MAX_FILE bytes (8 MiB), nor its keep (the
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from specctl.orchestrator.errors import StateError, first_problem
 from specctl.orchestrator.files import (
@@ -38,6 +38,7 @@ from specctl.orchestrator.files import (
     read_back,
     write_atomic,
 )
+from specctl.orchestrator.measure.results.record import Record
 
 MAX_REQUEST = 256 << 10
 MAX_FILE = 8 << 20
@@ -51,8 +52,8 @@ SKIP = '{"skipped":1}'  # a request not kept (over MAX_REQUEST), counted
 Count = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+class _Model(Record):
+    model_config = ConfigDict(strict=True)  # over Record's: types as written, no coercion
 
 
 class Message(_Model):
@@ -78,7 +79,7 @@ class Params(_Model):
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-class Entry(_Model):
+class Request(_Model):
     """One kept request."""
 
     at: float = Field(ge=0)  # seconds since the epoch (UTC)
@@ -108,7 +109,7 @@ class Kept(_Model):
 
     model: str = Field(pattern=NAME_PATTERN)
     skipped: int = Field(0, ge=0, le=MAX_SKIPPED)  # requests over MAX_REQUEST, not kept
-    requests: list[Entry] = Field(default_factory=list, max_length=MAX_KEEP)
+    requests: list[Request] = Field(default_factory=list, max_length=MAX_KEEP)
 
 
 def margin(keep: int) -> int:
@@ -227,7 +228,7 @@ class Parsed:
 
     head: Head
     texts: list[str] = field(default_factory=list)
-    entries: list[Entry] = field(default_factory=list)
+    entries: list[Request] = field(default_factory=list)
     skips: int = 0
     torn: bool = False
 
@@ -254,7 +255,7 @@ def _parse(text: str, model: str) -> Parsed:
             found.skips += 1
             continue
         try:
-            found.entries.append(Entry.model_validate_json(line, strict=True))
+            found.entries.append(Request.model_validate_json(line, strict=True))
         except ValueError as exc:
             raise ValueError(f"line {n}: {first_problem(exc)}") from None
         found.texts.append(line)

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.errors import ProfileError, StateError
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.prompts import formats, workload
@@ -85,7 +85,7 @@ def workload_of(dirs: Dirs, model: str, mix: Mapping[str, float], max_tokens: in
     return workload.Workload(tuple(workload.sample(by_kind, PER_KIND)), shares)
 
 
-def _prompt(r: traffic.Entry, cap: int) -> workload.Prompt | None:
+def _prompt(r: traffic.Request, cap: int) -> workload.Prompt | None:
     turns, system = formats.from_messages([m.model_dump() for m in r.messages])
     if not turns:  # a file written by hand: no user text
         return None

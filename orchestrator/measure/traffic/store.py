@@ -41,7 +41,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specctl.orchestrator.config.paths import Dirs
+from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.errors import ProfileError, StateError
 from specctl.orchestrator.files import NAME_PATTERN, inside, private_dir, remove_own
 from specctl.orchestrator.measure.prompts import formats
@@ -49,9 +49,9 @@ from specctl.orchestrator.measure.traffic import kept
 from specctl.orchestrator.measure.traffic.kept import MAX_KEEP as MAX_KEEP
 from specctl.orchestrator.measure.traffic.kept import MAX_MESSAGES, SKIP
 from specctl.orchestrator.measure.traffic.kept import MAX_REQUEST as MAX_REQUEST
-from specctl.orchestrator.measure.traffic.kept import Entry as Entry
 from specctl.orchestrator.measure.traffic.kept import Kept as Kept
 from specctl.orchestrator.measure.traffic.kept import Params as Params
+from specctl.orchestrator.measure.traffic.kept import Request as Request
 
 try:
     import fcntl
@@ -80,14 +80,14 @@ def path_of(dirs: Dirs, model: str) -> Path:
 
 
 def entry(body: Mapping[str, Any], kind: str, tokens_in: int, tokens_out: int,
-          at: float | None = None) -> Entry | None:
+          at: float | None = None) -> Request | None:
     """What is kept of a request's body (the allow-list above); None when it has no user text
     or its kind and counts are not valid."""
     return _entry(_messages(body), body, kind, tokens_in, tokens_out, at)
 
 
 def _entry(messages: list[dict[str, str]], body: Mapping[str, Any], kind: str, tokens_in: int,
-           tokens_out: int, at: float | None) -> Entry | None:
+           tokens_out: int, at: float | None) -> Request | None:
     if not any(m["role"] == "user" for m in messages):
         return None
     params = {}
@@ -97,7 +97,7 @@ def _entry(messages: list[dict[str, str]], body: Mapping[str, Any], kind: str, t
         with contextlib.suppress(ValidationError):
             params[name] = getattr(Params.model_validate({name: value}), name)
     try:
-        return Entry.model_validate({
+        return Request.model_validate({
             "at": time.time() if at is None else at, "kind": kind, "tokens_in": tokens_in,
             "tokens_out": tokens_out, "messages": messages[-MAX_MESSAGES:],
             "params": Params(**params)})

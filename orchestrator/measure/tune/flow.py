@@ -40,10 +40,11 @@ import math
 import time
 from collections.abc import Sequence
 
+from specctl.orchestrator.contract.plan import Method, Plan, Step
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure.estimates import intervals
 from specctl.orchestrator.measure.estimates.intervals import LOW_Q, Interval, quantile
-from specctl.orchestrator.measure.estimates.step_costs import Costs, shortest
+from specctl.orchestrator.measure.estimates.step_costs import StepCosts, shortest
 from specctl.orchestrator.measure.lab import engine
 from specctl.orchestrator.measure.lab.servers import Config, Lab, Timed
 from specctl.orchestrator.measure.results.tuned import (
@@ -57,10 +58,9 @@ from specctl.orchestrator.measure.results.tuned import (
 )
 from specctl.orchestrator.measure.route import costs as speeds
 from specctl.orchestrator.measure.tune.fit import Estimates, fit_alpha
-from specctl.orchestrator.measure.tune.race import SHARE, Entry, Race
-from specctl.orchestrator.measure.tune.sweep import Bench, Measurer, measured, speedup
+from specctl.orchestrator.measure.tune.race import SHARE, Contender, Race
+from specctl.orchestrator.measure.tune.sweep import Measurer, Sweep, measured, run_ratio
 from specctl.orchestrator.planning import costmodel
-from specctl.orchestrator.planning.plan import Method, Plan, Step
 
 MARGIN = engine.MARGIN
 P_MIN_TRY = 0.5
@@ -80,10 +80,10 @@ def _label(plan: Plan) -> str:
             + chained)
 
 
-def _entry(plan: Plan, cost: float = 0.0) -> Entry:
+def _entry(plan: Plan, cost: float = 0.0) -> Contender:
     """A candidate with the physical bound for c (0 until c is measured: k+1)."""
     label = _label(plan)
-    return Entry(label, (label, plan), intervals.bound(plan.method, plan.k, cost,
+    return Contender(label, (label, plan), intervals.bound(plan.method, plan.k, cost,
                                                        tuple(s.k for s in plan.chain)))
 
 
@@ -111,7 +111,7 @@ def _shares(lab: Lab, tokens: dict[int, int]) -> dict[int, float]:
 
 
 def _candidates(plan: Plan, k0: int, max_k: int, methods: frozenset[str],
-                chains: bool) -> list[Entry]:
+                chains: bool) -> list[Contender]:
     """Every configuration the build has, the cost model's pick first (it leads until beaten),
     the methods next (they differ most between workloads): n-gram and, where the build has
     them, the draft at k0 chained with ngram-mod; then the draft at 2 and at max-k, ngram-mod
@@ -131,7 +131,7 @@ def _candidates(plan: Plan, k0: int, max_k: int, methods: frozenset[str],
     return [_entry(p) for p in plans]
 
 
-def _join_model(plan: Plan, lab: Lab, race: Race, entries: list[Entry], lead: Entry,
+def _join_model(plan: Plan, lab: Lab, race: Race, entries: list[Contender], lead: Contender,
                 cost: float, max_k: int) -> tuple[Estimates | None, list[costmodel.Point]]:
     """The cost model fitted on the first block, and its curve; the k it predicts fastest
     joins the race (appended to `entries`) when no plain draft entry has it and it beats the
@@ -174,7 +174,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
         lab.say("one server at a time (sequential blocks): "
                 + ("--sequential" if sequential else "two servers do not fit in memory"))
     lab.say(f"timing the draft alone against the target (c); {_left(lab, deadline)}")
-    costs = Costs(lab, base, seq)  # 1. c from short timings
+    costs = StepCosts(lab, base, seq)  # 1. c from short timings
     costs.time([alone], prompts=shortest(lab.workload), least=4,
                until=started + budget * FIXED_SHARE)
     cost = round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
@@ -193,7 +193,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
         lead = race.run(entries, leader=lead)
     lead = race.final(entries, lead)
     slowed = race.slows(lead)
-    kept: Entry | None = lead
+    kept: Contender | None = lead
     if slowed and _point(lead) > 1 + margin:  # (one that does not pay is not served anyway)
         kept = _guard(plan, lab, race, lead, slowed, entries, cost)  # 4.
     race.unmeasured(entries)
@@ -208,22 +208,22 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
         race.tokens or max_tokens))
 
 
-def _plain(e: Entry) -> bool:
+def _plain(e: Contender) -> bool:
     p = e.config[1]
     return p.method == "draft" and p.p_min is None and not p.chain
 
 
-def _point(e: Entry) -> float:
+def _point(e: Contender) -> float:
     return e.interval.point if e.interval else 0.0
 
 
-def _start_s(lab: Lab, costs: Costs, began: float) -> float:
+def _start_s(lab: Lab, costs: StepCosts, began: float) -> float:
     """A server's start, as the draft-alone timings' two took (their requests' time off)."""
     busy = sum(t.wall_s or t.seconds for t in costs.samples)
     return max(0.0, (lab.clock() - began - busy) / 2)
 
 
-def _model(lab: Lab, race: Race, entries: Sequence[Entry], cost: float,
+def _model(lab: Lab, race: Race, entries: Sequence[Contender], cost: float,
            max_k: int) -> Estimates | None:
     """The cost model from the race's own counters and step timings (None: no plain draft was
     measured). v(k) at every measured draft length: its step time in target steps less k*c."""
@@ -248,8 +248,8 @@ def _model(lab: Lab, race: Race, entries: Sequence[Entry], cost: float,
                      time_share=_shares(lab, {i: n for i, n in tokens.items() if i in accept}))
 
 
-def _guard(plan: Plan, lab: Lab, race: Race, lead: Entry, slowed: dict[str, Interval],
-           entries: list[Entry], cost: float) -> Entry | None:
+def _guard(plan: Plan, lab: Lab, race: Race, lead: Contender, slowed: dict[str, Interval],
+           entries: list[Contender], cost: float) -> Contender | None:
     """The lead surely slows a category (race.slows): a p-min at its k and a shorter k are
     measured too while the budget lasts; the best measured that slows none and pays wins
     (race.fair; None: none does)."""
@@ -269,7 +269,7 @@ def _guard(plan: Plan, lab: Lab, race: Race, lead: Entry, slowed: dict[str, Inte
     return race.fair(entries, lead)
 
 
-def _refused(race: Race, entries: Sequence[Entry]) -> list[Refused]:
+def _refused(race: Race, entries: Sequence[Contender]) -> list[Refused]:
     """Each configuration faster than the baseline on the whole but surely slower on some
     category (race.slows): not picked, with the category and its interval there."""
     out = []
@@ -286,7 +286,7 @@ def _on(iv: Interval) -> OnCategory:
                       requests=max(iv.n, 1))
 
 
-def _row(race: Race, e: Entry, note: str = "") -> Measured:
+def _row(race: Race, e: Contender, note: str = "") -> Measured:
     plan = e.config[1]
     iv = e.interval or Interval(0.0, 0.0, 0.0)
     mine = [t for t in race.samples if t.label == e.label]
@@ -322,7 +322,7 @@ WHAT = {"latency": "end to end", "decode": "in decode speed",
         "throughput": "in tokens per wall second"}  # what an objective's speedup is of
 
 
-def _figures(race: Race, e: Entry) -> dict[intervals.Figure, list[float]]:
+def _figures(race: Race, e: Contender) -> dict[intervals.Figure, list[float]]:
     """e's end-to-end, time-to-first-token and decode figures with their intervals (the
     objective's is e.interval), where measured."""
     out: dict[intervals.Figure, list[float]] = {}
@@ -333,12 +333,12 @@ def _figures(race: Race, e: Entry) -> dict[intervals.Figure, list[float]]:
     return out
 
 
-def _unmeasured(race: Race, e: Entry) -> str:
+def _unmeasured(race: Race, e: Contender) -> str:
     return (f"{', '.join(sorted(race.missing(e)))} not measured: the budget had no room for it "
             "(a longer --budget measures it)")
 
 
-def _winners(race: Race, entries: Sequence[Entry]) -> list[Winner]:
+def _winners(race: Race, entries: Sequence[Contender]) -> list[Winner]:
     """Each category's best measured configuration (the baseline where none is faster), for
     routing requests by their kind."""
     out, kinds = [], race.cats
@@ -348,7 +348,7 @@ def _winners(race: Race, entries: Sequence[Entry]) -> list[Winner]:
         base = [t.per_token for t in race.samples if t.label == race.baseline[0] and t.tokens
                 and kinds.get(t.prompt) == cat]
         base_tps = round(1 / quantile(base, LOW_Q), 3) if base else None
-        best: tuple[Entry, Interval] | None = None
+        best: tuple[Contender, Interval] | None = None
         for e in entries:
             if e.interval is None or e.drafted == 0 or e.interval.point > e.bound:
                 continue
@@ -368,8 +368,8 @@ def _winners(race: Race, entries: Sequence[Entry]) -> list[Winner]:
     return out
 
 
-def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
-            refused: list[Refused], entries: Sequence[Entry], est: Estimates | None,
+def _result(plan: Plan, lab: Lab, race: Race, lead: Contender, kept: Contender | None,
+            refused: list[Refused], entries: Sequence[Contender], est: Estimates | None,
             curve: list[costmodel.Point], rows: list[Measured], skipped: list[str],
             margin: float, precision: float, budget: float, seq: bool, seconds: float,
             spent: float) -> Result:
@@ -425,7 +425,7 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Entry, kept: Entry | None,
                   spans={c: _on(v) for c, v in cats.items()} if on else {})
 
 
-def _how_sure(race: Race, iv: Interval, refused: list[Refused], entries: Sequence[Entry],
+def _how_sure(race: Race, iv: Interval, refused: list[Refused], entries: Sequence[Contender],
               spent: float, budget: float, precision: float, seen: str) -> str:
     """The summary's tail: what was refused, and whether the pick is settled or provisional
     (with what to do to settle it)."""
@@ -439,7 +439,7 @@ def _how_sure(race: Race, iv: Interval, refused: list[Refused], entries: Sequenc
                   f"runs beside or pass --budget {max(2 * budget / 60, 5):.0f}m to settle it")
 
 
-def _slowing(entries: Sequence[Entry], refused: list[Refused], most: int = 4) -> str:
+def _slowing(entries: Sequence[Contender], refused: list[Refused], most: int = 4) -> str:
     """The refused configurations in words (`most` of them): each with its figure on the whole
     and the categories it slows, by how much."""
     by: dict[str, list[Refused]] = {}
@@ -454,7 +454,7 @@ def _slowing(entries: Sequence[Entry], refused: list[Refused], most: int = 4) ->
     return "; ".join(words) + (f" (and {more} more: --json)" if more > 0 else "")
 
 
-def _replies(race: Race, e: Entry) -> list[tuple[str, str, int]]:
+def _replies(race: Race, e: Contender) -> list[tuple[str, str, int]]:
     """e's greedy replies in the race, each beside the baseline's on the same prompt (the
     first of each), for the sampling check's greedy comparison."""
     base: dict[int, Timed] = {}
@@ -468,17 +468,17 @@ def _replies(race: Race, e: Entry) -> list[tuple[str, str, int]]:
     return [(t.text, base[i].text, base[i].tokens) for i, t in mine.items()][:256]
 
 
-def schedule(plan: Plan, bench: Bench, levels: Sequence[int], ks: Sequence[int],
+def schedule(plan: Plan, runner: Sweep, levels: Sequence[int], ks: Sequence[int],
              margin: float = MARGIN) -> tuple[tuple[tuple[int, int, int], ...], list[str]]:
     """k by batch size, for backends that switch k per batch: each k (and the baseline) on one
     server at every level; per level the best k that beats the baseline there by the margin
     (0: none does). Returns inclusive (first, last, k) ranges from 1 (the last level's k carries
     on beyond it, as vLLM does) and a line per level."""
-    base = bench.at_levels(plan.baseline(), "baseline", levels)
-    runs = {k: bench.at_levels(plan.but(k=k, p_min=None), f"draft k={k}", levels) for k in ks}
+    base = runner.at_levels(plan.baseline(), "baseline", levels)
+    runs = {k: runner.at_levels(plan.but(k=k, p_min=None), f"draft k={k}", levels) for k in ks}
     picks, lines = [], []
     for level in levels:
-        scores = {k: speedup(runs[k][level], base[level]) for k in ks}
+        scores = {k: run_ratio(runs[k][level], base[level]) for k in ks}
         k, best = max(scores.items(), key=lambda kv: kv[1])
         chosen = k if best > 1 + margin else 0
         picks.append(chosen)

@@ -56,7 +56,7 @@ UNSEEN = 1.1  # a configuration not measured yet is expected this much slower th
 
 
 @dataclass
-class Entry:
+class Contender:
     label: str
     config: Config
     bound: float  # the physical bound for this configuration
@@ -109,7 +109,7 @@ class Race:
         """How many categories the traffic tuned for has (a round: one prompt of each)."""
         return len({self.cats[i] for i in self.order()})
 
-    def fitting(self, entries: Sequence[Entry], room: float, least: int) -> int:
+    def fitting(self, entries: Sequence[Contender], room: float, least: int) -> int:
         """The most prompts (`least` at least, every prompt at most) whose block of `entries`
         fits in `room` seconds."""
         n = len(self.order())
@@ -138,7 +138,7 @@ class Race:
             out += [v[n] for v in by_cat.values() if n < len(v)]
         return out
 
-    def measure(self, active: Sequence[Entry], prompts: Sequence[int] | None = None) -> None:
+    def measure(self, active: Sequence[Contender], prompts: Sequence[int] | None = None) -> None:
         """One block of every active entry and the baseline (on `prompts`: all by default)."""
         configs = [self.baseline, *(e.config for e in active)]
         if not self.sequential and not self.lab.fits([p for _, p in configs]):
@@ -198,31 +198,31 @@ class Race:
         out half), so one that ran beside a burst is not left out for it."""
         best = [_unloaded(t) if t.label == label else t for t in seen]
         pairs = intervals.pair(best, label, self.baseline[0])
-        got = intervals.speedup(pairs, self.cats, self.weights, rounds=1,
+        got = intervals.paired_speedup(pairs, self.cats, self.weights, rounds=1,
                                 objective=self.objective) if pairs else None
         return got.point if got is not None else 0.0
 
-    def missing(self, e: Entry) -> set[str]:
+    def missing(self, e: Contender) -> set[str]:
         """The categories of the traffic e has no pair in."""
         return {c for c, n in self.per_category(e).items() if n == 0}
 
-    def pairs(self, e: Entry) -> intervals.Pairs:
+    def pairs(self, e: Contender) -> intervals.Pairs:
         kept, e.discarded = intervals.plausible(
             intervals.pair(self.samples, e.label, self.baseline[0]), e.bound)
         return intervals.calm(kept)
 
-    def judge(self, e: Entry) -> None:
+    def judge(self, e: Contender) -> None:
         pairs = self.pairs(e)
-        e.interval = intervals.speedup(pairs, self.cats, self.weights, poolable=e.poolable,
+        e.interval = intervals.paired_speedup(pairs, self.cats, self.weights, poolable=e.poolable,
                                        objective=self.objective)
         e.drafted = sum(s.spec.drafted for ps in pairs.values() for s, _ in ps)
 
-    def figure(self, e: Entry, figure: intervals.Figure) -> Interval | None:
+    def figure(self, e: Contender, figure: intervals.Figure) -> Interval | None:
         """e's speedup by another figure than the objective (the report's)."""
-        return intervals.speedup(self.pairs(e), self.cats, self.weights, poolable=e.poolable,
+        return intervals.paired_speedup(self.pairs(e), self.cats, self.weights, poolable=e.poolable,
                                  objective=figure)
 
-    def categories(self, e: Entry, figure: intervals.Figure | None = None
+    def categories(self, e: Contender, figure: intervals.Figure | None = None
                    ) -> dict[str, Interval]:
         """e's speedup on each category of the traffic, by the objective (or `figure`)."""
         pairs = self.pairs(e)
@@ -230,14 +230,14 @@ class Race:
         for cat in self.lab.workload.categories:
             if self.weights.get(cat, 0.0) <= 0:
                 continue  # not in the traffic tuned for
-            got = intervals.speedup(pairs, self.cats, self.weights, only=cat,
+            got = intervals.paired_speedup(pairs, self.cats, self.weights, only=cat,
                                     poolable=e.poolable, objective=figure or self.objective)
             if got is not None:
                 out[cat] = got
         return out
 
-    def run(self, entries: list[Entry], leader: Entry | None = None,
-            blocks: int | None = None) -> Entry:
+    def run(self, entries: list[Contender], leader: Contender | None = None,
+            blocks: int | None = None) -> Contender:
         """Measure until settled, the budget is spent or `blocks` more blocks ran; returns the
         leader (the first entry unless beaten)."""
         lead = leader or entries[0]
@@ -320,7 +320,8 @@ class Race:
         prompts = self.lab.workload.prompts
         return sum(len(prompts[i].turns) for i in order) / len(order) if order else 1.0
 
-    def cost(self, entries: Sequence[Entry], prompts: int, unseen: float | None = None) -> float:
+    def cost(self, entries: Sequence[Contender], prompts: int,
+             unseen: float | None = None) -> float:
         """Expected seconds of a block of `entries` (and the baseline) on `prompts` prompts,
         the servers not up yet started (one not measured yet `unseen` times slower than the
         baseline)."""
@@ -330,7 +331,7 @@ class Race:
                                                         unseen) for lbl in labels)
                             + fresh * self.start_s)
 
-    def admit(self, active: list[Entry], lead: Entry) -> tuple[list[Entry], list[int]]:
+    def admit(self, active: list[Contender], lead: Contender) -> tuple[list[Contender], list[int]]:
         """What the next block measures within the time left, on as many prompts as fit in
         SHARE of it (one of each category at least): the leader, then each challenger not
         measured yet (in order), then the measured ones (best point first), each while one
@@ -371,7 +372,7 @@ class Race:
         n = self.fitting(out, left / SLACK * SHARE, cats)
         return out, self.prompts(n)
 
-    def unmeasured(self, entries: Sequence[Entry]) -> None:
+    def unmeasured(self, entries: Sequence[Contender]) -> None:
         """At the end: each challenger that waited for a block the budget never had room for
         is said and listed as not measured."""
         left = (self.deadline - self.lab.clock()) * SLACK
@@ -379,12 +380,12 @@ class Race:
             if not e.blocks and not e.dropped:
                 self._not_measured(e, left, self.cost([e], self.kinds))
 
-    def _not_measured(self, e: Entry, left: float, need: float) -> None:
+    def _not_measured(self, e: Contender, left: float, need: float) -> None:
         e.dropped = (f"not measured: {max(left, 0.0):.0f} s of the budget were left and a "
                      f"block with it takes about {need:.0f} s; a longer --budget measures it")
         self.lab.say(f"{e.label}: {e.dropped}")
 
-    def final(self, entries: Sequence[Entry], lead: Entry) -> Entry:
+    def final(self, entries: Sequence[Contender], lead: Contender) -> Contender:
         """The decision when the race ends: among the leader and the configurations still in
         it (not shown unable to win), the best against the leader on the prompts and blocks
         both measured (a point measured on other prompts is no comparison: one edit prompt
@@ -409,7 +410,7 @@ class Race:
                 best, top = e, rel.point
         return best
 
-    def slows(self, e: Entry) -> dict[str, Interval]:
+    def slows(self, e: Contender) -> dict[str, Interval]:
         """The categories of the workload e surely slows by the objective (tuned.slowed): its
         interval there wholly below 1.00x on two requests or more; on one, that request's
         figure under 1 by the margin. One request of a category is all a provisional tune may
@@ -419,7 +420,7 @@ class Race:
         return {c: iv for c, iv in self.categories(e).items()
                 if tuned.slowed(iv.point, iv.high, iv.n, self.margin)}
 
-    def fair(self, entries: Sequence[Entry], lead: Entry) -> Entry | None:
+    def fair(self, entries: Sequence[Contender], lead: Contender) -> Contender | None:
         """The pick where `lead` (final's) slows a category: the best, as final() judges
         them, of the configurations that slow none and beat the baseline by the margin (by
         their point); None where none does (speculation off)."""
@@ -427,18 +428,18 @@ class Race:
               and _point(e) > 1 + self.margin]
         return self.final(ok, max(ok, key=_point)) if ok else None
 
-    def eligible(self, e: Entry, lead: Entry) -> bool:
+    def eligible(self, e: Contender, lead: Contender) -> bool:
         """e could be picked in `lead`'s stead: measured (a block, drafts made, within the
         physical bound) on every category `lead` was measured on."""
         return e.interval is not None and e.drafted > 0 and e.blocks >= MIN_BLOCKS \
             and e.interval.point <= e.bound and self.missing(e) <= self.missing(lead)
 
-    def versus(self, e: Entry, lead: Entry) -> Interval | None:
+    def versus(self, e: Contender, lead: Contender) -> Interval | None:
         """e's speedup over the leader's on the prompts and blocks both measured."""
         return intervals.relative(self.pairs(e), self.pairs(lead), self.cats, self.weights,
                                   poolable=(e.poolable, lead.poolable), objective=self.objective)
 
-    def hopeless(self, e: Entry, lead: Entry) -> bool:
+    def hopeless(self, e: Contender, lead: Contender) -> bool:
         """e cannot beat the leader by the margin (by 95% intervals on two requests of each
         category at least: one request's interval has no width; a configuration that drafted
         nothing: at once), and is not ahead of it either: one ahead within the margin stays
@@ -455,7 +456,7 @@ class Race:
             return False
         return self.within(e, lead, rel)
 
-    def within(self, e: Entry, lead: Entry, rel: Interval | None = None) -> bool:
+    def within(self, e: Contender, lead: Contender, rel: Interval | None = None) -> bool:
         """e's interval (two requests of each category at least) cannot beat the leader by
         the margin: the leader's precision settles the race with e still in it. `rel`: e's
         interval against the leader, where the caller has it."""
@@ -465,12 +466,12 @@ class Race:
         return e.interval.high <= _point(lead) * (1 + self.margin) or (
             rel is not None and rel.high <= 1 + self.margin)
 
-    def judged(self, e: Entry) -> bool:
+    def judged(self, e: Contender) -> bool:
         """Whether e's interval has width: two requests of each category at least (one
         request's bootstrap interval is its point)."""
         return min(self.per_category(e).values(), default=0) >= 2
 
-    def per_category(self, e: Entry) -> dict[str, int]:
+    def per_category(self, e: Contender) -> dict[str, int]:
         """How many pairs e has in each category of the traffic."""
         out = {c: 0 for c, w in self.weights.items() if w > 0}
         for i, ps in self.pairs(e).items():
@@ -478,7 +479,7 @@ class Race:
                 out[self.cats[i]] += len(ps)
         return out
 
-    def leader(self, entries: Sequence[Entry]) -> Entry:
+    def leader(self, entries: Sequence[Contender]) -> Contender:
         lead = entries[0]
         gap = self.missing(lead)
         for e in entries[1:]:
@@ -514,9 +515,9 @@ def _unloaded(t: Timed) -> Timed:
                    ttft_s=t.ttft_s * share, busy=0.0)
 
 
-def _point(e: Entry) -> float:
+def _point(e: Contender) -> float:
     return e.interval.point if e.interval else 0.0
 
 
-def _top(e: Entry) -> float:
+def _top(e: Contender) -> float:
     return e.interval.high if e.interval else 0.0

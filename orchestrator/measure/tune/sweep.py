@@ -16,13 +16,13 @@ from typing import Protocol
 
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.lab import engine
 from specctl.orchestrator.measure.prompts import workload
 from specctl.orchestrator.measure.prompts.workload import Timing, Workload
 from specctl.orchestrator.measure.results.tuned import Measured, chain_of
-from specctl.orchestrator.planning.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class Measurer(Protocol):
 
 
 @dataclass(frozen=True)
-class Bench:
+class Sweep:
     """How configurations are measured: the same prompts, one server at a time; at concurrency
     above 1, each prompt as that many concurrent requests (enough slots are planned)."""
 
@@ -160,10 +160,10 @@ def _score(run: Run, baseline: Run, times: Mapping[int, float] | None = None,
     mine |= {i: Timing(base[i].category, base[i].tokens, t) for i, t in (times or {}).items()
              if i not in mine and i in base}
     both = [i for i in mine if i in base]
-    return workload.speedup([mine[i] for i in both], [base[i] for i in both], weights)
+    return workload.throughput_ratio([mine[i] for i in both], [base[i] for i in both], weights)
 
 
-def speedup(run: Run, baseline: Run) -> float:
+def run_ratio(run: Run, baseline: Run) -> float:
     """The workload's throughput against the baseline's, on the prompts both measured."""
     return _score(run, baseline)
 
@@ -177,7 +177,7 @@ def measured(run: Run, baseline: Run) -> Measured:
     label = run.label if run.complete else f"{run.label} ({len(run.prompts)}/{run.of} prompts)"
     return Measured(label=label, method=run.plan.method, k=run.plan.k, p_min=run.plan.p_min,
                     chain=chain_of(run.plan.chain),
-                    speedup=round(speedup(run, baseline), 4), tps=round(run.median_tps, 3),
+                    speedup=round(run_ratio(run, baseline), 4), tps=round(run.median_tps, 3),
                     acceptance=run.spec.acceptance_rate, seconds=round(run.seconds, 1),
                     categories={c: round(v, 4) for c, v in
                                 category_speedups(run, baseline).items()})

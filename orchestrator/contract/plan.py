@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import Installed, Launch
 from specctl.orchestrator.contract.memory import MemoryPlan
+from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
-from specctl.orchestrator.machine.hardware import Hardware
-from specctl.orchestrator.models.info import ModelInfo
 from specctl.orchestrator.sizes import in_gib
 
 Method = Literal["draft", "ngram", "eagle", "eagle3", "mtp", "medusa", "none", "dflash",

@@ -1,0 +1,13 @@
+"""The one base of the records measure/ saves and reads back (tuned results, the fastest
+backend, losslessness certificates, kept traffic): read back as untrusted input, each is
+validated by the model it was written from: no field it does not declare, no inf or NaN, and
+frozen once read. A record that needs more (kept traffic is strict about types) adds to this
+config; pydantic merges a subclass's model_config over its base's."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
