@@ -280,10 +280,7 @@ class LlamaCpp(Adapter):
         self._speculative(a, plan, opts, installed.dialect)
         a.argv += self.extra_args(plan.extra_args, installed)
         env_from = {"LLAMA_API_KEY": plan.api_key_env} if plan.api_key_env else {}
-        url = f"http://{_url_host(plan.host)}:{plan.port}"
-        return Launch(argv=tuple(a.argv), env={}, health_url=f"{url}/health",
-                      base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from,
-                      model=plan.profile)
+        return Launch.http(a.argv, plan.host, plan.port, env_from=env_from, model=plan.profile)
 
     @staticmethod
     def _speculative(a: _Argv, plan: Plan, opts: LlamaCppOptions, dialect: str) -> None:
@@ -332,8 +329,8 @@ class LlamaCpp(Adapter):
         argv = [str(program), "-H", host, "-p", str(port)]
         if threads:
             argv += ["-t", str(threads)]
-        return Launch(argv=tuple(argv), health_url=f"tcp://{_url_host(host)}:{port}",
-                      base_url=f"tcp://{_url_host(host)}:{port}")
+        return Launch(argv=tuple(argv), health_url=f"tcp://{url_host(host)}:{port}",
+                      base_url=f"tcp://{url_host(host)}:{port}")
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "llamacpp:", "llamacpp /metrics")
@@ -403,8 +400,6 @@ def _model(a: _Argv, info: ModelInfo, file_flag: str, hf_flag: str) -> None:
         raise BackendError(f"{info.ref} is not on disk; fetch it first")
 
 
-def _url_host(host: str) -> str:
-    return url_host(host)
 
 
 ADAPTER = LlamaCpp

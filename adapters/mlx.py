@@ -42,7 +42,7 @@ from specctl.orchestrator.contract.launch import (
     Installed,
     Launch,
     is_loopback,
-    url_host,
+    root_url,
 )
 from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
@@ -154,8 +154,6 @@ def is_gguf(info: ModelInfo) -> bool:
         info.path is not None and info.path.suffix.lower() == ".gguf")
 
 
-def _url_host(host: str) -> str:
-    return url_host(host)
 
 
 class _Argv:
@@ -303,7 +301,7 @@ class Mlx(Adapter):
                 raise BackendError("speculative method 'draft' needs a draft model")
             a.add("--draft-model", model_arg(plan.draft))
             a.add("--num-draft-tokens", plan.k)
-        url = f"http://{_url_host(plan.host)}:{plan.port}"
+        url = root_url(plan.host, plan.port)
         if opts.allowed_origins:
             a.add("--allowed-origins", ",".join(opts.allowed_origins))
         else:  # no web page but the server's own origin (it serves none) may call it
@@ -333,9 +331,9 @@ class Mlx(Adapter):
         # /health answers 200 before the model has loaded, and 503 (for good: the process stays
         # up) once loading failed; the 1-token request proves the model answers
         a.argv += self.extra_args(plan.extra_args, installed)
-        return Launch(argv=tuple(a.argv), env={"HF_HUB_OFFLINE": "1"},
-                      health_url=f"{url}/health", health_failed=frozenset({503}),
-                      base_url=f"{url}/v1", setup=(ready,), model=SERVED_MODEL)
+        return Launch.http(a.argv, plan.host, plan.port, metrics=None,
+                           env={"HF_HUB_OFFLINE": "1"}, health_failed=frozenset({503}),
+                           setup=(ready,), model=SERVED_MODEL)
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return SpecStats(source=NO_COUNTERS)  # acceptance unknown: `specctl bench` compares speed

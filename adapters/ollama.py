@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
+import httpx
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
@@ -21,7 +22,7 @@ from specctl.adapters.ollama_store import OllamaStore, models_dir
 from specctl.orchestrator import http
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.dirs import Dirs
-from specctl.orchestrator.contract.launch import HttpCall, Installed, Launch, is_loopback, url_host
+from specctl.orchestrator.contract.launch import HttpCall, Installed, Launch, is_loopback, root_url
 from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.contract.settings import BackendSettings, EnvVar, load_settings
 from specctl.orchestrator.contract.stores import ModelStore
@@ -98,16 +99,23 @@ class Ollama(Adapter):
             return self._binary()
         if not version:
             return self._binary()
-        try:
-            import ollama
-
-            ollama.Client(host=self.url, timeout=self.timeout * 4).list()
-        except ImportError:
-            pass  # the client is optional: the HTTP answer above is enough
-        except Exception:  # the daemon answered /api/version but not the API: not usable
-            return None
+        if not self._answers_api():
+            return None  # the daemon answered /api/version but not the API: not usable
         return Installed(backend=NAME, version=version, dialect="ollama", path=self.url,
                          methods=methods_for(version))
+
+    def _answers_api(self) -> bool:
+        """Whether the daemon lists its models to the `ollama` client (the client is optional:
+        without it, the HTTP answer of /api/version is enough)."""
+        try:
+            import ollama
+        except ImportError:
+            return True
+        try:
+            ollama.Client(host=self.url, timeout=self.timeout * 4).list()
+        except (ollama.ResponseError, ollama.RequestError, httpx.HTTPError, ValueError):
+            return False
+        return True
 
     @staticmethod
     def _binary() -> Installed | None:
@@ -149,7 +157,7 @@ class Ollama(Adapter):
             raise BackendError(f"Ollama serves its own models; use target = \"ollama:NAME\" "
                                f"(not {plan.target.ref})")
         host = f"{f'[{plan.host}]' if ':' in plan.host else plan.host}:{plan.port}"
-        url = f"http://{url_host(plan.host)}:{plan.port}"
+        url = root_url(plan.host, plan.port)
         base, served = model_name(plan), model_name(plan)
         setup: list[HttpCall] = []
         if plan.speculative:  # a derived model with the draft length baked in
@@ -158,9 +166,9 @@ class Ollama(Adapter):
                 "model": served, "from": base, "parameters": {"draft_num_predict": plan.k}}))
         setup.append(HttpCall(method="POST", url=f"{url}/api/generate",
                               body={"model": served, "keep_alive": "24h"}))
-        return Launch(argv=("ollama", "serve"), env={"OLLAMA_HOST": host},
-                      health_url=f"{url}/api/version", base_url=f"{url}/v1",
-                      setup=tuple(setup), model=served)
+        return Launch.http(("ollama", "serve"), plan.host, plan.port, health="/api/version",
+                           metrics=None, env={"OLLAMA_HOST": host}, setup=tuple(setup),
+                           model=served)
 
 
 ADAPTER = Ollama

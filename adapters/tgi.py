@@ -36,7 +36,7 @@ from specctl.adapters.tgi_launcher import LauncherOption
 from specctl.orchestrator.contract.adapter import Adapter, Resources, options_of
 from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.hardware import Hardware
-from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
+from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
 from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
@@ -233,8 +233,6 @@ def native_model(info: ModelInfo) -> str:
                        "Hugging Face model (hf:org/repo) or a local model folder")
 
 
-def _url_host(host: str) -> str:
-    return url_host(host)
 
 
 def speculate(plan: Plan) -> str | None:
@@ -437,11 +435,8 @@ class Tgi(Adapter):
                  (getattr(opts, "hf_hub_cache", None), DATA / "hub")], mount,
                 bool(plan.api_key_env), self.image, args)
         check_args(args, container=engine != "native")
-        url = f"http://{_url_host(plan.host)}:{plan.port}"
         env_from = {"API_KEY": plan.api_key_env} if plan.api_key_env else {}
-        return Launch(argv=tuple(argv), env={}, health_url=f"{url}/health",
-                      base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from,
-                      model="tgi")
+        return Launch.http(argv, plan.host, plan.port, env_from=env_from, model="tgi")
 
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return stats_from_metrics(prometheus.fetch(endpoint))

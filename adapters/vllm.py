@@ -22,7 +22,7 @@ from specctl.adapters import prometheus
 from specctl.orchestrator.contract.adapter import Adapter, VocabCheck, options_of
 from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.hardware import Hardware
-from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch, url_host
+from specctl.orchestrator.contract.launch import Endpoint, Installed, Launch
 from specctl.orchestrator.contract.model import ModelInfo
 from specctl.orchestrator.contract.options import Options
 from specctl.orchestrator.contract.plan import Plan
@@ -275,11 +275,9 @@ class Vllm(Adapter):
             if has_per_request_metrics(installed.version):
                 argv += ["--per-request-spec-decode-metrics", "summary"]
         argv += self.extra_args(plan.extra_args, installed)
-        url = f"http://{url_host(plan.host)}:{plan.port}"
         env_from = {"VLLM_API_KEY": plan.api_key_env} if plan.api_key_env else {}
-        return Launch(argv=tuple(argv), env=env, health_url=f"{url}/health",
-                      base_url=f"{url}/v1", metrics_url=f"{url}/metrics", env_from=env_from,
-                      model=plan.profile)
+        return Launch.http(argv, plan.host, plan.port, env=env, env_from=env_from,
+                           model=plan.profile)
 
     def k_per_batch(self, installed: Installed) -> bool:
         return has_batch_schedule(installed.version)

@@ -62,6 +62,17 @@ class Resolved:
 
 
 @dataclass(frozen=True)
+class Routable:
+    """A model as the gateway resolves it, once: the plan it serves, and what its route is made
+    of, from the same built plan: the plan as written and the saved tune (None: no saved tune;
+    a StateError: one that failed validation and was set aside)."""
+
+    resolved: Resolved
+    written: Resolved | None = None
+    tune: tuned.Result | StateError | None = None
+
+
+@dataclass(frozen=True)
 class App:
     dirs: Dirs
     settings: Settings
@@ -166,15 +177,13 @@ class App:
 
         return tuned.load(self.dirs.tuned, self.tuned_key(plan, installed))
 
-    def route(self, written: Resolved) -> tuple[route_mod.Route | None, str]:
-        """Speculation per request (measure/route/choose.py) for the plan as written (`resolve(...,
-        use_tuned=False)`), from its saved tune's per-category winners; None and why when
+    def route(self, written: Resolved, found: tuned.Result
+              ) -> tuple[route_mod.Route | None, str]:
+        """Speculation per request (measure/route/choose.py) for the plan as written
+        (`Routable.written`), from its saved tune's per-category winners; None and why when
         there is none."""
         if not written.needs.empty:
             return None, "what `up` provides is missing here"
-        found = self.saved_tune(written.plan, written.installed)
-        if found is None:
-            return None, "not tuned yet on this machine and build (run `specctl tune`)"
         from specctl.orchestrator.measure.route import choose as route_mod
 
         return route_mod.route_for(written.plan, found, written.backend)
@@ -235,15 +244,42 @@ class App:
         """The plan, resolved once from the facts gathered once: the planner's stages, given
         what each asks for as data (the draft candidates, the saved tune); with what it needs
         here."""
+        profile, facts, built = self._built(profile, recorded)
+        here = use_tuned and facts.probed is not None  # a tune is of this machine's build
+        return self._finish(profile, facts, built, self.tune_for(built) if here else None)
+
+    def routable(self, profile: Profile | str) -> Routable:
+        """The gateway's resolution, once: the plan served (its saved tune applied where
+        k = "auto") and, from the same built plan, the plan as written and the saved tune a
+        route is made of (looked up whatever k is: the route follows the tune)."""
+        profile, facts, built = self._built(profile, None)
+        if facts.probed is None:
+            return Routable(self._finish(profile, facts, built, None))
+        try:
+            found: tuned.Result | StateError | None = self.saved_tune(built.plan,
+                                                                      built.installed)
+        except StateError as exc:
+            found = exc
+        served = self._finish(profile, facts, built, found if built.tunable else None)
+        if found is None:
+            return Routable(served)
+        return Routable(served, self._finish(profile, facts, built, None), found)
+
+    def _built(self, profile: Profile | str, recorded: Path | None
+               ) -> tuple[Profile, planner.Facts, planner.Built]:
+        """The planner's first stages: the backend and the choice, then the plan built with
+        the draft candidates gathered for it."""
         if isinstance(profile, str):
             profile = self.load(profile)
         facts = self.facts(profile, recorded)
         chosen = planner.choose(profile, facts)
         wanted = chosen.draft_search
         ranked = search.candidates(wanted, self.draft_sources()) if wanted else None
-        built = planner.build(chosen, ranked)
-        here = use_tuned and facts.probed is not None  # a tune is of this machine's build
-        plan = planner.finish(built, self.tune_for(built) if here else None)
+        return profile, facts, planner.build(chosen, ranked)
+
+    def _finish(self, profile: Profile, facts: planner.Facts, built: planner.Built,
+                saved: planner.Saved) -> Resolved:
+        plan = planner.finish(built, saved)
         needs = (Needs.of(plan, built.installed, profile, self.dirs.models)
                  if facts.probed is not None else Needs())  # for other machines: nothing
         return Resolved(profile, plan, built.installed, facts.backends[plan.backend], needs)

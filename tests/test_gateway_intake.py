@@ -27,7 +27,7 @@ from starlette.testclient import TestClient
 from starlette.types import Message
 
 from specctl.adapters.llamacpp import LlamaCpp
-from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.app import App, Resolved, Routable
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.gateway import intake, paths, schema
 from specctl.orchestrator.gateway.asgi import Gateway
@@ -55,7 +55,7 @@ def gateway(said: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     plan = plan_values.plan(profile="m", target=plan_values.target(path=tmp_path / "none.gguf"))
     backend = LlamaCpp()
     served = {"m": Resolved(profile, plan, backend.assumed(), backend)}
-    plans = Plans(App.from_env(), {"m": profile}, served, None)
+    plans = Plans(App.from_env(), {"m": profile}, {"m": Routable(served["m"])}, None)
     pool = Pool(plans, PoolSettings(), Metrics(), said.append, Engines(None, 60, 3))
     return Gateway(pool, None, ())
 

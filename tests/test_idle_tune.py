@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from specctl.adapters.llamacpp import LlamaCpp
-from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.app import App, Resolved, Routable
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.gateway.idle import IdleTuner
@@ -68,7 +68,7 @@ def test_the_idle_tune_uses_the_kept_traffic_once_it_holds_enough(isolated_dirs:
         found = _untuned(keep=500)
         said: list[str] = []
         clock = Clock()
-        plans = Plans(App.from_env(), {MODEL: found.profile}, {MODEL: found}, None)
+        plans = Plans(App.from_env(), {MODEL: found.profile}, {MODEL: Routable(found)}, None)
         pool = Pool(plans, PoolSettings(start_wait=5.0), Metrics(), said.append, FakeRunner(),
                     clock=clock)
         pool.release(await pool.acquire(MODEL))
@@ -105,7 +105,7 @@ def test_without_keep_traffic_the_suites_and_nothing_is_read(isolated_dirs: Dirs
     """keep_traffic 0: a file left from before (the profile kept traffic once) is not used."""
     _keep(isolated_dirs, replay.ENOUGH)
     found = _untuned(keep=0)
-    plans = Plans(App.from_env(), {MODEL: found.profile}, {MODEL: found}, None)
+    plans = Plans(App.from_env(), {MODEL: found.profile}, {MODEL: Routable(found)}, None)
     pool = Pool(plans, PoolSettings(), Metrics(), print, FakeRunner())
     tuner = IdleTuner(pool, {MODEL: MODEL}, AFTER, tmp_path)
     argv, on = tuner.argv(MODEL)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from specctl.adapters.llamacpp import LlamaCpp
-from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.app import App, Resolved, Routable
 from specctl.orchestrator.config import profiles
 from specctl.orchestrator.contract.launch import Endpoint, Launch
 from specctl.orchestrator.errors import ServerError
@@ -89,7 +89,8 @@ class FakePlans(Plans):
 
     def __init__(self, names: list[str]) -> None:
         found = {n: resolved(n) for n in names}
-        super().__init__(App.from_env(), {n: r.profile for n, r in found.items()}, found, None)
+        super().__init__(App.from_env(), {n: r.profile for n, r in found.items()},
+                         {n: Routable(r) for n, r in found.items()}, None)
         self.next: dict[str, Served] = {}
         self.refreshed = 0
 

@@ -244,3 +244,29 @@ def test_a_gateway_resolves_each_model_at_its_start_and_never_per_request(
         assert warm.status_code == 200, warm.text
         assert len(seen) == 1  # the warm one: none
     assert pool.engines == []  # the lifespan's end stopped it
+
+
+def test_a_gateway_resolves_a_tuned_model_once_at_its_start_and_per_refresh(
+        counts: Counts, profile: Path) -> None:
+    """With a saved tune to route by: at the start (`run.gather`, then `Plans`) one resolution
+    (one backend choice, one memory budget, the planner's first stages once; `finish` twice,
+    the plan served and the plan as written, from that one built plan) and one read of the
+    saved tune; and the same again at each refresh. No server starts."""
+    from specctl.orchestrator.gateway import run
+    from specctl.orchestrator.gateway.plans import Plans
+    from tests.test_plan_golden import save_tune
+
+    save_tune(profile)
+    counts.calls.clear()
+    once = Counter({"choose": 1, "load": 1, "budget_for": 1, "planner.choose": 1,
+                    "planner.build": 1, "planner.finish": 2, "saved tune": 1})
+    app = App.from_env()
+    models = run.gather(app, (str(profile),), lambda _line: None)
+    plans = Plans(app, models.profiles, models.resolved, None)
+    assert counts.calls == once, counts.calls
+    served = plans.served["pair"]
+    assert served.resolved.plan.k == 3  # the saved tune's, served
+    assert "per-category winners" in served.routing.why  # the route was read from it
+    counts.calls.clear()
+    plans.refresh("pair")
+    assert counts.calls == once, counts.calls

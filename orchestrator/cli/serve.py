@@ -79,13 +79,13 @@ def up(ref: str, flags: Flags, foreground: bool, no_provision: bool, no_download
     run = done.run
     err_console.print(f"[bold green]{run.profile} is up[/bold green], speculation: {run.spec}",
                       highlight=False)
-    why = [r for r in run.plan.get("reasons", []) if r.startswith("Speculation")]
+    why = [r for r in done.plan.reasons if r.startswith("Speculation")]
     if why:  # where the setting comes from: tuned, untuned (the cost model), or why not served
         err_console.print(sanitise.line(why[-1]), highlight=False, markup=False)
-    for note in run.plan.get("notices", []):  # what the plan changed of what was asked
+    for note in done.plan.notices:  # what the plan changed of what was asked
         err_console.print(f"note: {sanitise.line(note)}", highlight=False, markup=False)
-    if run.plan.get("model"):
-        err_console.print(f"model name for requests: {run.plan['model']}", highlight=False)
+    if done.model:
+        err_console.print(f"model name for requests: {done.model}", highlight=False)
     err_console.print(f"logs: specctl logs {run.profile} -f    stop: specctl down {run.profile}",
                       highlight=False)
     click.echo(run.url)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specctl.orchestrator.contract.plan import Plan
-from specctl.orchestrator.errors import ProfileError, SpecctlError
+from specctl.orchestrator.errors import ProfileError, SpecctlError, StateError
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.bench import flow as bench_mod
 from specctl.orchestrator.measure.bench import routed, verdicts
@@ -156,7 +156,12 @@ def _routing(app: App, ask: Ask, step: Say) -> route.Route:
     winners); an error that says why when there is none."""
     if any(n > 1 for n in ask.levels):
         raise ProfileError("--also routed measures one request at a time; drop --concurrency")
-    found, why = app.route(app.resolve(ask.profile, use_tuned=False))
+    model = app.routable(ask.profile)
+    if isinstance(model.tune, StateError):
+        raise model.tune
+    found, why = ((None, "not tuned yet on this machine and build (run `specctl tune`)")
+                  if model.written is None or model.tune is None
+                  else app.route(model.written, model.tune))
     if found is None:
         raise ProfileError(f"--also routed: no route for {ask.profile}: {why}")
     step(why)

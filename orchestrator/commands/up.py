@@ -16,6 +16,7 @@ from pathlib import Path
 from specctl.orchestrator import runs
 from specctl.orchestrator.app import App, Resolved
 from specctl.orchestrator.config.adhoc import Flags
+from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.runtime import handoff, preflight, provision
 from specctl.orchestrator.runtime.state import RunState
@@ -41,9 +42,13 @@ class Declined:
 
 @dataclass(frozen=True)
 class Detached:
-    """A detached supervisor keeps the server up; it is healthy."""
+    """A detached supervisor keeps the server up; it is healthy. `plan` is what it serves (its
+    reasons and notices say where the setting came from and what was changed of what was
+    asked); `model` the name clients send, where the server needs one."""
 
     run: RunState
+    plan: Plan
+    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,8 @@ def up(app: App, request: UpRequest, ask: Ask, say: Say) -> Outcome:
     ready = runs.ready_of(app, resolved)
     if request.foreground:
         return Exited(runs.serve_foreground(app, ready, say))
-    return Detached(runs.start_detached(app, ready, say))
+    return Detached(runs.start_detached(app, ready, say), resolved.plan,
+                    resolved.launch().model)
 
 
 def supervise(app: App, path: Path, say: Say) -> Exited:

@@ -38,7 +38,12 @@ from specctl.orchestrator.config import overrides, problems
 from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.contract.launch import host_problem
 from specctl.orchestrator.contract.options import Options
-from specctl.orchestrator.errors import BadInputError, NameRefusedError, ProfileError
+from specctl.orchestrator.errors import (
+    BackendError,
+    BadInputError,
+    NameRefusedError,
+    ProfileError,
+)
 from specctl.orchestrator.files import (
     UnreadableError,
     check_name,
@@ -212,7 +217,7 @@ class Profile(Strict):
 
         try:
             return [backends.canonical(name) for name in v]
-        except Exception as exc:  # a BackendError: reported as the field's error
+        except BackendError as exc:  # an unknown or broken backend: the field's error
             raise ValueError(str(exc)) from None
 
     def section(self, backend: str) -> Options:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
@@ -65,6 +66,15 @@ class Launch(_Frozen):
     def _in_order(self, codes: frozenset[int]) -> list[int]:
         return sorted(codes)
 
+    @classmethod
+    def http(cls, argv: Sequence[str], host: str, port: int, *, health: str = "/health",
+             metrics: str | None = "/metrics", **rest: Any) -> Launch:
+        """A server that speaks HTTP on host:port, reached as clients here reach it
+        (root_url): its health check, its OpenAI-compatible root (/v1) and its metrics."""
+        url = root_url(host, port)
+        return cls(argv=tuple(argv), health_url=f"{url}{health}", base_url=f"{url}/v1",
+                   metrics_url=f"{url}{metrics}" if metrics else None, **rest)
+
 
 def is_loopback(host: str) -> bool:
     """Does a server bound to `host` stay on this machine? Host names are case-blind
@@ -104,6 +114,11 @@ def url_host(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host.strip('[]')}]" if ":" in host else host
+
+
+def root_url(host: str, port: int) -> str:
+    """http://HOST:PORT of a server bound to host:port, as clients on this machine reach it."""
+    return f"http://{url_host(host)}:{port}"
 
 
 def api_key(env_from: Mapping[str, str], environ: Mapping[str, str]) -> str | None:

@@ -1,6 +1,8 @@
 """What the gateway serves for each model, resolved once: the model's plan (its saved tune
-included) and its route, from the gateway's start (`run.gather` resolved the plan there) until
-the saved tune changes (`Plans.refresh`). A request never resolves anything.
+included) and its route, from the gateway's start (`run.gather` resolved it there: one
+resolution, `App.routable`, gives the plan served, the plan as written and the saved tune)
+until the saved tune changes (`Plans.refresh`: one resolution again). A request never resolves
+anything.
 
 Planning blocks and goes through the gateway's one App: one resolution at a time.
 """
@@ -12,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.app import App, Resolved, Routable
 from specctl.orchestrator.config.profiles import Profile
-from specctl.orchestrator.errors import ServerError, SpecctlError
+from specctl.orchestrator.errors import ServerError, SpecctlError, StateError
 from specctl.orchestrator.gateway.engines import Slot
 from specctl.orchestrator.measure.route.choose import Route, choose
 from specctl.orchestrator.measure.route.classify import Facts
@@ -89,10 +91,11 @@ class Plans:
     changes."""
 
     def __init__(self, app: App, profiles: Mapping[str, Profile],
-                 resolved: Mapping[str, Resolved], budget: int | None) -> None:
+                 resolved: Mapping[str, Routable], budget: int | None) -> None:
         self.app, self.profiles, self.budget = app, dict(profiles), budget
         self._lock = threading.Lock()  # App is one command's: one resolution at a time
-        self.served = {name: Served(resolved[name], self._routing(name, resolved[name]))
+        self.served = {name: Served(resolved[name].resolved,
+                                    self._routing(name, resolved[name]))
                        for name in self.profiles}
 
     def refresh(self, model: str) -> Served:
@@ -100,27 +103,29 @@ class Plans:
         that follow. A model that no longer plans keeps what it had (said in `why`)."""
         with self._lock:
             try:
-                resolved = servable(self.app.resolve(self.profiles[model]))
+                found = self.app.routable(self.profiles[model])
+                servable(found.resolved)
             except SpecctlError as exc:
                 before = self.served[model]
                 return replace(before, routing=replace(before.routing, why=f"{before.routing.why}"
                                                        f" (the saved tune is not served: {exc})"))
-        found = self.served[model] = Served(resolved, self._routing(model, resolved))
-        return found
+        served = self.served[model] = Served(found.resolved, self._routing(model, found))
+        return served
 
-    def _routing(self, model: str, resolved: Resolved) -> Routing:
+    def _routing(self, model: str, found: Routable) -> Routing:
         """The model's route as its saved tune says (measure/route/choose.py), from the plan as
-        written (resolved only where a saved tune exists to route by)."""
+        written; both came with the model's one resolution."""
         profile = self.profiles[model]
         if not profile.gateway.route:
             return Routing(None, "not routed: [gateway] route = false")
+        if isinstance(found.tune, StateError):
+            return Routing(None, f"not routed: {found.tune}")
+        if found.tune is None or found.written is None:
+            return Routing(None, "not routed: not tuned yet on this machine and build (run "
+                           "`specctl tune`)")
         try:
-            if self.app.saved_tune(resolved.plan, resolved.installed) is None:
-                return Routing(None, "not routed: not tuned yet on this machine and build (run "
-                               "`specctl tune`)")
-            with self._lock:
-                written = servable(self.app.resolve(profile, use_tuned=False))
-            route, why = self.app.route(written)
+            written = servable(found.written)
+            route, why = self.app.route(written, found.tune)
         except SpecctlError as exc:
             return Routing(None, f"not routed: {exc}")
         if route is None:

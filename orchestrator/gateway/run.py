@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
-from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.app import App, Routable
 from specctl.orchestrator.config import profiles as profiles_mod
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.contract.launch import is_loopback, url_host
@@ -60,11 +60,12 @@ def keys_of(environ: Mapping[str, str], var: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Models:
     """The models to serve, by the name clients send (the profile's name): each profile, the
-    ref it came from, and its plan as resolved here."""
+    ref it came from, and its resolution here (App.routable: the plan served, and the plan as
+    written and the saved tune its route is made of)."""
 
     profiles: dict[str, Profile]
     refs: dict[str, str]
-    resolved: dict[str, Resolved]
+    resolved: dict[str, Routable]
 
 
 def gather(app: App, refs: tuple[str, ...], say: Say) -> Models:
@@ -77,7 +78,8 @@ def gather(app: App, refs: tuple[str, ...], say: Say) -> Models:
     for ref in refs:
         try:
             profile = app.load(ref)
-            resolved = servable(app.resolve(profile))  # refused now, not at its first request
+            resolved = app.routable(profile)
+            servable(resolved.resolved)  # refused now, not at its first request
         except SpecctlError as exc:
             if named:
                 raise type(exc)(f"{ref}: {exc}") from None

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specctl.orchestrator.contract.model import RepoFile
@@ -247,12 +248,10 @@ class Hub:
             raise ModelError(f"{name}: cannot reach the Hugging Face Hub for {what} "
                              f"({type(exc).__name__}); check the network or HF_ENDPOINT, or set "
                              "HF_HUB_OFFLINE=1 to use what is cached") from None
-        except Exception as exc:
-            if type(exc).__module__.startswith(("httpx", "httpcore")):
-                raise ModelError(f"{name}: cannot reach the Hugging Face Hub for {what} "
-                                 f"({type(exc).__name__}); check the network or HF_ENDPOINT"
-                                 ) from None
-            raise
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # the client's own transport errors
+            raise ModelError(f"{name}: cannot reach the Hugging Face Hub for {what} "
+                             f"({type(exc).__name__}); check the network or HF_ENDPOINT"
+                             ) from None
 
     @contextmanager
     def _guarded(self, name: str, what: str) -> Iterator[None]:
@@ -270,9 +269,8 @@ class Hub:
         except (TypeError, KeyError, AttributeError, IndexError) as exc:
             raise ModelError(f"{name}: the Hub's answer for {what} is not what the Hub sends "
                              f"({type(exc).__name__}); check HF_ENDPOINT") from None
-        except Exception as exc:
-            if type(exc).__module__.startswith(("httpx", "httpcore")):
-                self.unreachable = _no_answer(type(exc).__name__)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            self.unreachable = _no_answer(type(exc).__name__)
             raise
 
     def _ask(self, name: str, what: str, call: Callable[[], T],

@@ -52,11 +52,11 @@ def hf_cache(hub: Path) -> list[Held]:
     """Model repos in the Hugging Face cache (every revision's files counted once)."""
     if not hub.is_dir():
         return []
-    from huggingface_hub import scan_cache_dir
+    from huggingface_hub import CacheNotFound, CorruptedCacheException, scan_cache_dir
 
     try:
         info = scan_cache_dir(hub)
-    except Exception as exc:  # CacheNotFound, CorruptedCacheException: said, not fatal
+    except (CacheNotFound, CorruptedCacheException, OSError) as exc:  # said, not fatal
         raise ModelError(f"cannot read the Hugging Face cache {hub}: {exc}") from None
     return [Held(f"hf:{r.repo_id}", "hf-cache", r.size_on_disk, r.repo_path)
             for r in sorted(info.repos, key=lambda r: r.repo_id) if r.repo_type == "model"]

@@ -1,9 +1,10 @@
 """One quoting function per output format: what specctl writes into a systemd unit
 (`systemd_value`) or a launchd plist (`plist_value`), and unit and label names (`unit_escape`).
 
-A value comes out exactly as the service manager will read it back (tests/test_properties.py
-checks it against `systemd-analyze verify`), so no value can add a line, a directive or a key;
-what cannot be written exactly is refused (UnitValueError), never mangled.
+A value comes out exactly as the service manager will read it back
+(tests/test_properties_parsers_writers.py checks it against `systemd-analyze verify`), so no value
+can add a line, a directive or a key; what cannot be written exactly is refused (UnitValueError),
+never mangled.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Issue 14: what a hostile profile, a stale state file or a corrupt cache could do. One test (or
 a few) per numbered item of the issue; each failed before the fix. The property-based suite
-(tests/test_properties.py) covers the same boundaries with generated inputs."""
+(tests/test_properties_parsers_writers.py) covers the same boundaries with generated inputs."""
 
 from __future__ import annotations
 

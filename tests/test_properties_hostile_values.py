@@ -33,7 +33,7 @@ from specctl.orchestrator.runtime import procs
 from tests import hostile_gguf
 from tests.fake_hf_hub import FakeHub
 from tests.test_fake_hf_hub import hf_cache  # noqa: F401 (a fixture: the client online)
-from tests.test_properties import json_values
+from tests.test_properties_parsers_writers import json_values
 
 SOME = settings(max_examples=150, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow,

@@ -1,6 +1,7 @@
 """Issue 26: the second hardening round. A hostile profile, state file, model header, Hub answer
 or terminal gets one line and nothing else. One test (or a few) per numbered problem and class of
-the issue; each failed before its fix. tests/test_properties.py generates more of each class."""
+the issue; each failed before its fix. tests/test_properties_parsers_writers.py generates more of
+each class."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from tests.conftest import HARDWARE
 from tests.fake_hf_hub import FakeHub
 from tests.ggufs import write_gguf
 from tests.test_fake_hf_hub import hf_cache  # noqa: F401 (a fixture: the client online)
-from tests.test_hardening import one_line
+from tests.test_hostile_profiles_and_state import one_line
 
 H100 = str(HARDWARE / "linux_1x_h100_80g.json")
 QWEN = 'target = "hf:Qwen/Qwen2.5-Coder-7B-Instruct"\ndraft = "ngram"\nbackend = ["tgi"]\n'
