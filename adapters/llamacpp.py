@@ -136,7 +136,8 @@ class LlamaCpp(Adapter):
 
     @classmethod
     def create(cls, dirs: Dirs) -> LlamaCpp:
-        return cls(configured=load_settings(_Settings).llama_server, backends_dir=dirs.backends)
+        return cls(configured=load_settings(_Settings.from_environ).llama_server,
+                   backends_dir=dirs.backends)
 
     def locate(self) -> Path | None:
         if self.configured is not None and not self.configured.is_file():  # never another one

@@ -204,7 +204,7 @@ class Mlx(Adapter):
 
     @classmethod
     def create(cls, dirs: Dirs) -> Mlx:
-        python = load_settings(_Settings).mlx_python
+        python = load_settings(_Settings.from_environ).mlx_python
         return cls(python=expand_user(python).absolute() if python is not None else None)
 
     # -- what is installed -------------------------------------------------------------------

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-import httpx
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
@@ -77,7 +76,7 @@ class Ollama(Adapter):
 
     @classmethod
     def create(cls, dirs: Dirs) -> Ollama:
-        return cls(url=load_settings(_Settings).ollama_url)
+        return cls(url=load_settings(_Settings.from_environ).ollama_url)
 
     def store(self) -> ModelStore:
         return OllamaStore(models_dir(os.environ, Path.home()), self.url)
@@ -108,6 +107,7 @@ class Ollama(Adapter):
         """Whether the daemon lists its models to the `ollama` client (the client is optional:
         without it, the HTTP answer of /api/version is enough)."""
         try:
+            import httpx
             import ollama
         except ImportError:
             return True

@@ -15,7 +15,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import ClassVar
 
-import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from specctl.orchestrator import http
@@ -31,7 +30,7 @@ _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class _Layer(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, defer_build=True)
     mediaType: str  # Ollama's key
     digest: str
 
@@ -39,7 +38,7 @@ class _Layer(BaseModel):
 class _Manifest(BaseModel):
     """The part of an Ollama manifest specctl reads; another tool's file: validated."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, defer_build=True)
     layers: list[_Layer]
 
 
@@ -136,6 +135,8 @@ class OllamaStore(ModelStore):
 
     def pull(self, name: str, say: Say) -> Path:
         """`ollama pull` through the daemon's API, its progress shown; then the GGUF blob."""
+        import httpx
+
         name = self.normalize(name)
         if self.daemon is None:
             raise ModelError(f"no Ollama daemon to pull {name} through; {self.how_to_get(name)}")

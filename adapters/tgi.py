@@ -333,7 +333,7 @@ class Tgi(Adapter):
 
     @classmethod
     def create(cls, dirs: Dirs) -> Tgi:
-        settings = load_settings(_Settings)
+        settings = load_settings(_Settings.from_environ)
         return cls(launcher=settings.tgi_launcher, image=settings.tgi_image)
 
     # -- what is installed -------------------------------------------------------------------

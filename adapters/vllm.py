@@ -151,7 +151,7 @@ class Vllm(Adapter):
 
     @classmethod
     def create(cls, dirs: Dirs) -> Vllm:
-        return cls(python=load_settings(_Settings).vllm_python)
+        return cls(python=load_settings(_Settings.from_environ).vllm_python)
 
     @classmethod
     def cache_dirs(cls, environ: Mapping[str, str], home: Path) -> tuple[Path, ...]:

@@ -30,6 +30,7 @@ from specctl.orchestrator.files import check_name, inside
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.machine import cluster, hardware
 from specctl.orchestrator.models import digest
+from specctl.orchestrator.models.headers import Headers
 from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.resolve import Resolver, hf_cache_dir
 from specctl.orchestrator.planning import backends, drafts, planner, search
@@ -92,7 +93,8 @@ class App:
             return found
         stores = [s for b in self.backends().values() if (s := b.store()) is not None]
         resolver = Resolver(models_dir=self.dirs.models, hf_hub=hf_cache_dir(),
-                            stores={s.scheme: s for s in stores}, hub=self.hub())
+                            stores={s.scheme: s for s in stores}, hub=self.hub(),
+                            headers=Headers(self.dirs.cache / "gguf-headers"))
         self._cache["resolver"] = resolver
         return resolver
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from specctl.orchestrator.errors import SpecctlError
 
-Timeout = float | httpx.Timeout  # seconds for every phase, or httpx's per phase
+if TYPE_CHECKING:  # httpx is imported when a request is made: a plan makes none
+    import httpx
+
+Timeout: TypeAlias = "float | httpx.Timeout"  # seconds for every phase, or httpx's per phase
 
 
 class Unreachable(SpecctlError):
@@ -28,6 +29,8 @@ class Unreachable(SpecctlError):
 
 def why(exc: httpx.HTTPError) -> str:
     """What went wrong, in a few words ('timed out', 'ConnectError: [Errno 111] ...')."""
+    import httpx
+
     if isinstance(exc, httpx.TimeoutException):
         return "timed out"
     text = str(exc)
@@ -37,6 +40,8 @@ def why(exc: httpx.HTTPError) -> str:
 def request(method: str, url: str, *, timeout: Timeout, json: Any = None,
             headers: Mapping[str, str] | None = None) -> httpx.Response:
     """One request, its whole answer read."""
+    import httpx
+
     try:
         return httpx.request(method, url, json=json, headers=dict(headers or {}),
                              timeout=timeout)
@@ -54,6 +59,8 @@ def stream(method: str, url: str, *, timeout: Timeout, json: Any = None,
            headers: Mapping[str, str] | None = None) -> Iterator[httpx.Response]:
     """One request whose answer is read as it comes (`iter_lines`); a transport error while it
     is read is `Unreachable` too."""
+    import httpx
+
     try:
         with httpx.stream(method, url, json=json, headers=dict(headers or {}),
                           timeout=timeout) as resp:

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 import click
 import pytest
 
-from specctl.orchestrator.cli import main as _registers  # noqa: F401 (every command)
+from specctl.orchestrator.cli import main as _registers
 from specctl.orchestrator.cli.base import cli as root
 from tests.cli import run_main, specctl
+
+_registers.load(None)  # every command registered (the command line loads one as it runs)
 
 MISSING = "/nonexistent-specctl-folder/missing.json"
 CEILING_S = 2.0  # generous for a shared machine; the report gives the real figures

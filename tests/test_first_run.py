@@ -301,7 +301,9 @@ def _commands() -> list[tuple[str, Any]]:
     import click
 
     from specctl.orchestrator.cli.base import cli
-    from specctl.orchestrator.cli.main import main  # noqa: F401 (registers the commands)
+    from specctl.orchestrator.cli.main import load
+
+    load(None)  # every command registered (the command line loads one as it runs)
 
     def walk(cmd: Any, path: list[str]) -> Any:
         if isinstance(cmd, click.Group):

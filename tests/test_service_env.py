@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, ValidationError
-from pydantic_settings import BaseSettings
 
 from specctl.orchestrator.config.settings import Settings
 from specctl.orchestrator.contract import registry
-from specctl.orchestrator.contract.settings import EnvVar, settings_vars
+from specctl.orchestrator.contract.settings import EnvConfig, EnvSettings, EnvVar, settings_vars
 from specctl.orchestrator.service import envfile, environment
 from tests.cli import ROOT, specctl
 
@@ -23,13 +22,13 @@ FIXED = {"SPECCTL_STATE_DIR", "SPECCTL_CONFIG_DIR", "SPECCTL_CACHE_DIR", "PYTHON
          "PATH", "SPECCTL_MAX_RESTARTS"}
 
 
-def adapter_settings_classes() -> dict[str, list[type[BaseSettings]]]:
+def adapter_settings_classes() -> dict[str, list[type[EnvSettings]]]:
     """Every settings class defined in each adapter's module (declared or not)."""
     found = {}
     for name, cls in registry.adapter_classes().items():
         module = sys.modules[cls.__module__]
         found[name] = [obj for obj in vars(module).values() if isinstance(obj, type)
-                       and issubclass(obj, BaseSettings) and obj.__module__ == module.__name__]
+                       and issubclass(obj, EnvSettings) and obj.__module__ == module.__name__]
     return found
 
 
@@ -185,8 +184,8 @@ def test_the_launchd_service_reads_its_secrets_back(tmp_path: Path) -> None:
 
 
 def test_a_declared_secret_is_a_secret_str_field() -> None:
-    class S(BaseSettings):
-        model_config = {"env_prefix": "X_"}
+    class S(EnvSettings):
+        model_config = EnvConfig(env_prefix="X_")
         token: "SecretStr | None" = None  # noqa: UP037
 
     from pydantic import SecretStr

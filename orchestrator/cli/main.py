@@ -1,13 +1,15 @@
 """The `specctl` command line. Thin: parse, call the orchestrator, render, map errors to exits.
 
 Commands live in setup (look and plan), inventory (models and backends here), serve (run
-servers), measure (bench, tune) and traffic (what the gateway kept);
-importing them registers them on the group in base.
+servers), measure (bench, tune), gateway and traffic (what the gateway kept); importing a module
+registers its commands on the group in base. A command's module is imported when the command
+runs (COMMANDS), all of them for the group's help: `plan` loads none of the others.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib
 import signal
 import sys
 from types import FrameType
@@ -15,17 +17,29 @@ from types import FrameType
 import click
 
 from specctl.orchestrator import sanitise
-from specctl.orchestrator.cli import (  # noqa: F401 (registers)
-    gateway,
-    inventory,
-    measure,
-    serve,
-    setup,
-    traffic,
-    usage,
-)
+from specctl.orchestrator.cli import usage
 from specctl.orchestrator.cli.base import cli, err_console
 from specctl.orchestrator.errors import ReadOnlyError, SpecctlError
+
+# each command -> the modules that register it (inventory adds to setup's groups);
+# tests/test_cli_width.py checks that loading them all gives these commands and no others
+COMMANDS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("profiles", "doctor", "plan", "drafts"), ("setup",)),
+    **dict.fromkeys(("backend", "models"), ("setup", "inventory")),
+    **dict.fromkeys(("bench", "tune"), ("measure",)),
+    **dict.fromkeys(("up", "down", "status", "ps", "logs", "worker", "service"), ("serve",)),
+    "gateway": ("gateway",), "traffic": ("traffic",),
+}
+
+
+def load(name: str | None) -> None:
+    """Register command `name` (None: every command), importing the modules it lives in."""
+    for module in sorted({*COMMANDS.get(name, ())} if name else
+                         {m for ms in COMMANDS.values() for m in ms}):
+        importlib.import_module(f"specctl.orchestrator.cli.{module}")
+
+
+cli.loader = load
 
 # What a path the user (or a profile, or a SPECCTL_*_DIR) named can do to a command: a name too
 # long, a loop of links, a file where a folder should be, a folder under /proc.

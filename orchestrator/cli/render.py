@@ -19,13 +19,13 @@ from specctl.orchestrator.contract.hardware import Hardware
 from specctl.orchestrator.contract.launch import Installed, Launch
 from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.humanize import duration
-from specctl.orchestrator.measure.results.tuned import Measured
-from specctl.orchestrator.measure.results.tuned import Result as Tuned
 from specctl.orchestrator.planning.drafts import Candidate
 from specctl.orchestrator.sizes import gib, gib_pair
 
 if TYPE_CHECKING:
     from specctl.orchestrator.gateway.owned import Gateway
+    from specctl.orchestrator.measure.results.tuned import Measured
+    from specctl.orchestrator.measure.results.tuned import Result as Tuned
     from specctl.orchestrator.runs import Row
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -148,12 +148,25 @@ class Command(click.Command):
 
 
 class Group(click.Group):
-    """The command group: its commands and groups format their help with HelpFormatter."""
+    """The command group: its commands and groups format their help with HelpFormatter. A
+    `loader` (cli/main.load) registers a command when it is asked for, and all of them when
+    they are listed."""
 
     context_class = Context
     command_class = Command
     group_class = type  # subgroups are Groups too
+    loader: Callable[[str | None], None] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         usage.hinted(self.params)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and self.loader is not None:
+            self.loader(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        if self.loader is not None:
+            self.loader(None)
+        return super().list_commands(ctx)

@@ -9,16 +9,12 @@ import os
 from pathlib import Path
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specctl.orchestrator.contract.settings import load_settings
+from specctl.orchestrator.contract.settings import EnvSettings, load_settings
 from specctl.orchestrator.files import expand_user
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", extra="ignore",
-                                      env_ignore_empty=True, allow_inf_nan=False)
-
+class Settings(EnvSettings):
     models_dirs: str = ""  # extra GGUF folders for draft search, separated by os.pathsep
     # supervision: a server that was healthy and dies is restarted with exponential backoff
     max_restarts: int = Field(5, ge=0, le=1000)
@@ -36,7 +32,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def from_env(cls) -> Settings:
-        return load_settings(cls)
+        return load_settings(cls.from_environ)
 
     def model_folders(self) -> list[Path]:
         return [expand_user(p) for p in self.models_dirs.split(os.pathsep) if p]

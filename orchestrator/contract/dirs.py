@@ -12,19 +12,15 @@ from pathlib import Path
 
 import platformdirs
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from specctl.orchestrator.contract.settings import load_settings
+from specctl.orchestrator.contract.settings import EnvSettings, load_settings
 from specctl.orchestrator.files import expand_user
 
 APP = "specctl"
 
 
-class Variables(BaseSettings):
+class Variables(EnvSettings):
     """SPECCTL_CONFIG_DIR, SPECCTL_STATE_DIR, SPECCTL_CACHE_DIR; unset or empty: the default."""
-
-    model_config = SettingsConfigDict(env_prefix="SPECCTL_", env_ignore_empty=True,
-                                      extra="ignore")
 
     config_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_config_dir(APP)))
     state_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_state_dir(APP)))
@@ -36,26 +32,6 @@ class Variables(BaseSettings):
         """~ expanded; a relative path is taken from here, so services and detached
         supervisors (started elsewhere) use the same dir."""
         return expand_user(path).absolute()
-
-
-class _Given(Variables):
-    """The same variables from an explicit mapping alone: init values only, never os.environ."""
-
-    @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
-                                   init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource,
-                                   dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource,
-                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
-
-    @classmethod
-    def of(cls, env: Mapping[str, str]) -> _Given:
-        prefix = cls.model_config.get("env_prefix", "")
-        given = {key.upper(): value for key, value in env.items() if value}  # empty: default
-        return cls.model_validate({name: given[var] for name in cls.model_fields
-                                   if (var := f"{prefix}{name}".upper()) in given})
 
 
 @dataclass(frozen=True)
@@ -94,5 +70,5 @@ class Dirs:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Dirs:
-        found = load_settings(Variables) if env is None else load_settings(lambda: _Given.of(env))
+        found = load_settings(lambda: Variables.from_environ(env))
         return cls(config=found.config_dir, state=found.state_dir, cache=found.cache_dir)

@@ -18,7 +18,7 @@ _QUANT = re.compile(r"[.-]((?:I?Q\d(?:_[A-Z0-9]+)*)|F16|F32|BF16)(?:-\d{5}-of-\d
 
 
 class RepoFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     path: str = Field(min_length=1, max_length=1000)
     size: int = Field(ge=0)

@@ -100,7 +100,7 @@ class Live:
 class Kind(BaseModel):
     """One row of a published live table (read back by `specctl status`: validated)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     kind: str = Field(max_length=32)
     setting: str = Field(max_length=200)
@@ -113,7 +113,7 @@ class Kind(BaseModel):
 
 
 class Routed(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     route: str | None = Field(None, max_length=2000)
     why: str = Field("", max_length=2000)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import enum
 import mmap
+import os
 import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from specctl.orchestrator.errors import ModelError
 
@@ -223,10 +224,19 @@ def parse(buf: bytes | mmap.mmap, keep: frozenset[str] = frozenset()
 _PARSED: dict[tuple[str, int, int, frozenset[str]], dict[str, Any]] = {}
 
 
-def read_metadata(path: Path, keep: frozenset[str] = frozenset()) -> dict[str, Any]:
+class Remembered(Protocol):
+    """Headers remembered across commands (models/headers.Headers)."""
+
+    def get(self, path: Path, st: os.stat_result) -> dict[str, Any] | None: ...
+
+    def put(self, path: Path, st: os.stat_result, meta: dict[str, Any]) -> None: ...
+
+
+def read_metadata(path: Path, keep: frozenset[str] = frozenset(),
+                  remembered: Remembered | None = None) -> dict[str, Any]:
     """All key/value metadata; arrays come back as ArrayInfo unless their key is in `keep`.
-    The file is mapped, not read; a file is parsed once per process (and again if it changed).
-    """
+    The file is mapped, not read; a file is parsed once per process (and again if it changed),
+    and, with `remembered` and nothing kept, once for as long as it does not change."""
     try:
         st = path.stat()
         if stat.S_ISDIR(st.st_mode):
@@ -234,11 +244,17 @@ def read_metadata(path: Path, keep: frozenset[str] = frozenset()) -> dict[str, A
         if not stat.S_ISREG(st.st_mode):
             raise ModelError(f"{path} is not a regular file; point the profile at a .gguf model")
         key = (str(path), st.st_size, st.st_mtime_ns, keep)
+        if key not in _PARSED and remembered is not None and not keep:
+            found = remembered.get(path, st)
+            if found is not None:
+                _PARSED[key] = found
         if key not in _PARSED:
             if st.st_size == 0:
                 raise EOFError
             with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 _PARSED[key] = parse(mm, keep)[0]
+            if remembered is not None and not keep:
+                remembered.put(path, st, _PARSED[key])
         return _PARSED[key]
     except FileNotFoundError:
         raise ModelError(f"model file {path} not found; check the path") from None

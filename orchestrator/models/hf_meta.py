@@ -32,7 +32,8 @@ Ids = Annotated[int, Field(ge=0, lt=1 << 32)] | Annotated[
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="allow", frozen=True)
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="allow", frozen=True,
+                              defer_build=True)
 
 
 class _Quant(_Strict):
@@ -65,14 +66,14 @@ class _Config(_Strict):
 
 
 class _Added(_Strict):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, defer_build=True)
 
     id: TokenId
     content: TokenText
 
 
 class _TokModel(_Strict):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, defer_build=True)
 
     type: Name | None = None
     vocab: dict[TokenText, TokenId] | list[tuple[TokenText, float]] | None = Field(
@@ -80,7 +81,7 @@ class _TokModel(_Strict):
 
 
 class _Tokenizer(_Strict):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, defer_build=True)
 
     model: _TokModel | None = None
     added_tokens: list[_Added] | None = Field(None, max_length=1 << 20)

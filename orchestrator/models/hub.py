@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specctl.orchestrator.contract.model import RepoFile
@@ -110,7 +109,7 @@ class Repo(BaseModel):
     """What the Hub says of one revision of a model repo (also its cached record, validated
     the same way when read back)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str = Field(pattern=REPO.pattern)
     revision: str = Field(pattern=r"^[0-9a-f]{40}$")
@@ -154,7 +153,7 @@ class Repo(BaseModel):
 
 
 class _Search(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     at: float
     repos: tuple[str, ...]
@@ -218,6 +217,7 @@ class Hub:
     @contextmanager
     def _asking(self, name: str, what: str) -> Iterator[None]:
         """Turn the client's errors into one line that names the repo and what to do."""
+        import httpx
         from huggingface_hub import errors
 
         if self.offline:
@@ -258,6 +258,8 @@ class Hub:
         """Inside `_asking`: once the Hub did not answer, later calls fail at once (a Hub that
         never answers costs one deadline, not one per candidate); an answer of the wrong shape
         (model info that is a list, siblings that are text) is one line."""
+        import httpx
+
         if self.unreachable:
             raise ModelError(f"{name}: {what}: {self.unreachable}")
         try:

@@ -15,6 +15,7 @@ from specctl.orchestrator.files import expand_user
 from specctl.orchestrator.models import catalog, hf_meta, testbed
 from specctl.orchestrator.models.gguf_meta import (
     ArrayInfo,
+    Remembered,
     ValueType,
     count,
     file_type_name,
@@ -62,8 +63,8 @@ def parse_ref(text: str) -> ModelRef:
     return ModelRef("gguf", str(expand_user(text)))
 
 
-def from_gguf(path: Path, ref: str) -> ModelInfo:
-    meta = read_metadata(path)
+def from_gguf(path: Path, ref: str, remembered: Remembered | None = None) -> ModelInfo:
+    meta = read_metadata(path, remembered=remembered)
     arch = text(meta, "general.architecture", path, "unknown")
 
     def num(key: str, default: int = 0) -> int:

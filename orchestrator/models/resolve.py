@@ -26,7 +26,7 @@ from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.humanize import size as human_size
 from specctl.orchestrator.models import hf_meta, testbed
 from specctl.orchestrator.models.catalog import BYTES_PER_WEIGHT
-from specctl.orchestrator.models.gguf_meta import read_metadata
+from specctl.orchestrator.models.gguf_meta import Remembered, read_metadata
 from specctl.orchestrator.models.hub import SIDECARS, Hub, Repo, pick_quant
 from specctl.orchestrator.models.info import (
     GGUF_QUANTS,
@@ -81,6 +81,7 @@ class Resolver:
     stores: Mapping[str, ModelStore] = field(default_factory=dict)  # scheme -> store
     default_quant: str = "Q4_K_M"
     hub: Hub | None = None  # Hugging Face Hub metadata (None: local files and catalog only)
+    headers: Remembered | None = None  # GGUF headers remembered across commands
     _said: set[str] = field(default_factory=set, compare=False, repr=False)  # notes given
 
     def ref(self, text: str) -> ModelRef:
@@ -119,7 +120,7 @@ class Resolver:
         if path is not None and hf_meta.is_hf_dir(path):
             return from_hf_dir(path, str(ref))
         if path is not None and (path.exists() or ref.scheme == "gguf"):
-            return from_gguf(path, str(ref))
+            return from_gguf(path, str(ref), self.headers)
         quant = ref.quant or default_quant or self.default_quant
         if ref.scheme == "testbed":
             return self._testbed_unfetched(ref, path)

@@ -23,6 +23,7 @@ from specctl.orchestrator.contract.stores import ModelStore
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.files import is_file, walk
 from specctl.orchestrator.models import catalog
+from specctl.orchestrator.models.gguf_meta import Remembered
 from specctl.orchestrator.models.hub import Hub
 from specctl.orchestrator.models.info import from_catalog, from_gguf, from_hf_dir, parse_ref
 from specctl.orchestrator.planning import costmodel
@@ -344,7 +345,8 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule,
          heads: bool | frozenset[str],
          backend_quant: str, describe: Describe | None = None,
          room: int | None = None,
-         formats: frozenset[str] = frozenset({"gguf", "hf"})) -> list[Candidate]:
+         formats: frozenset[str] = frozenset({"gguf", "hf"}),
+         remembered: Remembered | None = None) -> list[Candidate]:
     """Judge every candidate (on-disk ones first, then the Hub's, so catalog duplicates are
     dropped); one larger than the memory left after the target is rejected with the numbers."""
     out: list[Candidate] = []
@@ -365,7 +367,7 @@ def rank(target: ModelInfo, candidates: Iterable[Found], rule: Rule,
             if found.path is not None and kind == "hf":
                 draft = from_hf_dir(found.path, found.ref)
             elif found.path is not None:
-                draft = from_gguf(found.path, found.ref)
+                draft = from_gguf(found.path, found.ref, remembered)
             elif describe is not None and found.source in ("hub", "sidecar"):
                 draft = describe(found.ref)
             else:

@@ -76,7 +76,7 @@ def candidates(search: Search, sources: Sources) -> list[Candidate]:
 
     heads = search.methods if search.methods else "hf" in backend.formats
     ranked = drafts.rank(target, found, rule, heads, backend.default_quant, describe, room,
-                         backend.formats)
+                         backend.formats, sources.resolver.headers)
     extra_rows = [*drafts.draftless(target, search.methods), *([note] if note else [])]
     ranked = sorted([*ranked, *extra_rows], key=lambda c: (c.compatible, c.score),
                     reverse=True)

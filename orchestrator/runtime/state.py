@@ -39,7 +39,7 @@ def check_writable(folder: Path) -> None:
 class RunState(BaseModel):
     """One run as its supervisor records it; the same model checks what is read back."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, defer_build=True)
 
     profile: str = Field(pattern=NAME_PATTERN)
     supervisor_pid: int = Field(gt=0)

@@ -32,7 +32,7 @@ from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.results.record import Record
 from specctl.orchestrator.models import digest
 
-Sha = Annotated[str, Field(pattern=r"^([0-9a-f]{64}|-|ref:.{1,4096})$")]
+Sha = Annotated[str, Field(pattern=r"^([0-9a-f]{64}|-|ref:.+)$", max_length=4100)]  # ref: 1-4096
 
 
 def folder(state: Path) -> Path:

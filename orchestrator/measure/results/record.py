@@ -2,7 +2,8 @@
 backend, losslessness certificates, kept traffic): read back as untrusted input, each is
 validated by the model it was written from: no field it does not declare, no inf or NaN, and
 frozen once read. A record that needs more (kept traffic is strict about types) adds to this
-config; pydantic merges a subclass's model_config over its base's."""
+config; pydantic merges a subclass's model_config over its base's. Each builds its validator
+when first used (defer_build): a command that reads no record (a plan) pays nothing for it."""
 
 from __future__ import annotations
 
@@ -10,4 +11,4 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
