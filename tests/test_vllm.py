@@ -217,13 +217,15 @@ def test_real_vllm_cpu_serves_the_k_by_batch_schedule_tune_saves(
 
 def ask(url: str, together: threading.Barrier | None = None) -> None:
     """Two greedy requests, one after the other; `together`: each sent at the same moment as
-    the other threads' (so they share the server's batches, however the threads were started)."""
+    the other threads' (so they share the server's batches, however the threads were started),
+    and long enough that they do (32 tokens were 8 steps: once, on a loaded machine, each of
+    four sent together ran alone)."""
     for prompt in ("the cat sat on the mat and the cat sat on the", "hello hello hello"):
         if together is not None:
             together.wait(timeout=120)
         reply = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
-            "model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 32,
-            "temperature": 0})
+            "model": "tiny", "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 32 if together is None else 128, "temperature": 0})
         assert reply.status_code == 200, reply.text
 
 
