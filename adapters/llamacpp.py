@@ -107,6 +107,11 @@ class LlamaCpp(Adapter):
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
     preference: ClassVar[Mapping[str, int]] = {"cuda": 1, "metal": 0, "cpu": 0}
     draft_counters: ClassVar[bool] = True
+    # llama-server's own `-np` auto: 4 slots; here each slot is its own part of the KV (`-c`
+    # slots x context), so a request past its slot's context fails alone: with one shared pool
+    # (llama-server's default), requests that overflow it together fail every one in flight
+    default_slots: ClassVar[int] = 4
+    kv_per_slot: ClassVar[bool] = True
     install_hint: ClassVar[str] = "`specctl backend install llamacpp`"
     no_spec_hint: ClassVar[str] = "update llama.cpp (`specctl backend install llamacpp " \
                                   "--rebuild`)"
@@ -240,8 +245,10 @@ class LlamaCpp(Adapter):
 
     def shares_weights(self, plan: Plan) -> bool:
         """llama-server mmaps the GGUF: on the CPU and on Metal (unified memory) two servers of
-        the same file share its pages; on CUDA each copies the weights to its GPU."""
-        return plan.hardware.kind in ("cpu", "metal")
+        the same file share its pages; on CUDA each copies the weights to its GPU, and with
+        RPC workers each server loads the model onto the workers again."""
+        return plan.hardware.kind in ("cpu", "metal") and not options_of(
+            plan, LlamaCppOptions).rpc_workers
 
     def remembers(self, plan: Plan) -> bool:
         """ngram-mod's hash pool and ngram-cache's dynamic cache live as long as the server
@@ -255,13 +262,11 @@ class LlamaCpp(Adapter):
         _model(a, plan.target, "-m", "-hf")
         a.add("--host", plan.host)
         a.add("--port", plan.port)
-        a.add("-c", plan.context)
+        # each slot its own `plan.context` tokens (-c is shared out among the slots): a server
+        # bench or tune starts with more slots than planned (8 for the quality check) holds
+        # more KV than the plan, never less context per request
+        a.add("-c", plan.context * max(plan.parallel, 1))
         a.add("-np", plan.parallel)
-        if plan.parallel > 1:
-            # one KV pool for the slots, as llama-server's own default (-np auto) has: else each
-            # slot holds context/parallel tokens, and a 745-token prompt was refused by tune's
-            # quality check (8 slots of 512 in -c 4096); the memory is the same (-c cells)
-            a.optional("--kv-unified")
         a.optional("-a", plan.profile)  # the model name clients see (llama-server accepts any)
         if plan.threads:
             a.add("-t", plan.threads)
@@ -363,6 +368,17 @@ class LlamaCpp(Adapter):
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
             return None
         return int(counts[0]) + int(counts[1])
+
+    def prefill_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
+        """llama-server's own `timings`: the prompt's tokens prefilled and their time."""
+        timings = reply.get("timings")
+        if not isinstance(timings, Mapping):
+            return None
+        n, ms = timings.get("prompt_n"), timings.get("prompt_ms")
+        if not (isinstance(n, int) and not isinstance(n, bool) and n > 0
+                and isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms >= 0):
+            return None
+        return n, float(ms) / 1000
 
     def decode_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
         """llama-server's own `timings` of the reply: decode tokens and tokens/s."""

@@ -180,6 +180,7 @@ class Mlx(Adapter):
     default_quant: ClassVar[str] = "4BIT"
     vocab_rule: ClassVar[str] = "identical"  # the draft must use the target's tokenizer
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "q8_0", "q4_0")
+    default_slots: ClassVar[int] = 32  # mlx_lm.server's own --decode-concurrency
     # first on Apple Silicon unless a measurement says otherwise (llama.cpp ranks 0 there too;
     # ties go by name)
     preference: ClassVar[Mapping[str, int]] = {"metal": 1}

@@ -307,6 +307,7 @@ class Tgi(Adapter):
     default_quant: ClassVar[str] = "BF16"
     vocab_rule: ClassVar[str] = "identical"  # no draft model in TGI anyway
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "fp8")
+    default_slots: ClassVar[int] = 128  # the launcher's own --max-concurrent-requests
     # after vLLM (0) and llama.cpp (1), and after Ollama (2) too rather than tied with it
     preference: ClassVar[Mapping[str, int]] = {"cuda": 3}
     formats: ClassVar[frozenset[str]] = frozenset({"hf"})

@@ -121,6 +121,7 @@ class Vllm(Adapter):
     vocab_rule: ClassVar[str] = "identical"
     cache_types: ClassVar[tuple[str, ...]] = ("f16", "fp8")
     preference: ClassVar[Mapping[str, int]] = {"cuda": 0}
+    default_slots: ClassVar[int] = 256  # vLLM's own --max-num-seqs (its KV is paged: one pool)
     owned_flags: ClassVar[frozenset[str]] = frozenset({
         "--host", "--port", "--api-key", "--model", "--served-model-name", "--max-model-len",
         "--max-num-seqs", "--gpu-memory-utilization", "--kv-cache-dtype", "--speculative-config",

@@ -190,6 +190,21 @@ class App:
 
         return route_mod.route_for(written.plan, found, written.backend)
 
+    def plain_route(self, written: Resolved) -> tuple[route_mod.Route | None, str]:
+        """A model no tune measured here: its own setting and no draft, learned between from
+        what is served (measure/route/learned.py); None and why where it does not speculate."""
+        if not written.needs.empty:
+            return None, "what `up` provides is missing here"
+        if not written.plan.speculative:
+            return None, "the profile has speculation off"
+        from specctl.orchestrator.measure.route import choose as route_mod
+
+        route = route_mod.plain(written.plan, written.backend)
+        if route.need > route.budget:
+            return None, f"routing refused: {route.memory()}: one setting serves"
+        return route, (f"not tuned yet here: {route.describe()} (its choice per kind is "
+                       f"learned from the requests served); {route.memory()}")
+
     def certificate_of_run(self, plan: Mapping[str, Any]) -> certificates.Found | None:
         """The losslessness certificate state of a run's recorded plan (`status`)."""
         from specctl.orchestrator.measure.results import certificates

@@ -19,8 +19,9 @@ import psutil
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from specctl.orchestrator.app import App, Resolved
+from specctl.orchestrator.config.adhoc import Flags
 from specctl.orchestrator.contract.dirs import Dirs
-from specctl.orchestrator.contract.launch import Endpoint, api_key
+from specctl.orchestrator.contract.launch import Endpoint, Launch, api_key
 from specctl.orchestrator.contract.plan import plan_json
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ModelError, ServerError, SpecctlError, StateError
@@ -60,13 +61,52 @@ def server_of(run: state.RunState) -> psutil.Process | None:
     return procs.ours(run.server_pid, run.server_started, run.server_cmdline)
 
 
-def ready_of(app: App, resolved: Resolved) -> handoff.Ready:
-    """The resolved launch, checked: its model files are on disk (else how to get them)."""
+def ready_of(app: App, resolved: Resolved, ref: str = "",
+             flags: Flags | None = None) -> handoff.Ready:
+    """The resolved launch, checked: its model files are on disk (else how to get them). A
+    plan that `routed` serves through the router: the launch is then `specctl gateway REF` of
+    the profile alone, on the profile's address (`ref`, `flags`: what `up` was given)."""
     plan, resolver = resolved.plan, app.resolver()
     files = [str(resolver.require_file(m)) for m in (plan.target, plan.draft) if m is not None]
-    launch = resolved.launch()
-    return handoff.Ready.of(plan.profile, plan.host, plan.port, plan.describe_spec(), launch,
-                            files, plan_json(plan, resolved.installed, launch))
+    engine = resolved.launch()
+    launch, spec = engine, plan.describe_spec()
+    data = plan_json(plan, resolved.installed, engine)
+    if routed(resolved):
+        launch = router_launch(resolved, ref or plan.profile, flags or Flags())
+        spec = (f"{spec} or no draft, per request: the router learns which from what it "
+                "serves")
+        data["served_by"] = list(launch.argv)  # the router, which runs the plan's servers
+    return handoff.Ready.of(plan.profile, plan.host, plan.port, spec, launch, files, data)
+
+
+def routed(resolved: Resolved) -> bool:
+    """Whether `up` serves the profile through the router (the gateway's, for it alone): it
+    speculates, its engine's servers share the weights (a second server costs its KV, not a
+    second copy: llama.cpp on the CPU and Metal) and its [gateway] route is on. Elsewhere
+    one server serves the plan, its setting the one best for the whole mix."""
+    plan = resolved.plan
+    return (plan.speculative and resolved.profile.gateway.route
+            and resolved.backend.shares_weights(plan))
+
+
+ROUTER_KEEP_ALIVE = {"SPECCTL_GATEWAY__KEEP_ALIVE": "-1"}  # its servers stay up, as `up`'s does
+
+
+def router_launch(resolved: Resolved, ref: str, flags: Flags) -> Launch:
+    """`specctl gateway REF --warm` on the profile's host and port: its servers started at
+    once and kept up, no background tune, the profile's API key variable as its key (a
+    profile file by its absolute path: the supervisor runs elsewhere)."""
+    plan = resolved.plan
+    where = Path(ref).expanduser()
+    if ref.endswith(".toml") or where.is_file():
+        ref = str(where.resolve())
+    argv = [sys.executable, "-m", "specctl", "gateway", ref,
+            "--host", plan.host, "--port", str(plan.port), "--idle-tune", "off", "--warm",
+            "--start-wait", "0"]
+    if plan.api_key_env:
+        argv += ["--api-key-env", plan.api_key_env]
+    return Launch.http(argv, plan.host, plan.port, health_failed=frozenset({500}),
+                       env={**ROUTER_KEEP_ALIVE, **flags.environment()}, model=plan.profile)
 
 
 def check_start(app: App, ready: handoff.Ready, say: Say) -> None:

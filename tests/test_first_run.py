@@ -68,7 +68,9 @@ def test_a_hub_model_plans_without_a_profile_and_profiles_new_writes_the_same_pl
     direct = plan_of(monkeypatch, capsys, QWEN7, "--hardware", M3_ULTRA, *flags)
     assert direct["profile"] == "qwen2.5-7b-instruct-q4_k_m"
     argv = direct["argv"]
-    assert argv[argv.index("--port") + 1] == "9123" and argv[argv.index("-c") + 1] == "4096"
+    slots = int(argv[argv.index("-np") + 1])  # each holds --ctx's 4096 tokens
+    assert argv[argv.index("--port") + 1] == "9123" and direct["context"] == 4096
+    assert argv[argv.index("-c") + 1] == str(4096 * slots)
     assert direct["draft"] is not None and direct["method"] == "draft"  # draft = auto found one
     assert any(r.startswith('Draft "auto"') for r in direct["reasons"])
     code, out, err = run_main(monkeypatch, capsys, "profiles", "new", "my-qwen", QWEN7, *flags)
@@ -88,7 +90,9 @@ def test_flags_override_a_profile_and_its_environment(monkeypatch: pytest.Monkey
     got = plan_of(monkeypatch, capsys, "-p", "cpu-demo", "--port", "9444", "--ctx", "2048",
                   "--draft", "ngram", "--hardware", str(HARDWARE / "linux_cpu_2c_24g.json"))
     argv = got["argv"]
-    assert argv[argv.index("--port") + 1] == "9444" and argv[argv.index("-c") + 1] == "2048"
+    slots = int(argv[argv.index("-np") + 1])  # each holds --ctx's 2048 tokens
+    assert argv[argv.index("--port") + 1] == "9444"
+    assert argv[argv.index("-c") + 1] == str(2048 * slots)
     assert got["method"] == "ngram" and got["draft"] is None
     code, out, err = run_main(monkeypatch, capsys, "plan", "-p", "cpu-demo", "--backend", "nope")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1

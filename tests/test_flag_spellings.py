@@ -40,9 +40,9 @@ def test_profiles_show_is_toml_or_json_never_both(monkeypatch: pytest.MonkeyPatc
     text = ok(monkeypatch, capsys, "profiles", "show", "cpu-demo")
     data = tomllib.loads(text)  # the whole stream is TOML: the file, the rest comments
     assert data["target"] == "testbed:qwen-1.5b-f16" and data["server"]["port"] == 8090
-    assert "# parallel = 1" in text  # a default, filled in, as a comment
+    assert '# parallel = "auto"' in text  # a default, filled in, as a comment
     shown = json.loads(ok(monkeypatch, capsys, "profiles", "show", "cpu-demo", "--json"))
-    assert shown["resolved"]["server"]["parallel"] == 1
+    assert shown["resolved"]["server"]["parallel"] == "auto"
     assert tomllib.loads(shown["text"]) == data and shown["path"].endswith("cpu-demo.toml")
 
 

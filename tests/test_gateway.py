@@ -500,12 +500,11 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
     """A saved tune whose per-category winners differ (written here as `tune` saves them: code
     with the draft at k=4, summarize and edit with n-gram, chat without a draft): the gateway
     serves each kind from its own server, the weights mapped once; a killed server's kind goes
-    to another setting while it starts again, and no request fails; a kind whose live speed
-    falls under the baseline's (code, told here its baseline ran at 100000 tok/s) goes to the
-    server without a draft. `specctl status` shows the route and the live table."""
-    from specctl.orchestrator.gateway.live import MIN_REQUESTS
-
-    profile(env, "smol", SMOL + 'k = "auto"\n[server]\ncontext = 1024\n')
+    to another setting while it starts again, and no request fails. `specctl status` shows the
+    route and, per kind, what the served requests chose. (Exploring is off: each request's
+    server is tune's; what served requests change is tests/test_learned.py.)"""
+    profile(env, "smol", SMOL + 'k = "auto"\n[server]\ncontext = 1024\n'
+            '[gateway]\nexplore = false\n')
     for key in ("SPECCTL_STATE_DIR", "SPECCTL_CONFIG_DIR"):
         monkeypatch.setenv(key, env[key])
     app = App.from_env()
@@ -533,7 +532,8 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
 
     wait_for(lambda: ready() == {"off", "draft k=4", "ngram k=8"}, 60, "the route's servers")
     routes = gw.status()["routes"]["smol"]
-    assert routes["route"] == "summarize, edit -> ngram k=8; code -> draft k=4; chat -> off"
+    assert routes["route"].startswith("summarize, edit -> ngram k=8; code -> draft k=4; "
+                                      "chat -> off"), routes
     before = _served_by(gw)
     for text in asks.values():
         assert _ask(gw, text)
@@ -554,12 +554,9 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
     assert _ask(gw, asks["summarize"])
     assert _served_by(gw)["ngram k=8"] == again + 1  # its own setting once up
 
-    for _ in range(MIN_REQUESTS):
-        assert _ask(gw, asks["code"])
-    kinds = {r["kind"]: r for r in gw.status()["routes"]["smol"]["kinds"]}
-    assert "below the baseline's" in kinds["code"]["demoted"], kinds
-    off = _served_by(gw)["off"]
-    assert _ask(gw, asks["code"]) and _served_by(gw)["off"] == off + 1
+    kinds = {(r["kind"], r["load"]): r for r in gw.status()["routes"]["smol"]["kinds"]}
+    assert kinds[("code", "1")]["setting"] == "draft k=4", kinds
+    assert "tune's figure for code" in kinds[("code", "1")]["why"], kinds
 
     state_file = Path(env["SPECCTL_STATE_DIR"]) / f"gateway-{gw.url.rsplit(':', 1)[1]}.json"
     wait_for(lambda: "summarize, edit -> ngram k=8" in state_file.read_text(), 10,
@@ -567,7 +564,7 @@ def test_each_kind_goes_to_its_setting_a_killed_one_hands_over_a_slow_one_drops_
     shown = subprocess.run([sys.executable, "-m", "specctl", "status"], env=env,
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
-    assert "summarize, edit -> ngram k=8" in shown.stdout and "below" in shown.stdout
+    assert "summarize, edit -> ngram k=8" in shown.stdout and "tune's figure" in shown.stdout
     assert stop(gw) == 0
     assert not state_file.exists()
 

@@ -30,7 +30,8 @@ AFTER = 120.0
 
 def _untuned(keep: int) -> Resolved:
     """A k = "auto" profile served on the cost model's setting (what the idle tuner tunes)."""
-    profile = profiles.parse(f'target = "/models/t.gguf"\n[gateway]\nkeep_traffic = {keep}\n',
+    profile = profiles.parse(f'target = "/models/t.gguf"\n[gateway]\nkeep_traffic = {keep}\n'
+                             "route = false\n",
                              name=MODEL, source="test")
     plan = plan_values.plan(profile=MODEL, k_source="cost model")
     backend = LlamaCpp()

@@ -186,15 +186,16 @@ def test_legacy_dialect_argv(cpu_plan: Plan) -> None:
     assert "--spec-draft-n-max" not in argv
 
 
-def test_slots_share_one_kv_pool(cpu_plan: Plan) -> None:
-    """Several slots get one KV pool (as llama-server's own -np auto): each request may hold
-    the whole context, not context/parallel (tune's quality check, 8 slots in -c 4096, had a
-    745-token prompt refused at 512). One slot needs no flag; a build without it goes on."""
-    assert "--kv-unified" not in LlamaCpp().launch(cpu_plan, LlamaCpp().assumed()).argv
+def test_each_slot_holds_the_plans_context(cpu_plan: Plan) -> None:
+    """Each slot is its own `plan.context` tokens of the KV (-c is shared out among the slots):
+    tune's quality check, 8 slots, once had a 745-token prompt refused at 4096/8 = 512; and
+    slots sharing one pool fail every request in flight when together they overflow it, where
+    here a request past its own slot's context fails alone."""
+    argv = LlamaCpp().launch(cpu_plan, LlamaCpp().assumed()).argv
+    assert ("-c", "4096") in pairs(argv) and ("-np", "1") in pairs(argv)
     argv = LlamaCpp().launch(cpu_plan.but(parallel=8), LlamaCpp().assumed()).argv
-    assert "--kv-unified" in argv and ("-c", "4096") in pairs(argv)
-    legacy = installed_from(LEGACY_HELP, "version: 3000 (abc)", "/usr/bin/llama-server")
-    assert "--kv-unified" not in LlamaCpp().launch(cpu_plan.but(parallel=8), legacy).argv
+    assert ("-c", str(8 * 4096)) in pairs(argv) and ("-np", "8") in pairs(argv)
+    assert "--kv-unified" not in argv
 
 
 def test_quantised_cache_applies_to_both_models(cpu_plan: Plan) -> None:

@@ -75,11 +75,12 @@ class Clock:
 
 
 def resolved(name: str, k: int = 3, context: int = 4096) -> Resolved:
-    profile = profiles.parse('target = "/models/t.gguf"\n[gateway]\nkeep_alive = 30\n',
-                             name=name, source="test")
+    profile = profiles.parse('target = "/models/t.gguf"\n[gateway]\nkeep_alive = 30\n'
+                             "route = false\n", name=name, source="test")  # one server each
     plan = plan_values.plan(profile=name, k=k, memory=plan_values.memory(context),
                             target=plan_values.target(path=Path(f"/models/{name}.gguf")),
-                            draft=plan_values.draft(path=Path(f"/models/{name}-draft.gguf")))
+                            draft=plan_values.draft(path=Path(f"/models/{name}-draft.gguf")),
+                            parallel=4)  # llama.cpp's own slots: requests at once, no line
     backend = LlamaCpp()
     return Resolved(profile, plan, backend.assumed(), backend)
 

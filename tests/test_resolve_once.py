@@ -130,7 +130,8 @@ def profile(tmp_path: Path) -> Path:
     path = tmp_path / "pair.toml"
     path.write_text(f'target = "{target}"\ndraft = "{draft}"\n'
                     'backend = ["llamacpp", "ollama"]\n'
-                    f'[server]\ncontext = 1024\nport = {free_port()}\n')
+                    f'[server]\ncontext = 1024\nport = {free_port()}\n'
+                    '[gateway]\nroute = false\n')  # one server: `up` hands over its launch
     return path
 
 
@@ -256,6 +257,7 @@ def test_a_gateway_resolves_a_tuned_model_once_at_its_start_and_per_refresh(
     from specctl.orchestrator.gateway.plans import Plans
     from tests.test_plan_golden import save_tune
 
+    profile.write_text(profile.read_text().replace("route = false", "route = true"))
     save_tune(profile)
     counts.calls.clear()
     once = Counter({"choose": 1, "load": 1, "budget_for": 1, "planner.choose": 1,
@@ -266,7 +268,8 @@ def test_a_gateway_resolves_a_tuned_model_once_at_its_start_and_per_refresh(
     assert counts.calls == once, counts.calls
     served = plans.served["pair"]
     assert served.resolved.plan.k == 3  # the saved tune's, served
-    assert "per-category winners" in served.routing.why  # the route was read from it
+    assert served.routing.route is not None, served.routing.why  # made of the saved tune
+    assert served.routing.route.main == "draft k=3 p-min 0.4 + ngram-mod k=16"
     counts.calls.clear()
     plans.refresh("pair")
     assert counts.calls == once, counts.calls

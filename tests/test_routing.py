@@ -1,8 +1,8 @@
 """Speculation per request: the classifier (measure/route/classify.py) on the shipped suites, routes
 built from tune's per-category winners (measure/route/choose.py), `bench --also routed` on the
-simulated engine (tests/simengine.py: a known speed law where each kind has its own winner), and the
-gateway's live table (gateway/live.py). The gateway routing real llama-servers is in
-test_gateway.py."""
+simulated engine (tests/simengine.py: a known speed law where each kind has its own winner). What
+the served requests teach the route is test_learned.py; the gateway routing real llama-servers
+is in test_gateway.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 
 from specctl.orchestrator.contract.memory import Budget
 from specctl.orchestrator.contract.plan import Plan
-from specctl.orchestrator.gateway.live import MIN_REQUESTS, Live
 from specctl.orchestrator.measure.bench import flow as bench
 from specctl.orchestrator.measure.bench.routed import RoutedLab
 from specctl.orchestrator.measure.prompts import suites
@@ -119,7 +118,9 @@ def test_a_route_has_one_server_per_winning_setting(plan: Plan) -> None:
         winner("code", "draft", 8, 1.6), winner("chat", "draft", 3, 1.03),
         winner("summarize", "ngram", 8, 1.9), winner("edit", "ngram", 8, 1.7)]), adapter())
     assert route is not None, why
-    assert route.describe() == "summarize, edit -> ngram k=8; code -> draft k=8; chat -> off"
+    assert route.describe().startswith(
+        "summarize, edit -> ngram k=8; code -> draft k=8; chat -> off; learned from what is "
+        "served among"), route.describe()
     by = {m.setting: m.plan for m in route.members}
     assert by["ngram k=8"].draft is None and by["ngram k=8"].memory.draft_bytes == 0
     assert by["draft k=8"].draft == plan.draft and by["draft k=8"].k == 8
@@ -131,22 +132,24 @@ def test_a_route_has_one_server_per_winning_setting(plan: Plan) -> None:
     assert route.need < 3 * mem.target_bytes
     assert route.need >= mem.target_bytes + 3 * mem.kv_target_bytes
     assert route.baseline_tps == {"code": 8.0, "chat": 8.0, "summarize": 8.0, "edit": 8.0}
-    assert "3 servers hold" in why
+    assert " servers hold" in why
 
 
 def test_no_route_where_it_cannot_pay_or_fit(plan: Plan) -> None:
     same = [winner(c, "ngram", 8, 1.3) for c in ("code", "chat", "summarize")]
-    assert route_for(plan, result(plan, same), adapter())[0] is None
+    route, _ = route_for(plan, result(plan, same), adapter())  # one setting: it, or no draft,
+    assert route is not None and {m.setting for m in route.members} >= {"ngram k=8", "off"}
     assert "no per-category winners" in route_for(plan, result(plan, []), adapter())[1]
     four = [winner("code", "draft", 8, 1.6), winner("chat", "draft", 2, 1.2),
             winner("summarize", "ngram", 8, 1.9), winner("edit", "ngram-mod", 16, 1.7)]
     route, _ = route_for(plan, result(plan, four), adapter())
-    assert route is not None and len(route.members) == 3  # at most three servers
-    assert sum(len(m.kinds) for m in route.members) == 4
+    assert route is not None and len([m for m in route.members if m.kinds]) == 3  # at most
+    assert sum(len(m.kinds) for m in route.members) == 4  # three tuned servers, and no draft
+    assert "off" in {m.setting for m in route.members}
     tight = plan.but(memory=replace(plan.memory, budget=Budget(plan.memory.total_bytes,
                                                                "tight")))
     route, why = route_for(tight, result(tight, four), adapter())
-    assert route is None and why.startswith("routing refused: 3 servers hold") and \
+    assert route is None and why.startswith("routing refused: ") and " servers hold" in why and \
         "best single setting serves" in why
     assert route_for(plan.baseline(), result(plan, four), adapter())[0] is None
 
@@ -171,12 +174,13 @@ def test_a_kind_keeps_its_own_setting_only_where_it_surely_beats_the_pick(plan: 
     near = chain({"code": 1.55, "chat": 0.86, "summarize": 1.85, "edit": 1.75})
     route, why = route_for(plan, Result.model_validate(near.model_dump()), adapter())
     assert route is not None, why
-    assert route.describe() == "code, summarize, edit -> draft k=3 + ngram-mod k=16; chat -> off"
+    assert route.describe().startswith("code, summarize, edit -> draft k=3 + ngram-mod k=16; "
+                                       "chat -> off")
     behind = chain({"code": 1.2, "chat": 1.0, "summarize": 1.85, "edit": 1.5})
     route, why = route_for(plan, Result.model_validate(behind.model_dump()), adapter())
     assert route is not None, why  # code: 1.52 bottom over 1.2; edit: 1.6 over 1.5, by 20%
     # chat's 1.00x with the pick is no gain: off, the fourth setting, left out for the main
-    assert route.describe() == ("summarize, chat -> draft k=3 + ngram-mod k=16; "
+    assert route.describe().startswith("summarize, chat -> draft k=3 + ngram-mod k=16; "
                                 "edit -> ngram k=8; code -> draft k=8"), route.describe()
     close = chain({"code": 1.5, "chat": 0.99, "summarize": 1.85, "edit": 1.75})
     route, why = route_for(plan, Result.model_validate(close.model_dump()), adapter())
@@ -185,14 +189,17 @@ def test_a_kind_keeps_its_own_setting_only_where_it_surely_beats_the_pick(plan: 
         w.model_copy(update={"low": w.speedup, "high": w.speedup}) for w in close.winners]})
     route, why = route_for(plan, Result.model_validate(thin.model_dump()), adapter())
     assert route is not None, why  # 1.6x on one request is not 20% over the pick's 1.5x:
-    assert route.describe() == "code, summarize, edit -> draft k=3 + ngram-mod k=16; chat -> off"
+    assert route.describe().startswith("code, summarize, edit -> draft k=3 + ngram-mod k=16; "
+                                       "chat -> off")
     paying = chain({"code": 1.55, "chat": 1.06, "summarize": 1.85, "edit": 1.75})
     route, why = route_for(plan, Result.model_validate(paying.model_dump()), adapter())
-    assert route is None and "must surely beat the pick" in why
+    assert route is not None and {m.setting for m in route.members if m.kinds} == {
+        "draft k=3 + ngram-mod k=16"}, why  # the pick for every kind; no draft beside it
     same = chain({"code": 1.55, "chat": 0.99, "summarize": 1.85, "edit": 1.75})
     route, why = route_for(plan, Result.model_validate(same.model_dump()), adapter())
     assert route is not None, why  # the pick's 0.99x on chat does not pay: chat is not drafted
-    assert route.describe() == "code, summarize, edit -> draft k=3 + ngram-mod k=16; chat -> off"
+    assert route.describe().startswith("code, summarize, edit -> draft k=3 + ngram-mod k=16; "
+                                       "chat -> off")
     unserved = same.model_copy(update={"speedup": 1.02, "low": 0.97})  # up serves no draft
     route, why = route_for(plan, Result.model_validate(unserved.model_dump()), adapter())
     assert route is not None and route.member_for("chat").setting == "off", why
@@ -252,34 +259,3 @@ def test_tune_winners_route_and_bench_routed_beats_every_single_setting(plan: Pl
     # the requests of each kind went to its own server
     asked = {label for _, label, _ in sim.asked if label.startswith(bench.ROUTED)}
     assert asked == {f"{bench.ROUTED} {m.setting}" for m in route.members}
-
-
-def test_a_kind_slower_live_than_its_baseline_goes_to_no_draft() -> None:
-    live = Live()
-    live.reset("m", {"chat": 10.0, "code": 10.0})
-    for _ in range(MIN_REQUESTS - 1):
-        live.observe("m", "chat", "draft k=3", 64, 7.0, 30, 10)
-    assert not live.demoted("m", "chat")  # too few requests yet
-    live.observe("m", "chat", "draft k=3", 64, 7.0, 30, 10)
-    assert live.demoted("m", "chat")
-    for _ in range(MIN_REQUESTS * 2):
-        live.observe("m", "code", "draft k=8", 64, 14.0, 80, 60)
-    assert not live.demoted("m", "code")
-    rows = {r["kind"]: r for r in live.rows("m")}
-    assert rows["code"]["speedup"] == 1.4 and rows["code"]["acceptance"] == 0.75
-    assert "below the baseline's 10.0 tok/s" in rows["chat"]["demoted"]
-    live.reset("m", {"chat": 10.0})  # a new tune: the table starts again
-    assert not live.demoted("m", "chat") and live.rows("m") == []
-
-
-def test_a_kinds_long_prompts_on_another_setting_leave_its_window_as_it_was() -> None:
-    """A route sends some of a kind's requests (its long prompts) to another setting: the live
-    window is kept per setting, so requests interleaved on the two do not start it again, and
-    a kind slow on its draft is still sent to no draft."""
-    live = Live()
-    live.reset("m", {"code": 10.0})
-    for n in range(MIN_REQUESTS * 2):
-        live.observe("m", "code", "draft k=8" if n % 2 else "ngram k=8", 64,
-                     7.0 if n % 2 else 12.0, 30, 10)
-    assert live.demoted("m", "code")
-    assert "under draft k=8" in live.rows("m")[0]["demoted"]

@@ -33,9 +33,12 @@ from specctl.orchestrator.cli.base import address, cli, err_console, seconds
 @click.option("--api-key-env", default="SPECCTL_GATEWAY_API_KEY", show_default=True,
               metavar="VAR", help="Variable holding the API key(s), comma-separated; when it "
               "is set, every request needs `Authorization: Bearer KEY`.")
+@click.option("--warm", is_flag=True, help="Start every model's servers now, not on a first "
+              "request; /health answers 200 once they are up (how `up` serves a profile "
+              "through the router).")
 def gateway(refs: tuple[str, ...], host: str, port: int, memory_gib: float | None,
             start_wait: str, first_byte_timeout: str, chunk_timeout: str, idle_tune: str,
-            api_key_env: str) -> None:
+            api_key_env: str, warm: bool) -> None:
     """Serve every profile and model behind one OpenAI-compatible endpoint.
 
     \b
@@ -67,7 +70,8 @@ def gateway(refs: tuple[str, ...], host: str, port: int, memory_gib: float | Non
                       start_wait=seconds(start_wait, "--start-wait", 0, 3600))
     timeouts = Timeouts(seconds(first_byte_timeout, "--first-byte-timeout", 1, 86400),
                         seconds(chunk_timeout, "--chunk-timeout", 1, 86400))
-    request = run.GatewaySetup(refs, host, port, options, tune_after, api_key_env, timeouts)
+    request = run.GatewaySetup(refs, host, port, options, tune_after, api_key_env, timeouts,
+                               warm)
 
     def say(line: str) -> None:
         err_console.print(f"gateway: {line}", highlight=False, markup=False, soft_wrap=True)

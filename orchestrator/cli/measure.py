@@ -118,7 +118,7 @@ def _shared(func: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--mix", metavar="CAT=SHARE,...",
                          help="Your traffic's mix (default: alike)."),
             click.option("--concurrency", "levels", metavar="N,N,...",
-                         help="Streams (default: server.parallel)."),
+                         help="Requests at once (default: 1)."),
             click.option("--precision", default=PRECISION, metavar="FRACTION",
                          type=_Finite(0, 0.5),
                          help=f"Until each 95% interval is within it ({PRECISION}, 0 off)."),

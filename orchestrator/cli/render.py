@@ -311,27 +311,25 @@ def show_routing(console: Console, routing: dict[str, Any],
 
 
 def show_gateway_routes(console: Console, found: Gateway) -> None:
-    """A running gateway (gateway/owned.Gateway): its engines, each model's route, and the
-    route's live table."""
+    """A running gateway (gateway/owned.Gateway): its engines, each model's route and load,
+    and per kind and load what its served requests told (the setting they chose and why)."""
     engines = ", ".join(f"{e.model} ({e.setting}) on {e.port}" for e in found.engines)
     console.print(f"gateway at {found.url} (pid {found.pid}): {engines or 'no server up'}",
                   highlight=False, markup=False)
     for model, routed in found.routes.items():
-        console.print(f"{model}: {routed.route or routed.why}", highlight=False, markup=False)
-        cells = [[k.kind, k.setting, str(k.requests), _num(k.live_tps), _num(k.baseline_tps),
-                  f"{k.speedup:.2f}x" if k.speedup is not None else "-",
-                  f"{k.acceptance:.0%}" if k.acceptance is not None else "-",
-                  k.demoted or ""] for k in routed.kinds]
+        load = f" [{routed.load}]" if routed.load else ""
+        console.print(f"{model}{load}: {routed.route or routed.why}", highlight=False,
+                      markup=False)
+        cells = [[k.kind, k.load, k.setting, f"{k.requests} ({k.explored} explored)",
+                  ", ".join(f"{s} {t:.1f} ({k.measured.get(s, 0)})"
+                            for s, t in sorted(k.tps.items())) or "-", k.why]
+                 for k in routed.kinds]
         if cells:
-            tables.show(console, [Column("kind"), Column("setting"), Column("requests", right=True),
-                                  Column("live t/s", right=True), Column("base t/s", right=True),
-                                  Column("speedup", right=True), Column("accept", right=True),
-                                  Column("note", text=True)], cells,
-                        title=f"{model}: live speed per kind against tune's baseline")
-
-
-def _num(value: float | None) -> str:
-    return f"{value:.1f}" if value is not None else "-"
+            tables.show(console, [Column("kind"), Column("load"), Column("serves"),
+                                  Column("requests", right=True),
+                                  Column("decode t/s (requests)", text=True),
+                                  Column("why", text=True)], cells,
+                        title=f"{model}: per kind and load, what the served requests chose")
 
 
 def show_curve(console: Console, data: dict[str, Any]) -> None:

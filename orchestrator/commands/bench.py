@@ -39,7 +39,7 @@ class Ask:
     also: tuple[str, ...] = ()
     repeats: int = 2
     max_tokens: int = 96
-    levels: tuple[int, ...] = ()  # concurrent streams beside one (none: the profile's parallel)
+    levels: tuple[int, ...] = ()  # concurrent streams beside one (none: one alone)
     quality: bool = False
     against: str = "speculative"
     samples: int = 32
@@ -102,8 +102,7 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
     also = tuple(a for a in ask.also if a.strip() != bench_mod.ROUTED)
     configs = bench_mod.configs_for(plan, ask.ks, rejecting, also, drafts)
     routing = _routing(app, ask, step) if also != ask.also else None
-    levels = (1,) if routing is not None else tuple(sorted({1, *(ask.levels or (
-        plan.parallel,))}))
+    levels = (1,) if routing is not None else tuple(sorted({1, *ask.levels}))
     sampling = resolved.profile.sampling
     how = lossless.Sampling(ask.temperature or sampling.temperature,
                             ask.top_p or sampling.top_p, samples=ask.samples)

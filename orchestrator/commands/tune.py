@@ -33,7 +33,7 @@ class Ask:
     profile: str
     work: Workload
     max_k: int = 8
-    concurrency: int | None = None  # default: the profile's server.parallel
+    concurrency: int | None = None  # requests at once (default: one)
     max_tokens: int = 64
     quality: bool = True
     precision: float = 0.05
@@ -88,7 +88,7 @@ def saved(app: App, profile_ref: str) -> tuned_mod.Result:
 
 def run(app: App, ask: Ask, step: Say) -> Outcome:
     resolved = app.resolve(ask.profile, use_tuned=False)
-    level = ask.concurrency or resolved.plan.parallel
+    level = ask.concurrency or 1
     runner = _runner(app, resolved, ask, step, level)
     result = _tuned(app, resolved, ask, step)
     if resolved.backend.k_per_batch(resolved.installed) and level > 1 \
@@ -105,7 +105,7 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
 def sweep(app: App, ask: Ask, step: Say) -> Swept:
     """--exhaustive: every k in 1..max-k measured in full (to check the tuner itself)."""
     resolved = app.resolve(ask.profile, use_tuned=False)
-    runner = _runner(app, resolved, ask, step, ask.concurrency or resolved.plan.parallel)
+    runner = _runner(app, resolved, ask, step, ask.concurrency or 1)
     results, base_tps, seconds = tune_mod.sweep(resolved.plan, runner,
                                                 range(1, ask.max_k + 1))
     try:

@@ -66,7 +66,7 @@ def up(app: App, request: UpRequest, ask: Ask, say: Say) -> Outcome:
     resolved = prepare(app, request, ask, say)
     if isinstance(resolved, Declined):
         return resolved
-    ready = runs.ready_of(app, resolved)
+    ready = runs.ready_of(app, resolved, request.ref, request.flags)
     if request.foreground:
         return Exited(runs.serve_foreground(app, ready, say))
     return Detached(runs.start_detached(app, ready, say), resolved.plan,

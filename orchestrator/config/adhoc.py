@@ -48,6 +48,21 @@ class Flags:
             out["extra_args"] = list(self.extra)
         return out
 
+    def environment(self) -> dict[str, str]:
+        """The same flags as the SPECCTL_* profile overrides a child command reads
+        (config/overrides.py): `up` serving through the router hands them to its gateway."""
+        out: dict[str, str] = {}
+        for var, value in (("SPECCTL_SERVER__PORT", self.port), ("SPECCTL_SERVER__HOST",
+                           self.host), ("SPECCTL_SERVER__CONTEXT", self.ctx),
+                           ("SPECCTL_DRAFT", self.draft)):
+            if value is not None:
+                out[var] = str(value)
+        if self.backend:
+            out["SPECCTL_BACKEND"] = json.dumps(list(self.backend))
+        if self.extra:
+            out["SPECCTL_EXTRA_ARGS"] = json.dumps(list(self.extra))
+        return out
+
     def argv(self) -> list[str]:
         """The same flags as command-line words (for the hint that keeps them)."""
         words: list[str] = []

@@ -96,7 +96,9 @@ class Server(Strict):
     context: int = Field(8192, ge=256, le=1 << 24)
     threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; default: "
                                 "physical cores")
-    parallel: int = Field(1, ge=1, le=4096, description="concurrent sequences (slots)")
+    parallel: Annotated[int, Field(ge=1, le=4096)] | Literal["auto"] = Field(
+        "auto", description="concurrent requests (slots); \"auto\": the engine's own default, as "
+        "memory allows")
     api_key_env: EnvName | None = Field(None, description="environment variable holding the "
                                         "API key")
 
@@ -152,9 +154,14 @@ class Gateway(Strict):
     tune_when_idle: bool = Field(True, description='with k = "auto" and no saved tune: tune in '
                                  "the background while the gateway is idle, and serve the "
                                  "result once it pays")
-    route: bool = Field(True, description="where the saved tune's per-category winners differ: "
-                        "one server per winning setting (at most three), each request sent to "
-                        "its kind's (chat, code, summarize, edit)")
+    route: bool = Field(True, description="serve each request from the setting its kind, "
+                        "length and the load are served fastest by: the saved tune's winners "
+                        "and no draft, learned from the requests served (one server each; "
+                        "`up` too, where the servers share the weights)")
+    explore: bool = Field(True, description="send a few requests of a kind to a setting not "
+                          "yet measured on it (at most about one in ten, three of each), so "
+                          "that the served requests can tell; false: tune's figures and what "
+                          "is served decide alone")
     keep_traffic: int = Field(0, ge=0, le=10_000, description="keep the last N requests to "
                               "this model (their messages and sampling parameters, never a key "
                               "or header) in a 0600 file under the state dir, for `specctl "

@@ -81,6 +81,11 @@ class Adapter:
     # these and nothing else, so the engine's own API (tokenize, slots, props) stays behind it;
     # every OpenAI-compatible server answers the two completions
     openai_paths: ClassVar[frozenset[str]] = frozenset({"chat/completions", "completions"})
+    # concurrent requests when the profile says parallel = "auto": the engine's own default
+    default_slots: ClassVar[int] = 1
+    # each slot holds its own context in the KV cache (llama.cpp's slots), rather than pages of
+    # one pool the engine shares out (vLLM): the memory plan holds slots x context tokens
+    kv_per_slot: ClassVar[bool] = False
 
     @property
     def runs_on(self) -> frozenset[str]:
@@ -251,6 +256,11 @@ class Adapter:
         """(tokens, decode tokens/s) as the server measured them, when it reports them. The
         decode time starts once the prompt's pass has yielded the first token (llama-server's
         predicted_ms), so it covers tokens - 1 of them (measure/lab/servers.Timed.decoded)."""
+        return None
+
+    def prefill_timing(self, reply: Mapping[str, Any]) -> tuple[int, float] | None:
+        """(prompt tokens prefilled, seconds) as the server measured them, when it reports
+        them (the tokens taken from its prompt cache not among them)."""
         return None
 
 

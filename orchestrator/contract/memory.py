@@ -36,6 +36,7 @@ class MemoryPlan:
     host_bytes: int = 0  # of the target, placed in system RAM (spilled)
     gpu_layers: int | None = None  # target layers on the devices when spilled by layers
     cpu_moe_layers: int = 0  # layers whose MoE experts stay in system RAM
+    slots: int = 1  # concurrent requests the KV holds, each up to `context` (kv_per_slot)
 
     @property
     def total_bytes(self) -> int:
@@ -74,11 +75,14 @@ class MemoryPlan:
     def breakdown(self) -> str:
         kv = self.kv_target_bytes + self.kv_draft_bytes
         text = (f"target {gib(self.target_bytes)} + draft {gib(self.draft_bytes)} + KV "
-                f"{gib(kv)} ({self.context} tokens, {self.cache_type}) + compute "
+                f"{gib(kv)} ({self._tokens()} tokens, {self.cache_type}) + compute "
                 f"{gib(self.compute_bytes)}")
         if self.host_bytes:
             text += f"; {gib(self.host_bytes)} of the target in system RAM"
         return text
+
+    def _tokens(self) -> str:
+        return f"{self.slots} x {self.context}" if self.slots > 1 else str(self.context)
 
     def placement(self) -> str:
         """What runs where, and what it costs, in words."""
@@ -101,6 +105,6 @@ class MemoryPlan:
                 "budget_gib": in_gib(self.budget.limit), "budget": self.budget.why,
                 "total_bytes": self.total_bytes, "device_bytes": self.device_bytes,
                 "budget_bytes": self.budget.limit, "fits": self.fits,
-                "context": self.context, "cache_type": self.cache_type,
+                "context": self.context, "slots": self.slots, "cache_type": self.cache_type,
                 "gpu_layers": self.gpu_layers, "cpu_moe_layers": self.cpu_moe_layers,
                 "split": list(self.split)}

@@ -16,6 +16,7 @@ import hmac
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -37,11 +38,12 @@ from specctl.orchestrator.gateway.errors import error
 from specctl.orchestrator.gateway.idle import IdleTuner
 from specctl.orchestrator.gateway.intake import MAX_BODY as MAX_BODY
 from specctl.orchestrator.gateway.keep import Keeper
+from specctl.orchestrator.gateway.line import Busy
 from specctl.orchestrator.gateway.owned import Ledger
 from specctl.orchestrator.gateway.pool import NotReady, Pool, StartFailed, Unknown
 from specctl.orchestrator.gateway.room import NoRoom
 from specctl.orchestrator.gateway.watch import Watch
-from specctl.orchestrator.measure.route import classify
+from specctl.orchestrator.measure.route import classify, learned
 
 RETRY_AFTER = 10
 
@@ -94,11 +96,21 @@ def event(message: str, status: int) -> bytes:
 STOPPING = "the gateway is shutting down; try again shortly"
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """A request as its relay saw it start: arrival, when it was sent, its facts, its load."""
+
+    arrived: float
+    sent: float
+    facts: classify.Facts
+    load: int
+
+
 class Gateway:
     def __init__(self, pool: Pool, tuner: IdleTuner | None, keys: Sequence[str],
                  url: str = "", ledger: Ledger | None = None, bounds: Bounds | None = None,
-                 keeper: Keeper | None = None) -> None:
-        self.pool, self.tuner, self.keys = pool, tuner, tuple(keys)
+                 keeper: Keeper | None = None, warm: bool = False) -> None:
+        self.pool, self.tuner, self.keys, self.warm = pool, tuner, tuple(keys), warm
         self.keeper = keeper or Keeper(pool.plans.app.dirs, pool.say)  # the kept traffic
         self.url, self.ledger = url, ledger  # the state file: engines, routes for `status`
         self.bounds = bounds or Bounds()
@@ -125,6 +137,8 @@ class Gateway:
                 anyio.create_task_group() as tasks:
             self.client = client
             tasks.start_soon(self._clock)
+            if self.warm:
+                await self.pool.warm()
             try:
                 yield
             finally:
@@ -150,6 +164,14 @@ class Gateway:
 
     # -- routes --------------------------------------------------------------------------
     async def health(self, _request: Request) -> Response:
+        """200 once serving; with `warm`, 503 while its servers start and 500 when one could
+        not (a supervisor that waits for health takes it as a failed start, and says why)."""
+        if self.warm:
+            state = self.pool.warmed()
+            if state is None:
+                return JSONResponse({"status": "starting"}, 503)
+            if state:
+                return JSONResponse({"status": "failed", "error": state}, 500)
         return JSONResponse({"status": "ok"})
 
     async def metrics(self, request: Request) -> Response:
@@ -185,14 +207,16 @@ class Gateway:
                              "models": sorted(self.pool.profiles), "routes": self.routes()})
 
     def routes(self) -> dict[str, Any]:
-        """Each model's route and live table by kind."""
+        """Each model's route, the load it sees, and what its served requests told per kind
+        and load (measure/route/learned.Learned.rows)."""
         out = {}
         for model, served in sorted(self.pool.plans.served.items()):
             found = served.routing
             route = found.route
             out[model] = {"route": route.describe() if route else None, "why": found.why,
                           "memory": route.memory() if route else None,
-                          "kinds": self.pool.live.rows(model)}
+                          "load": self.pool.load_line(model),
+                          "kinds": served.learned.rows() if served.learned else []}
         return out
 
     async def forward(self, request: Request) -> Response:
@@ -237,10 +261,11 @@ class Gateway:
         if self.tuner is not None:
             await anyio.to_thread.run_sync(self.tuner.traffic)
         facts = classify.facts(data)  # its kind, prompt characters, max_tokens: its route
-        kind = facts.kind
+        load = self.pool.load(model) + 1  # the model's requests at once, this one among them
         try:
-            engine = await self.bounds.within(lambda: self.pool.acquire(model, facts), None)
-        except (Unknown, NotReady, StartFailed, NoRoom, ShuttingDown) as exc:
+            engine = await self.bounds.within(lambda: self.pool.acquire(model, facts, load),
+                                              None)
+        except (Unknown, NotReady, StartFailed, NoRoom, ShuttingDown, Busy) as exc:
             return await self._refused(model, exc)(scope, _never, send)
         reply: httpx.Response | None = None
         try:
@@ -251,7 +276,7 @@ class Gateway:
             reply = opened
             kept = {k: v for k, v in reply.headers.items()
                     if k.lower() in ("content-type", "cache-control", "x-request-id")}
-            relay = self._relay(engine, reply, data, arrived, kind, sent)
+            relay = self._relay(engine, reply, data, arrived, facts, sent, load)
             await StreamingResponse(relay, reply.status_code, kept)(scope, _never, send)
         finally:
             with anyio.CancelScope(shield=True):
@@ -268,7 +293,7 @@ class Gateway:
             self._count(model, "-", 503)
             return error(503, STOPPING, "server_error", retry)
         status = exc.status if isinstance(exc, NoRoom) else 503 if isinstance(
-            exc, NotReady) else 502
+            exc, (NotReady, Busy)) else 502
         self._count(model, "-", status)
         return error(status, str(exc), "server_error", retry if status == 503 else None)
 
@@ -305,13 +330,15 @@ class Gateway:
             return error(503, STOPPING, "server_error", {"Retry-After": str(RETRY_AFTER)})
 
     async def _relay(self, engine: Engine, reply: httpx.Response, data: dict[str, Any],
-                     arrived: float, kind: str, sent: float) -> AsyncIterator[bytes]:
+                     arrived: float, facts: classify.Facts, sent: float,
+                     load: int) -> AsyncIterator[bytes]:
         """The engine's reply to the request `data`, chunk by chunk as it comes, read for
         metrics (and the kept traffic) on the way. A stream whose engine fails, hangs past a
         bound, or whose gateway stops ends with an error event and `data: [DONE]`."""
         adapter, stream = engine.resolved.backend, data.get("stream") is True
         watch = Watch(stream, adapter.decode_timing, adapter.reply_stats, self.pool.clock,
-                      prompt=adapter.prompt_tokens)
+                      prompt=adapter.prompt_tokens, prefill=adapter.prefill_timing)
+        seen = _Seen(arrived, sent, facts, load)
         chunks, bounds = reply.aiter_raw(), self.bounds.timeouts
         deadline, what = sent + bounds.first_byte, f"the first-byte bound of {bounds.first_byte:g}"
         observed = False
@@ -325,7 +352,7 @@ class Gateway:
                 watch.feed(chunk)
                 if watch.done and not observed:  # counted and kept before [DONE] goes out:
                     observed = True  # a client may close on it, and then the rest of this
-                    self._observe(engine, watch, arrived, reply.status_code, kind, data)
+                    self._observe(engine, watch, seen, reply.status_code, data)
                 yield chunk  # generator never runs
                 deadline = anyio.current_time() + bounds.chunk
                 what = f"the bound between chunks of {bounds.chunk:g}"
@@ -339,7 +366,7 @@ class Gateway:
             return
         if not observed:
             watch.finish()
-            self._observe(engine, watch, arrived, reply.status_code, kind, data)
+            self._observe(engine, watch, seen, reply.status_code, data)
 
     def _cut(self, engine: Engine, exc: Exception) -> tuple[int, str]:
         """A stream cut short: its status and the words of its error event."""
@@ -352,12 +379,14 @@ class Gateway:
         return 502, (f"{engine.model}'s server failed mid-stream: {http.why(exc)}; the next "
                      "request starts it again")
 
-    def _observe(self, engine: Engine, watch: Watch, arrived: float, status: int,
-                 kind: str, data: dict[str, Any]) -> None:
+    def _observe(self, engine: Engine, watch: Watch, seen: _Seen, status: int,
+                 data: dict[str, Any]) -> None:
         m, labels = self.pool.metrics, (engine.model, engine.setting)
+        arrived, kind = seen.arrived, seen.facts.kind
         self._count(engine.model, engine.setting, status)
         if status != 200:
             return
+        self._learn(engine, watch, seen)
         self.keeper.keep(engine.model, self.pool.profiles[engine.model].gateway.keep_traffic,
                          data, kind, watch.prompt_tokens, watch.generated)  # (a worker writes)
         m.tokens.labels(*labels).inc(watch.generated)
@@ -372,10 +401,23 @@ class Gateway:
         if watch.stats is not None:
             m.drafted.labels(*labels).inc(watch.stats.drafted)
             m.accepted.labels(*labels).inc(watch.stats.accepted)
-        if engine.slot.routed:  # a route's server: the live table of its kind
-            stats = watch.stats
-            self.pool.live.observe(engine.model, kind, engine.setting, watch.generated, tps,
-                                   stats.drafted if stats else 0, stats.accepted if stats else 0)
+
+    def _learn(self, engine: Engine, watch: Watch, seen: _Seen) -> None:
+        """What the request tells its model's Learned: its setting's prefill and decode times
+        at its kind and load (the engine's own timings, else the gateway's clock)."""
+        served = self.pool.plans.served.get(engine.model)
+        if served is None or served.learned is None or not engine.slot.routed:
+            return
+        done = self.pool.clock()
+        filled = watch.engine_prefill
+        prompt = filled[0] if filled else watch.prompt_tokens
+        prefill = filled[1] if filled else (watch.first_at - seen.sent
+                                            if watch.first_at is not None else None)
+        tokens = watch.generated
+        decode = ((tokens - 1) / watch.engine_tps if watch.engine_tps else
+                  done - watch.first_at if watch.first_at is not None else None)
+        served.learned.add(learned.Served(engine.setting, seen.facts.kind, seen.load, prompt,
+                                          prefill, tokens, decode), seen.facts.chars)
 
     def _count(self, model: str, setting: str, status: int) -> None:
         if model in self.pool.profiles:  # an unknown name never becomes a label

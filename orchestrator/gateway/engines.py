@@ -33,6 +33,7 @@ from specctl.orchestrator.app import Resolved
 from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import SpecctlError
 from specctl.orchestrator.files import inside
+from specctl.orchestrator.gateway.line import Line
 from specctl.orchestrator.runtime import servers
 from specctl.orchestrator.runtime.servers import Running
 
@@ -131,9 +132,13 @@ class Engine:
     handle: Handle | None = None
     failure: SpecctlError | None = None  # why it failed
     waiting: str = ""  # while starting: what it waits for (room in the memory budget)
-    inflight: int = 0
+    inflight: int = 0  # requests holding one of its slots
     last_used: float = field(default_factory=time.monotonic)
     settled: asyncio.Event = field(default_factory=asyncio.Event)  # it left `starting`
+    line: Line = field(init=False)  # requests waiting for a slot, in turn
+
+    def __post_init__(self) -> None:
+        self.line = Line(self.resolved.plan.parallel)
 
     def move(self, to: State) -> bool:
         """Change state, where `MOVES` allows it: True if it moved. A move that is not allowed

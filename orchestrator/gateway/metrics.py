@@ -47,6 +47,8 @@ class Metrics:
                               ms, registry=r)
         self.inflight = Gauge("specctl_gateway_inflight_requests", "Requests in flight", ["model"],
                               registry=r)
+        self.queued = Gauge("specctl_gateway_queued_requests", "Requests waiting in line for a "
+                            "server's slot", ["model"], registry=r)
         self.memory = Gauge("specctl_gateway_resident_bytes", "Memory the resident servers hold "
                             "(planned)", registry=r)
         self.budget = Gauge("specctl_gateway_budget_bytes", "Memory budget of the resident "

@@ -18,8 +18,10 @@ from specctl.orchestrator.app import App, Resolved, Routable
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import ServerError, SpecctlError, StateError
 from specctl.orchestrator.gateway.engines import Slot
+from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.route.choose import Route, choose
 from specctl.orchestrator.measure.route.classify import Facts
+from specctl.orchestrator.measure.route.learned import Choice, Learned
 from specctl.orchestrator.sizes import in_gib
 
 
@@ -57,20 +59,25 @@ class Routing:
 
 @dataclass(frozen=True)
 class Served:
-    """A model as the gateway serves it: its plan and its routing."""
+    """A model as the gateway serves it: its plan, its routing and, where it is routed, what
+    the requests it served tell (measure/route/learned.Learned: it picks each request's
+    member)."""
 
     resolved: Resolved
     routing: Routing
+    learned: Learned | None = None
 
-    def slot_for(self, facts: Facts | None, demoted: bool) -> Slot:
-        """The slot of a request (its kind, prompt characters and max_tokens): the model's one
-        server, or the route's member for it (measure/route/choose.choose: its kind's, or where it
-        is predicted faster by length; no draft where live traffic showed its kind slower than
-        its baseline)."""
+    def slot_for(self, facts: Facts | None, load: int = 1, say: Say | None = None
+                 ) -> tuple[Slot, Choice | None]:
+        """The slot of a request (its kind, prompt characters and max_tokens) that starts
+        beside `load` - 1 others of the model: the model's one server, or the route's member
+        the served requests (and tune's figures before them) say is fastest for it."""
         model, route = self.resolved.plan.profile, self.routing.route
-        if route is None or facts is None or self.routing.written is None:
-            return Slot(model)
-        return Slot(model, "off" if demoted else choose(route, facts).setting)
+        if route is None or facts is None or self.routing.written is None or \
+                self.learned is None:
+            return Slot(model), None
+        choice = self.learned.choose(facts, load, say)
+        return Slot(model, choice.setting), choice
 
     def plan_for(self, slot: Slot) -> Resolved | None:
         """What the slot serves now; None when it is no longer served (a route's setting that
@@ -80,8 +87,6 @@ class Served:
             return self.resolved if route is None else None
         if route is None or written is None:
             return None
-        if slot.setting == "off":
-            return replace(written, plan=route.off)
         member = next((m for m in route.members if m.setting == slot.setting), None)
         return replace(written, plan=member.plan) if member is not None else None
 
@@ -94,8 +99,8 @@ class Plans:
                  resolved: Mapping[str, Routable], budget: int | None) -> None:
         self.app, self.profiles, self.budget = app, dict(profiles), budget
         self._lock = threading.Lock()  # App is one command's: one resolution at a time
-        self.served = {name: Served(resolved[name].resolved,
-                                    self._routing(name, resolved[name]))
+        self.served = {name: _served(resolved[name].resolved,
+                                     self._routing(name, resolved[name]), None)
                        for name in self.profiles}
 
     def refresh(self, model: str) -> Served:
@@ -109,7 +114,9 @@ class Plans:
                 before = self.served[model]
                 return replace(before, routing=replace(before.routing, why=f"{before.routing.why}"
                                                        f" (the saved tune is not served: {exc})"))
-        served = self.served[model] = Served(found.resolved, self._routing(model, found))
+        before = self.served[model]
+        served = self.served[model] = _served(found.resolved, self._routing(model, found),
+                                              before.learned)
         return served
 
     def _routing(self, model: str, found: Routable) -> Routing:
@@ -120,12 +127,13 @@ class Plans:
             return Routing(None, "not routed: [gateway] route = false")
         if isinstance(found.tune, StateError):
             return Routing(None, f"not routed: {found.tune}")
-        if found.tune is None or found.written is None:
-            return Routing(None, "not routed: not tuned yet on this machine and build (run "
-                           "`specctl tune`)")
         try:
-            written = servable(found.written)
-            route, why = self.app.route(written, found.tune)
+            if found.tune is None or found.written is None:  # not tuned here: learned alone
+                written = servable(found.resolved)
+                route, why = self.app.plain_route(written)
+            else:
+                written = servable(found.written)
+                route, why = self.app.route(written, found.tune)
         except SpecctlError as exc:
             return Routing(None, f"not routed: {exc}")
         if route is None:
@@ -135,3 +143,18 @@ class Plans:
                            f"--memory of {in_gib(self.budget):.2f} GiB: the best single "
                            "setting serves")
         return Routing(route, why, written)
+
+
+def _served(resolved: Resolved, routing: Routing, before: Learned | None) -> Served:
+    """A model's Served: where it is routed, a Learned over its route's members and tune's
+    figures, keeping what the requests served before told (the same engine build and models:
+    a retune changes the members, not what was measured)."""
+    route = routing.route
+    if route is None:
+        return Served(resolved, routing)
+    learned = Learned(tuple(m.setting for m in route.members), route.priors, route.main,
+                      prior=(lambda facts: choose(route, facts).setting) if route.priors
+                      else None, explore=resolved.profile.gateway.explore)
+    if before is not None:
+        learned.keep_from(before)
+    return Served(resolved, routing, learned)

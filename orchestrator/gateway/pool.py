@@ -25,7 +25,6 @@ from specctl.orchestrator.app import Resolved
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import ServerError, SpecctlError
 from specctl.orchestrator.gateway.engines import Engine, Runner, Slot, State, engine_for
-from specctl.orchestrator.gateway.live import Live
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans, Routing, Served, tuned_signature
 from specctl.orchestrator.gateway.room import NoRoom, Room
@@ -45,10 +44,19 @@ class StartFailed(ServerError):
     """The model's server could not start (HTTP 502); the next request tries again."""
 
 
+class Moved(SpecctlError):
+    """The engine a request waited for stopped taking requests (a newer one took its slot):
+    the request is placed again."""
+
+
+MAX_MOVES = 4  # times a waiting request is placed again when its engine is replaced
+
+
 @dataclass(frozen=True)
 class PoolSettings:
     budget: int | None = None  # bytes the resident servers may hold; None: the plans' budget
     start_wait: float = 120.0  # a request waits this long for its server, then gets a 503
+    queue_wait: float = 300.0  # ... and this long in line for one of its slots (gateway/line)
     grace: float = 10.0  # SIGTERM, then SIGKILL of a server's group
     tick: float = 0.5  # how often keep-alives, crashes and tuned results are checked
 
@@ -61,7 +69,6 @@ class Pool:
         self.say, self.runner, self.clock = say, runner, clock
         self.current: dict[Slot, Engine] = {}  # the engine each slot's requests go to
         self.engines: list[Engine] = []  # every engine not yet retired
-        self.live = Live()
         self.room = Room(self, sleep)
         self.last_request = clock()
         self.closing = threading.Event()
@@ -80,32 +87,78 @@ class Pool:
         return self.options.start_wait
 
     def _routed(self, model: str, routing: Routing) -> None:
-        self.live.reset(model, dict(routing.route.baseline_tps) if routing.route else {})
         self.say(f"{model}: {routing.why}")
 
     # -- requests ----------------------------------------------------------------------------
-    async def acquire(self, model: str, facts: Facts | None = None) -> Engine:
+    async def acquire(self, model: str, facts: Facts | None = None,
+                      load: int | None = None) -> Engine:
         """The ready server for a request to `model` (`facts`: its kind, prompt characters
-        and max_tokens, for the route), counted busy until `release`; started if need be. A
-        routed request whose server is down or starting goes to another of the model's route
-        that is up."""
+        and max_tokens, for the route; `load`: the model's requests with it, at its arrival),
+        counted busy until `release`; started if need be. A routed request whose server is
+        down or starting goes to another of the model's route that is up."""
         if model not in self.plans.served:
             names = ", ".join(sorted(self.plans.served)) or "none"
             raise Unknown(f"model {model!r} is not served here; /v1/models lists {names}")
         arrived = self.last_request = self.clock()
+        load = self.load(model) + 1 if load is None else load
+        for _ in range(MAX_MOVES):
+            engine = await self._place(model, facts, arrived, load)
+            self.metrics.queued.labels(model).inc()
+            try:
+                await engine.line.enter(self.options.queue_wait - (self.clock() - arrived),
+                                        f"{model} ({engine.setting})")
+            except Moved:
+                continue
+            finally:
+                self.metrics.queued.labels(model).dec()
+            engine.inflight += 1
+            engine.last_used = self.clock()
+            self.metrics.inflight.labels(model).inc()
+            self.metrics.queue.labels(model).observe(self.clock() - arrived)
+            return engine
+        raise NotReady(f"{model}'s servers kept changing while the request waited; try again")
+
+    async def _place(self, model: str, facts: Facts | None, arrived: float,
+                     load: int) -> Engine:
+        """The engine a request goes to, ready (started if need be)."""
         served = self.plans.served[model]
-        slot = served.slot_for(facts, facts is not None
-                               and self.live.demoted(model, facts.kind))
+        slot, _choice = served.slot_for(facts, load, lambda line: self.say(f"{model}: {line}"))
         engine = await self._current(slot, served)
         if slot.routed and not engine.usable:
             engine = next((e for s, e in self.current.items()
                            if s.model == model and s.routed and e.usable), engine)
         await self._settled(engine, self.options.start_wait - (self.clock() - arrived))
-        engine.inflight += 1
-        engine.last_used = self.clock()
-        self.metrics.inflight.labels(model).inc()
-        self.metrics.queue.labels(model).observe(self.clock() - arrived)
         return engine
+
+    async def warm(self) -> None:
+        """Start every model's servers now (each member of a route), not on a first request:
+        `up` serves through the gateway and is up once they are (`warmed`)."""
+        for model, served in self.plans.served.items():
+            route = served.routing.route
+            slots = [Slot(model, m.setting) for m in route.members] if route is not None and \
+                served.learned is not None else [Slot(model)]
+            for slot in slots:
+                await self._current(slot, served)
+
+    def warmed(self) -> str | None:
+        """None while a warmed server starts; '' once all are up; else why one failed."""
+        if any(e.state is State.STARTING for e in self.engines):
+            return None
+        failed = [e for e in self.engines if e.failure is not None]
+        return "; ".join(f"{e.model} ({e.setting}): {e.failure}" for e in failed)
+
+    def load(self, model: str) -> int:
+        """The model's requests in its servers' slots and in line for them."""
+        return sum(e.line.load for e in self.engines if e.model == model)
+
+    def load_line(self, model: str) -> str:
+        """The load in words: '3 in the slots of 4, 1 waiting' ('' with no server up)."""
+        up = [e for e in self.engines if e.model == model]
+        if not up:
+            return ""
+        busy, slots = sum(e.line.busy for e in up), sum(e.line.slots for e in up)
+        waiting = sum(len(e.line.waiting) for e in up)
+        return f"{busy} in the slots of {slots}" + (f", {waiting} waiting" if waiting else "")
 
     async def _settled(self, engine: Engine, left: float) -> None:
         """Wait (up to `left` s) until `engine` takes requests, or say why it does not."""
@@ -126,6 +179,7 @@ class Pool:
                               "request; the next request starts it again")
 
     def release(self, engine: Engine) -> None:
+        engine.line.leave()
         engine.inflight -= 1
         engine.last_used = self.last_request = self.clock()
         self.metrics.inflight.labels(engine.model).dec()
@@ -139,6 +193,8 @@ class Pool:
         next request starts its slot anew."""
         if engine.move(State.FAILED):
             engine.failure = ServerError(why)
+            engine.line.close(StartFailed(f"{engine.model}'s server {why}; the next request "
+                                          "starts it again"))
             self.say(f"{engine.model} ({engine.setting}) {why}; the next request starts it "
                      "again")
             self.spawn(self.retire(engine, reason))
@@ -199,6 +255,7 @@ class Pool:
         was = engine.state
         if not engine.move(State.RETIRED):
             return
+        engine.line.close(Moved(f"{engine.model} ({engine.setting}) stopped: {reason}"))
         if self.current.get(engine.slot) is engine:
             del self.current[engine.slot]
         if engine in self.engines:
@@ -216,6 +273,7 @@ class Pool:
         """Its slot is served by another now: it finishes its requests, then stops."""
         if self.current.get(engine.slot) is engine:
             del self.current[engine.slot]
+        engine.line.close(Moved(f"{engine.model}: {engine.setting} is replaced"))
         if engine.move(State.DRAINING) and engine.inflight == 0:
             self.spawn(self.retire(engine, "swap"))
 

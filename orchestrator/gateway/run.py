@@ -43,6 +43,7 @@ class GatewaySetup:
     idle_tune_after: float | None = 120.0  # None: never tune in the background
     key_var: str = KEY_VAR
     timeouts: Timeouts = field(default_factory=Timeouts)
+    warm: bool = False  # start every server at once; /health answers 200 once they are up
 
 
 def keys_of(environ: Mapping[str, str], var: str) -> tuple[str, ...]:
@@ -120,7 +121,7 @@ def serve(app: App, request: GatewaySetup, say: Say) -> int:
         tuner = (IdleTuner(pool, models.refs, request.idle_tune_after, app.dirs.logs)
                  if request.idle_tune_after is not None else None)
         bounds = Bounds(request.timeouts)
-        gateway = Gateway(pool, tuner, keys, base, ledger, bounds)
+        gateway = Gateway(pool, tuner, keys, base, ledger, bounds, warm=request.warm)
         say(f"gateway at {base} for {', '.join(sorted(models.profiles))}"
             f"{' (API key required)' if keys else ''}")
         config = uvicorn.Config(gateway.app(), host=request.host, port=request.port,

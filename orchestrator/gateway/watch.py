@@ -17,7 +17,7 @@ from specctl.orchestrator.contract.stats import SpecStats
 KEEP = 8 << 20  # of a non-streamed reply, what is read for its counts
 LINE = 1 << 20  # a longer event line is passed through unread
 
-Timing = Callable[[Mapping[str, Any]], tuple[int, float] | None]
+Timing = Callable[[Mapping[str, Any]], tuple[int, float] | None]  # (tokens, tokens/s or s)
 Drafts = Callable[[Mapping[str, Any]], SpecStats | None]
 Count = Callable[[Mapping[str, Any]], int | None]
 
@@ -32,6 +32,8 @@ class Watch:
     tokens: int = 0  # usage's completion_tokens, else content chunks seen
     prompt_tokens: int = 0  # usage's, else the engine's own count (`prompt`); 0: not said
     prompt: Count | None = None  # the adapter's prompt_tokens (a stream without usage)
+    prefill: Timing | None = None  # the adapter's prefill_timing: (tokens prefilled, seconds)
+    engine_prefill: tuple[int, float] | None = None
     chunks: int = 0
     done: bool = False  # a stream's `data: [DONE]` was seen: the reply is whole
     engine_tps: float | None = None
@@ -95,6 +97,9 @@ class Watch:
         timed = self.timing(reply)
         if timed is not None:
             self.engine_tps = timed[1]
+        filled = self.prefill(reply) if self.prefill is not None else None
+        if filled is not None:
+            self.engine_prefill = filled
         stats = self.drafts(reply)
         if stats is not None:
             self.stats = stats

@@ -84,13 +84,16 @@ def _compute(model: ModelInfo | None) -> int:
 
 
 def estimate(target: ModelInfo, draft: ModelInfo | None, context: int, cache_type: str,
-             budget: Budget) -> MemoryPlan:
+             budget: Budget, slots: int = 1) -> MemoryPlan:
+    """The breakdown for `slots` requests of up to `context` tokens each (slots > 1 only where
+    each slot holds its own context: Adapter.kv_per_slot)."""
     return MemoryPlan(
         target_bytes=target.size_bytes, draft_bytes=draft.size_bytes if draft else 0,
-        kv_target_bytes=_kv(target, context, cache_type),
-        kv_draft_bytes=_kv(draft, context, cache_type),
+        kv_target_bytes=_kv(target, context * slots, cache_type),
+        kv_draft_bytes=_kv(draft, context * slots, cache_type),
         compute_bytes=_compute(target) + _compute(draft) // 2,
         context=context, cache_type=cache_type, budget=budget, layers=target.layers,
+        slots=slots,
     )
 
 
@@ -120,12 +123,26 @@ def spilled(whole: MemoryPlan, target: ModelInfo, how: str) -> MemoryPlan | None
 
 
 def plan(target: ModelInfo, draft: ModelInfo | None, context: int, mem: Memory, budget: Budget,
-         cache_types: tuple[str, ...],
-         spill: tuple[str, ...] = ()) -> tuple[MemoryPlan, list[str]]:
-    """Fit the pair: first as asked, then with a smaller cache type, then shorter contexts; then
-    with part of the target in system RAM, the ways the backend can (`spill`)."""
+         cache_types: tuple[str, ...], spill: tuple[str, ...] = (),
+         slots: tuple[int, ...] = (1,)) -> tuple[MemoryPlan, list[str]]:
+    """Fit the pair: first as asked, then with fewer slots (`slots`: the counts that may be
+    planned, most first: the engine's own default halved down to one, where the profile asked
+    for "auto"), then with a smaller cache type, then shorter contexts; then with part of the
+    target in system RAM, the ways the backend can (`spill`)."""
+    cache_type = (cache_types if mem.cache_type == "auto" else (mem.cache_type,))[0]
+    first = estimate(target, draft, context, cache_type, budget, slots[0])
+    for n in slots:
+        fewer = estimate(target, draft, context, cache_type, budget, n)
+        if fewer.fits:
+            return fewer, _notes(first, fewer)
+    return _fit(target, draft, context, mem, budget, cache_types, spill, slots[-1], first)
+
+
+def _fit(target: ModelInfo, draft: ModelInfo | None, context: int, mem: Memory, budget: Budget,
+         cache_types: tuple[str, ...], spill: tuple[str, ...], slots: int,
+         first: MemoryPlan) -> tuple[MemoryPlan, list[str]]:
     types = cache_types if mem.cache_type == "auto" else (mem.cache_type,)
-    first = tried = estimate(target, draft, context, types[0], budget)
+    tried = estimate(target, draft, context, types[0], budget, slots)
     ways = [None, *(w for w in spill if budget.host > 0 and (
         w != "experts" or target.expert_share > 0))]
     for way in ways:
@@ -134,7 +151,7 @@ def plan(target: ModelInfo, draft: ModelInfo | None, context: int, mem: Memory, 
             ctx = context
             while group and ctx >= min(mem.min_context, context):
                 for ct in group:
-                    tried = estimate(target, draft, ctx, ct, budget)
+                    tried = estimate(target, draft, ctx, ct, budget, slots)
                     chosen = tried if way is None else spilled(tried, target, way)
                     if chosen is not None and chosen.fits:
                         return chosen, _notes(first, chosen)
@@ -160,6 +177,9 @@ def _notes(first: MemoryPlan, chosen: MemoryPlan) -> list[str]:
     if chosen.cache_type != first.cache_type:
         notes.append(f"KV cache quantised to {chosen.cache_type} to fit (would need "
                      f"{gib(first.total_bytes)} at {first.cache_type}).")
+    if chosen.slots != first.slots:
+        notes.append(f"Slots lowered from {first.slots} to {chosen.slots} to fit (each holds "
+                     f"{chosen.context} tokens).")
     if chosen.context != first.context:
         notes.append(f"Context lowered from {first.context} to {chosen.context} tokens to fit.")
     return notes

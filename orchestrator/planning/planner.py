@@ -312,7 +312,8 @@ def _fit(chosen: Chosen, draft: ModelInfo | None) -> tuple[MemoryPlan, Options, 
             raise type(exc)(f"{profile.name}: {exc}") from None
         try:
             mem, notes = memory.plan(chosen.target, draft, chosen.context, profile.memory,
-                                     devices, backend.cache_types, backend.spills)
+                                     devices, backend.cache_types, backend.spills,
+                                     _slots(profile, backend) if backend.kv_per_slot else (1,))
         except DoesNotFitError as exc:
             refusal = refusal or exc  # the first refusal: the profile's own layout
             continue
@@ -321,6 +322,28 @@ def _fit(chosen: Chosen, draft: ModelInfo | None) -> tuple[MemoryPlan, Options, 
     tried = "" if len(tries) == 1 else (
         f" (nor on {', '.join(str(backend.devices(o)) for o, _ in tries[1:])} GPUs)")
     raise DoesNotFitError(f"{profile.name} on {hw.name}: {refusal}{tried}") from None
+
+
+def _slots(profile: Profile, backend: Adapter) -> tuple[int, ...]:
+    """The slot counts to plan, most first: the profile's, or for "auto" the engine's own
+    default, then halves of it down to one (memory.plan takes the first that fits)."""
+    asked = profile.server.parallel
+    if asked != "auto":
+        return (asked,)
+    n, out = max(backend.default_slots, 1), []
+    while n >= 1:
+        out.append(n)
+        n //= 2
+    return tuple(out)
+
+
+def _slots_said(profile: Profile, backend: Adapter, mem: MemoryPlan, slots: int) -> str:
+    asked = profile.server.parallel
+    whose = (f"{backend.name}'s own default for parallel = \"auto\"" if asked == "auto"
+             and slots == backend.default_slots else "as many as memory holds of "
+             f"{backend.name}'s {backend.default_slots}" if asked == "auto" else "the profile's")
+    each = f", each up to {mem.context} tokens" if backend.kv_per_slot else ""
+    return f"Slots: {slots} concurrent requests ({whose}){each}."
 
 
 def _context(profile: Profile, target: ModelInfo) -> tuple[int, list[str]]:
@@ -419,19 +442,21 @@ def build(chosen: Chosen, ranked: Sequence[drafts.Candidate] | None = None) -> B
     else:
         k, why, k_source = profile.k, f"k={profile.k} from the profile", "profile"
     chain, chained = _chain(profile, method, c.installed)
+    slots = mem.slots if c.backend.kv_per_slot else _slots(profile, c.backend)[0]
     plan = Plan(
         profile=profile.name, backend=c.choice.name, hardware=hw, target=c.target, draft=draft,
         method=method, k=0 if method == "none" else k, k_source=k_source, memory=mem,
         host=srv.host, port=srv.port, threads=srv.threads or (hw.cpu.cores
                                                               if hw.kind == "cpu" else None),
-        parallel=srv.parallel, gpu_utilization=profile.memory.gpu_utilization,
+        parallel=slots, gpu_utilization=profile.memory.gpu_utilization,
         p_min=profile.speculative.p_min, ngram_min=profile.speculative.ngram_min,
         ngram_max=profile.speculative.ngram_max, api_key_env=srv.api_key_env, options=options,
         chain=chain, extra_args=tuple(profile.extra_args),
         notices=(*c.notices, *_changed(c.context, profile, c.backend, mem)),
     )
-    return Built(profile, plan, c.installed, (*c.reasons, *drafted.reasons, *fitted, *chained),
-                 why)
+    return Built(profile, plan, c.installed, (*c.reasons, *drafted.reasons, *fitted,
+                                              _slots_said(profile, c.backend, mem, slots),
+                                              *chained), why)
 
 
 def finish(built: Built, saved: Saved = None) -> Plan:

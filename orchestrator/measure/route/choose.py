@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.plan import Plan
@@ -46,6 +46,7 @@ from specctl.orchestrator.measure.lab.servers import together
 from specctl.orchestrator.measure.results.tuned import Measured, Result, Timing, Winner, steps_of
 from specctl.orchestrator.measure.route import classify
 from specctl.orchestrator.measure.route import costs as speeds
+from specctl.orchestrator.measure.route.learned import OFF, Prior
 from specctl.orchestrator.sizes import in_gib
 
 MAX_SERVERS = 3
@@ -78,8 +79,10 @@ class Route:
     baseline_tps: Mapping[str, float]  # each kind's baseline decode tokens/s, as tune measured
     need: int  # bytes the members hold together
     budget: int
-    off: Plan  # no draft: for a kind live traffic shows slower than the baseline
+    off: Plan  # no draft: what serves where nothing is surely faster (measure/route/learned)
     costs: speeds.RequestCosts | None = None  # what each member costs a request (None: by kind)
+    priors: Mapping[str, Prior] = field(default_factory=dict)  # tune's figure per kind
+    main: str = OFF  # what a kind tune did not measure explores (learned.Learned.main)
 
     def member_for(self, kind: str) -> Member:
         """The server of `kind` (a kind no winner was measured for: the main member's)."""
@@ -92,7 +95,8 @@ class Route:
         kinds = "; ".join(f"{', '.join(m.kinds)} -> {m.setting}" for m in self.members
                           if m.kinds)
         rule = self.rule()
-        return f"{kinds}; {rule}" if rule else kinds
+        rest = f"learned from what is served among {', '.join(m.setting for m in self.members)}"
+        return "; ".join(part for part in (kinds, rule, rest) if part)
 
     def rule(self) -> str:
         """Where requests leave their kind's member by length: for each member's first kind
@@ -282,19 +286,54 @@ def route_for(base: Plan, result: Result, backend: Adapter) -> tuple[Route | Non
     left_out = [w for _, (_, ws) in rest for w in ws]  # the main member's
     members = tuple(Member(setting, plan, tuple(w.category for w in [*ws, *(
         left_out if n == 0 else [])])) for n, (setting, (plan, ws)) in enumerate(kept))
+    if not groups:  # an older result: its pick, measured on the mix, explored kind by kind
+        route = plain(_main(base, result), backend, base)
+        if route.need > route.budget:
+            return None, f"routing refused: {route.memory()}: the best single setting serves"
+        return route, (f"routed: the saved tune has no per-category winners: "
+                       f"{route.describe()}; {route.memory()}")
     costs = speeds.costs_of(result, lambda t: member_plan(base, _as_winner(t)).short())
     members += _for_long(base, result, members, costs, backend)
-    if len(members) < 2:
-        return None, ("every kind tuned for has the same setting (a kind's own winner must "
-                      "surely beat the pick on it by 5%), and no setting prefills clearly "
-                      "cheaper" if groups else
-                      "the saved tune has no per-category winners (run `specctl tune`)")
+    off = member_plan(base, _OFF)
+    main = _main(base, result)
+    for extra in (main, off):  # what unmeasured kinds explore; what serves where none pays
+        if extra.short() not in {m.setting for m in members}:
+            members += (Member(extra.short(), extra, ()),)
+    priors = {w.category: Prior(member_plan(base, w).short(), w.speedup, _bottom(w))
+              for w in winners}
     route = Route(members, {w.category: w.baseline_tps for w in winners if w.baseline_tps},
                   together(backend, [m.plan for m in members]), base.memory.budget.limit,
-                  member_plan(base, _OFF), costs)
+                  off, costs, priors, main.short())
     if route.need > route.budget:
         return None, (f"routing refused: {route.memory()}: the best single setting serves")
     return route, f"routed: {route.describe()}; {route.memory()}"
+
+
+def _main(base: Plan, result: Result) -> Plan:
+    """What a kind tune did not measure explores: tune's pick where it speculates, else the
+    profile's own setting (as written)."""
+    if result.method != "none":
+        return member_plan(base, Winner(category="", label="the pick", method=result.method,
+                                        k=result.k, p_min=result.p_min, chain=result.chain,
+                                        speedup=result.speedup))
+    return base
+
+
+def _bottom(w: Winner) -> float | None:
+    """A winner's interval's bottom; None where it has none (one request: no interval)."""
+    if w.method == "none":
+        return 1.0
+    return w.low if w.low is not None and w.high is not None and w.high > w.low else None
+
+
+def plain(main: Plan, backend: Adapter, base: Plan | None = None) -> Route:
+    """The route of a model no tune has measured per kind: `main` (its own setting, or an
+    older tune's pick) and no draft (from `base`, the plan as written), which the served
+    requests decide between (measure/route/learned.py)."""
+    off = member_plan(base or main, _OFF)
+    members = (Member(main.short(), main, ()), Member(OFF, off, ()))
+    return Route(members, {}, together(backend, [m.plan for m in members]),
+                 (base or main).memory.budget.limit, off, main=main.short())
 
 
 def _for_long(base: Plan, result: Result, members: tuple[Member, ...],
