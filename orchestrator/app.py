@@ -197,6 +197,8 @@ class App:
             return None, "what `up` provides is missing here"
         if not written.plan.speculative:
             return None, "the profile has speculation off"
+        if written.profile.k != "auto":
+            return None, f"the profile sets k = {written.profile.k}: that setting serves"
         from specctl.orchestrator.measure.route import choose as route_mod
 
         route = route_mod.plain(written.plan, written.backend)

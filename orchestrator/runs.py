@@ -81,11 +81,12 @@ def ready_of(app: App, resolved: Resolved, ref: str = "",
 
 def routed(resolved: Resolved) -> bool:
     """Whether `up` serves the profile through the router (the gateway's, for it alone): it
-    speculates, its engine's servers share the weights (a second server costs its KV, not a
-    second copy: llama.cpp on the CPU and Metal) and its [gateway] route is on. Elsewhere
-    one server serves the plan, its setting the one best for the whole mix."""
-    plan = resolved.plan
-    return (plan.speculative and resolved.profile.gateway.route
+    speculates with k = "auto" (the choice is left to specctl), its engine's servers share the
+    weights (a second server costs its KV, not a second copy: llama.cpp on the CPU and Metal)
+    and its [gateway] route is on. Elsewhere one server serves the plan, its setting (tuned:
+    the one best for the whole mix) for every request."""
+    plan, profile = resolved.plan, resolved.profile
+    return (plan.speculative and profile.k == "auto" and profile.gateway.route
             and resolved.backend.shares_weights(plan))
 
 

@@ -256,7 +256,7 @@ def test_up_a_hub_model_without_a_profile_serves_with_an_auto_draft(
             reply = httpx.post(f"{url}/chat/completions", timeout=600, json={
                 "messages": [{"role": "user", "content": "Count from 1 to 20."}],
                 "max_tokens": 12, "temperature": 0}).json()
-            assert reply["timings"]["draft_n"] > 0  # drafted by the auto draft
+            assert reply.get("timings", {}).get("draft_n", 0) > 0, reply  # the auto draft's
         finally:
             down = specctl("down", "--all", env=env)
         assert down.returncode == 0 and "stopped" in down.stdout

@@ -7,8 +7,12 @@ fewer than MIN requests."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from specctl.orchestrator.measure.route import remembered
 from specctl.orchestrator.measure.route.classify import Facts
 from specctl.orchestrator.measure.route.learned import (
     EXPLORE,
@@ -108,3 +112,24 @@ def test_under_load_measured_figures_decide_too(load: int) -> None:
     rows = {(r["kind"], r["load"]): r for r in learned.rows()}
     row = rows[("code", bucket(load))]
     assert row["measured"] == {DRAFT: MIN, OFF: MIN} and row["setting"] == OFF
+
+
+def test_the_figures_outlive_a_restart_and_a_bad_file_starts_anew(tmp_path: Path) -> None:
+    learned = Learned((DRAFT, OFF), {}, DRAFT)
+    for _ in range(MIN):
+        learned.add(served(DRAFT, d=0.06), chars=1400)
+        learned.add(served(OFF, d=0.1), chars=1400)
+    learned.choose(CODE, 1)
+    path = remembered.path_for(tmp_path, "m", "abc123")
+    remembered.save(path, "m", learned)
+    assert "code" in path.read_text() and "Write" not in path.read_text()  # numbers alone
+    again = Learned((DRAFT, OFF), {}, DRAFT)
+    assert remembered.load(path, again) == ""
+    assert again.choose(CODE, 1).setting == DRAFT and again.seen[("code", "1")] == 2
+    data = json.loads(path.read_text())
+    data["decode"][0]["values"] = [1e9]  # not a time a token takes
+    path.write_text(json.dumps(data))
+    fresh = Learned((DRAFT, OFF), {}, DRAFT)
+    said = remembered.load(path, fresh)
+    assert said.startswith("the served figures") and "They start anew" in said
+    assert not path.exists() and fresh.decode == {}

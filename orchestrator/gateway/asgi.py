@@ -131,7 +131,11 @@ class Gateway:
 
     @asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        # A connection per request: an idle keep-alive connection holds one of llama-server's
+        # few HTTP threads (slots + 2), and one it closed meanwhile is a 502 to the client
+        # (RemoteProtocolError: disconnected without a response). A local connect costs less
+        # than a millisecond.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
         timeout = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)  # bounds.py
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as client, \
                 anyio.create_task_group() as tasks:
@@ -161,6 +165,8 @@ class Gateway:
             if self.ledger is not None:  # the routes and live tables, for `specctl status`:
                 # read here (on the loop, beside the pool), written (fsync'd) off it
                 await anyio.to_thread.run_sync(self.ledger.routes, self.routes())
+            await anyio.to_thread.run_sync(self.pool.plans.remember,  # the served figures
+                                           self.pool.plans.changed())
 
     # -- routes --------------------------------------------------------------------------
     async def health(self, _request: Request) -> Response:
@@ -317,8 +323,9 @@ class Gateway:
         try:
             return await self.bounds.within(lambda: client.send(upstream, stream=True),
                                             sent + bound, hung)
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
             self._count(engine.model, engine.setting, 502)
+            self.pool.say(f"{engine.model} ({engine.setting}): no reply: {http.why(exc)}")
             return error(502, failed, "server_error")
         except Hung:
             self.pool.fail(engine, hung)

@@ -48,12 +48,13 @@ class IdleTuner:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def wanted(self) -> list[str]:
-        """Models serving an untuned setting that may be tuned now."""
-        out = []
-        for slot, engine in self.pool.current.items():
+        """Models serving an untuned setting that may be tuned now (alone, or in the plain
+        route an untuned model is served by: its setting and no draft)."""
+        out: list[str] = []
+        for engine in self.pool.current.values():
             name = engine.model
             profile = self.pool.profiles[name]
-            if (not slot.routed and engine.usable and engine.plan.k_source == UNTUNED
+            if (name not in out and engine.usable and engine.plan.k_source == UNTUNED
                     and profile.k == "auto" and profile.gateway.tune_when_idle
                     and name not in self.done and self.tries.get(name, 0) < TRIES):
                 out.append(name)

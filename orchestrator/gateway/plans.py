@@ -9,6 +9,7 @@ Planning blocks and goes through the gateway's one App: one resolution at a time
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -17,8 +18,10 @@ from pathlib import Path
 from specctl.orchestrator.app import App, Resolved, Routable
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import ServerError, SpecctlError, StateError
+from specctl.orchestrator.files import write_atomic
 from specctl.orchestrator.gateway.engines import Slot
 from specctl.orchestrator.humanize import Say
+from specctl.orchestrator.measure.route import remembered
 from specctl.orchestrator.measure.route.choose import Route, choose
 from specctl.orchestrator.measure.route.classify import Facts
 from specctl.orchestrator.measure.route.learned import Choice, Learned
@@ -96,12 +99,47 @@ class Plans:
     changes."""
 
     def __init__(self, app: App, profiles: Mapping[str, Profile],
-                 resolved: Mapping[str, Routable], budget: int | None) -> None:
+                 resolved: Mapping[str, Routable], budget: int | None,
+                 say: Say | None = None) -> None:
         self.app, self.profiles, self.budget = app, dict(profiles), budget
         self._lock = threading.Lock()  # App is one command's: one resolution at a time
         self.served = {name: _served(resolved[name].resolved,
                                      self._routing(name, resolved[name]), None)
                        for name in self.profiles}
+        self._saved: dict[str, int] = {}
+        self._paths: dict[str, Path] = {}  # each model's figures file (its key: read once)
+        for name, served in self.served.items():
+            if served.learned is not None:
+                self._paths[name] = self.figures_path(name)
+                said = remembered.load(self._paths[name], served.learned)
+                self._saved[name] = served.learned.added
+                if said and say is not None:
+                    say(f"{name}: {said}")
+
+    def figures_path(self, model: str) -> Path:
+        """Where the model's served figures are kept: per model, engine build and files."""
+        resolved = self.served[model].resolved
+        key = self.app.tuned_key(resolved.plan, resolved.installed)
+        return remembered.path_for(self.app.dirs.state / "learned", model, key)
+
+    def changed(self) -> list[tuple[Path, str]]:
+        """Each model's figures where served requests added to them, as the files hold them:
+        taken where they change (the gateway's loop), written off it (`remember`)."""
+        out = []
+        for name, served in self.served.items():
+            learned = served.learned
+            if learned is not None and learned.added != self._saved.get(name) and \
+                    name in self._paths:
+                self._saved[name] = learned.added
+                out.append((self._paths[name], remembered.dump(name, learned)))
+        return out
+
+    @staticmethod
+    def remember(files: list[tuple[Path, str]]) -> None:
+        """Blocking: the figures `changed` gave, written (a full disk: they go on in memory)."""
+        for path, text in files:
+            with contextlib.suppress(SpecctlError):
+                write_atomic(path, text)
 
     def refresh(self, model: str) -> Served:
         """Blocking: the model planned again (its saved tune changed); kept for the requests
@@ -117,6 +155,8 @@ class Plans:
         before = self.served[model]
         served = self.served[model] = _served(found.resolved, self._routing(model, found),
                                               before.learned)
+        if served.learned is not None:
+            self._paths[model] = self.figures_path(model)  # (a thread: it may read a file)
         return served
 
     def _routing(self, model: str, found: Routable) -> Routing:

@@ -115,7 +115,7 @@ def serve(app: App, request: GatewaySetup, say: Say) -> int:
     ledger = owned.Ledger(owned.path_for(app.dirs.state, request.port), base)
     ledger.write()
     try:
-        plans = Plans(app, models.profiles, models.resolved, options.budget)
+        plans = Plans(app, models.profiles, models.resolved, options.budget, say)
         pool = Pool(plans, options, Metrics(), say,
                     owned.Engines(ledger, app.settings.health_timeout, grace))
         tuner = (IdleTuner(pool, models.refs, request.idle_tune_after, app.dirs.logs)

@@ -343,7 +343,8 @@ def _slots_said(profile: Profile, backend: Adapter, mem: MemoryPlan, slots: int)
              and slots == backend.default_slots else "as many as memory holds of "
              f"{backend.name}'s {backend.default_slots}" if asked == "auto" else "the profile's")
     each = f", each up to {mem.context} tokens" if backend.kv_per_slot else ""
-    return f"Slots: {slots} concurrent requests ({whose}){each}."
+    noun = "request" if slots == 1 else "requests"
+    return f"Slots: {slots} concurrent {noun} ({whose}){each}."
 
 
 def _context(profile: Profile, target: ModelInfo) -> tuple[int, list[str]]:

@@ -122,9 +122,11 @@ class Learned:
     explored: Counter[tuple[str, str]] = field(default_factory=Counter)
     chosen: dict[tuple[str, str], str] = field(default_factory=dict)
     why: dict[tuple[str, str], str] = field(default_factory=dict)  # each choice's last reason
+    added: int = 0  # served requests added (the figures are saved when it moves)
 
     # -- what is served tells ------------------------------------------------------------
     def add(self, served: Served, chars: int = 0) -> None:
+        self.added += 1
         b = bucket(served.load)
         if served.decode_s is not None and served.tokens > 1:
             self._keep(self.decode, (served.setting, served.kind, b),
