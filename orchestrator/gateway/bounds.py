@@ -3,13 +3,13 @@
 Bounds (each a `specctl gateway` setting): the first byte of an engine's reply (`first_byte`,
 from sending the request: the headers, and for a stream its first chunk; a non-streamed reply
 comes whole when it is done, so this bounds the whole of it) and each next chunk of a stream
-(`chunk`). An engine that sends nothing within a bound is hung: the client gets 504 (an error
-event, then `data: [DONE]`, in a stream) and the pool fails the engine (stopped now, started
-anew by the next request). The start bound is the pool's (`--start-wait`).
+(`chunk`). An engine that sends nothing within a bound is hung: the client gets 504 (in a
+stream, its API's error events: gateway/ends.py) and the pool fails the engine (stopped now,
+started anew by the next request). The start bound is the pool's (`--start-wait`).
 
 Every wait on an engine or for one runs in a cancel scope registered here; a graceful shutdown
 (SIGTERM) cancels them all at once: a request waiting for its engine gets 503, an open stream
-an error event and `data: [DONE]`.
+its API's error events.
 """
 
 from __future__ import annotations
