@@ -2,7 +2,7 @@
 has no file, so no engine ever starts): the paths adapters declare, each API's field checks, its
 errors in its own shape (Anthropic's on its paths, so its SDK raises its typed errors), the
 model retrieved by id, fill-in-the-middle without a model, keys as Anthropic's clients send
-them; and how each API's stream ends when cut short.
+them; and the pure parts: how each API's stream ends when cut short, and the hang check.
 The same APIs through a real llama-server are in tests/test_gateway_clients.py."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from starlette.testclient import TestClient
 
@@ -21,6 +22,7 @@ from specctl.orchestrator.config import profiles
 from specctl.orchestrator.gateway import apis, ends, intake
 from specctl.orchestrator.gateway.asgi import Gateway
 from specctl.orchestrator.gateway.errors import Refused
+from specctl.orchestrator.gateway.hung import HangCheck
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.owned import Engines
 from specctl.orchestrator.gateway.plans import Plans
@@ -275,3 +277,73 @@ def test_each_api_ends_a_cut_stream_in_its_own_events() -> None:
     assert [n for n, _ in _events(ends.event(apis.RESPONSES, "gone", 502))] == ["error"]
     ((name, data),) = _events(ends.event(apis.INFILL, "gone", 503))
     assert name is None and json.loads(data)["error"]["code"] == 503  # no [DONE] there
+
+
+# -- the hang check ------------------------------------------------------------------------------
+class _Engine:
+    """What the hang check keys on: an object (the pool's Engine in the gateway)."""
+
+
+def test_a_silent_engine_that_does_not_answer_is_called_off_and_one_that_answers_is_not() -> None:
+    answers: dict[object, bool | None] = {}
+    asked: list[object] = []
+
+    async def probe(engine: Any) -> bool | None:
+        asked.append(engine)
+        await anyio.sleep(0.05)
+        return answers[engine]
+
+    async def run() -> dict[str, Any]:
+        check = HangCheck(probe, quiet=0.1)
+        hung: Any = _Engine()
+        busy: Any = _Engine()
+        unsure: Any = _Engine()
+        answers.update({hung: False, busy: True, unsure: None})
+        out: dict[str, Any] = {}
+
+        async def wait(name: str, engine: Any, seconds: float) -> None:
+            with anyio.CancelScope() as scope, check.waiting(engine, scope, spawn):
+                await anyio.sleep(seconds)
+            out[name] = scope.cancelled_caught
+
+        async with anyio.create_task_group() as tasks:
+            def spawn(work: Any) -> None:
+                tasks.start_soon(work)
+
+            started = anyio.current_time()
+            tasks.start_soon(wait, "hung", hung, 5)
+            tasks.start_soon(wait, "hung too", hung, 5)  # every wait on it
+            tasks.start_soon(wait, "busy", busy, 0.6)
+            tasks.start_soon(wait, "unsure", unsure, 0.6)
+        out["took"] = anyio.current_time() - started
+        out["verdict"] = check.verdicts.get(hung)
+        out["others"] = (check.verdicts.get(busy), check.verdicts.get(unsure))
+        return out
+
+    out = anyio.run(run)
+    assert out["hung"] and out["hung too"] and not out["busy"] and not out["unsure"]
+    assert out["took"] < 2 and "did not answer its health check" in out["verdict"]
+    assert out["others"] == (None, None)
+    assert len([e for e in asked if answers[e] is True]) >= 2  # asked again while silent
+
+
+def test_an_engine_heard_meanwhile_is_not_hung() -> None:
+    async def run() -> bool:
+        check = HangCheck(lambda engine: _late(check, engine), quiet=0.05)
+        engine: Any = _Engine()
+        async with anyio.create_task_group() as tasks:
+            def spawn(work: Any) -> None:
+                tasks.start_soon(work)
+
+            with anyio.CancelScope() as scope, check.waiting(engine, scope, spawn):
+                await anyio.sleep(0.4)
+        return scope.cancelled_caught or engine in check.verdicts
+
+    assert anyio.run(run) is False
+
+
+async def _late(check: HangCheck, engine: Any) -> bool:
+    """A probe that times out while the engine sends a chunk to another request."""
+    await anyio.sleep(0.02)
+    check.heard(engine)
+    return False

@@ -5,8 +5,8 @@ every inference API an adapter declares (gateway/apis.py: below /v1/, and at the
 A reply is passed through as it comes, chunk by chunk (httpx streams it from the engine). A
 client that goes away cancels the relay, which closes the engine's connection, and the engine
 drops the request. An engine that dies mid-stream gives the client its API's error event
-(gateway/ends.py); one that sends nothing within a bound (gateway/bounds.py) gives it a 504
-and is failed. Errors are in each API's shape
+(gateway/ends.py); one that sends nothing within a bound (gateway/bounds.py), or is found hung
+sooner (gateway/hung.py), gives it a 504 and is failed. Errors are in each API's shape
 (Anthropic's on its paths). With keys set, every path but `/health` needs `Authorization:
 Bearer KEY` (or `x-api-key: KEY`, as Anthropic's clients send it); keys are never logged and
 never reach a label.
@@ -31,7 +31,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from specctl.orchestrator.contract.adapter import Adapter
-from specctl.orchestrator.gateway import apis, errors, intake, paths
+from specctl.orchestrator.gateway import apis, errors, hung, intake, paths
 from specctl.orchestrator.gateway.bounds import Bounds
 from specctl.orchestrator.gateway.errors import error
 from specctl.orchestrator.gateway.idle import IdleTuner
@@ -85,6 +85,8 @@ class Gateway:
         self.url, self.ledger = url, ledger  # the state file: engines, routes for `status`
         self.bounds = bounds or Bounds()
         self.relay = Relay(pool, self.bounds, self.keeper, tuner)
+        if self.bounds.hang is None:  # a hung engine known in seconds, through our client
+            self.bounds.hang = hung.HangCheck(hung.prober(lambda: self.relay.client))
         self._backends = paths.Backends(pool)
 
     def app(self) -> Starlette:

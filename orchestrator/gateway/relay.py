@@ -5,7 +5,7 @@ passed through chunk by chunk and read on the way (gateway/watch.py) for metrics
 traffic.
 
 What ends a request early: no engine (404, 502, 503 with Retry-After, 507), an engine that fails
-(502), sends nothing within a bound (504: gateway/bounds.py),
+(502), sends nothing within a bound or is found hung (504: gateway/bounds.py, gateway/hung.py),
 or a gateway that stops (503); the answer is an error in the API's shape, or, once a stream has
 begun, the API's own error events (gateway/ends.py). A hung engine is failed at once.
 """
@@ -96,8 +96,8 @@ class Relay:
     async def _open(self, api: Api, engine: Engine, data: dict[str, Any], body: bytes,
                     sent: float) -> httpx.Response | Response:
         """Send the request to the engine: its reply's headers, or the error response to
-        answer instead (the engine failed, sent nothing within the first-byte bound, or the
-        gateway is stopping)."""
+        answer instead (the engine failed, sent nothing within the first-byte bound or was
+        found hung, or the gateway is stopping)."""
         client = self.client
         assert client is not None and engine.handle is not None
         running = engine.handle.running
@@ -112,7 +112,7 @@ class Relay:
         shape = api.anthropic
         try:
             return await self.bounds.within(lambda: client.send(upstream, stream=True),
-                                            sent + bound, hung)
+                                            sent + bound, hung, engine)
         except httpx.HTTPError:
             self._count(engine.model, engine.setting, 502)
             return error(502, failed, "server_error", anthropic=shape)
@@ -142,7 +142,7 @@ class Relay:
             while True:
                 try:
                     chunk = await self.bounds.within(chunks.__anext__, deadline,
-                                                     f"sent nothing within {what} s")
+                                                     f"sent nothing within {what} s", engine)
                 except StopAsyncIteration:
                     break
                 watch.feed(chunk)
