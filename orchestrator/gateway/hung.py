@@ -9,8 +9,8 @@ again after QUIET more seconds, and the bounds still bound it.
 
 The answer is not asked where it cannot tell: an engine holding more requests than it serves at
 once (`plan.parallel`) may have every thread that answers HTTP waiting for a slot (llama-server
-keeps n_parallel + 2 of them: behind 32 streams on one slot its /health took 24 s), and an
-engine without an HTTP health endpoint. There the bounds alone decide.
+keeps about n_parallel + 2: behind 32 streams on one slot its /health took 24 s), and an engine
+without an HTTP health endpoint. There the bounds alone decide.
 """
 
 from __future__ import annotations
