@@ -131,7 +131,14 @@ class LlamaCpp(Adapter):
         "--alias", "--metrics", "-md", "-hfd", "-hfrd", "-ngld", "-devd", "-ctkd", "-ctvd",
         "--model-draft", "--hf-repo-draft", "--gpu-layers-draft", "--n-gpu-layers-draft",
         "--device-draft", "--cache-type-k-draft", "--cache-type-v-draft", "--rpc"})
-    # /v1/embeddings answers 501 unless started with --embeddings (an embedding-only server)
+    # what llama-server 0c1e570 routes (tools/server/server.cpp) for a generating model: chat and
+    # text completions, Anthropic's Messages and its token count, OpenAI's Responses and its
+    # token count, and fill-in-the-middle at the root (/infill: editor plugins; a model without
+    # FIM tokens answers it 501). Not /v1/embeddings nor /v1/rerank: they answer 501 unless the
+    # server is started for them (--embeddings, --rerank), which a plan never does
+    api_paths: ClassVar[frozenset[str]] = Adapter.api_paths | {
+        "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+        "/v1/responses/input_tokens", "/infill"}
 
     def __init__(self, configured: Path | None = None, built: Path | None = None,
                  search_path: Iterable[Path] = HOMEBREW,

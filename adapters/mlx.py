@@ -186,7 +186,7 @@ class Mlx(Adapter):
     preference: ClassVar[Mapping[str, int]] = {"metal": 1}
     formats: ClassVar[frozenset[str]] = frozenset({"hf"})
     authenticates: ClassVar[bool] = False  # checks no API key: loopback only
-    # openai_paths: the default two (mlx_lm.server has no /v1/embeddings)
+    # api_paths: the default two (mlx_lm.server has no /v1/embeddings)
     install_hint: ClassVar[str] = (
         "on a Mac `pip install mlx-lm` (and SPECCTL_MLX_PYTHON=<that python> when it is not "
         "this one); on Linux, for tests on the CPU, `scripts/mlx-cpu-env`")

@@ -62,7 +62,7 @@ class Ollama(Adapter):
     preference: ClassVar[Mapping[str, int]] = {"cuda": 2, "metal": 1, "cpu": 1}
     authenticates: ClassVar[bool] = False  # checks no API key: loopback only
     # the daemon embeds with any model
-    openai_paths: ClassVar[frozenset[str]] = Adapter.openai_paths | {"embeddings"}
+    api_paths: ClassVar[frozenset[str]] = Adapter.api_paths | {"/v1/embeddings"}
     install_hint: ClassVar[str] = "Ollama from https://ollama.com and `ollama serve`"
     settings: ClassVar[tuple[type[BaseModel], ...]] = (_Settings,)
     engine_env: ClassVar[tuple[EnvVar, ...]] = (

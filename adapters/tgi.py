@@ -311,7 +311,7 @@ class Tgi(Adapter):
     # after vLLM (0) and llama.cpp (1), and after Ollama (2) too rather than tied with it
     preference: ClassVar[Mapping[str, int]] = {"cuda": 3}
     formats: ClassVar[frozenset[str]] = frozenset({"hf"})
-    # openai_paths: the default two (TGI has no /v1/embeddings: that is TEI)
+    # api_paths: the default two (TGI has no /v1/embeddings: that is TEI)
     install_hint: ClassVar[str] = (
         "TGI's upstream is in maintenance mode, so on CUDA prefer vLLM (`pip install "
         "'specctl[vllm]'`); for TGI itself: docker or podman with the NVIDIA Container Toolkit "

@@ -129,7 +129,7 @@ class Vllm(Adapter):
         "--distributed-executor-backend", "--per-request-spec-decode-metrics"})
     formats: ClassVar[frozenset[str]] = frozenset({"hf"})
     draft_counters: ClassVar[bool] = True
-    # openai_paths: the default two (/v1/embeddings serves pooling models only; specctl starts
+    # api_paths: the default two (/v1/embeddings serves pooling models only; specctl starts
     # generating ones)
     install_hint: ClassVar[str] = "`pip install 'specctl[vllm]'` (or set SPECCTL_VLLM_PYTHON)"
     no_spec_hint: ClassVar[str] = "use a vLLM version with this method, or another method"

@@ -81,9 +81,9 @@ TRICKS = [
     ("/v1/%2e%2e/tokenize", None), ("/v1/%2E%2E/tokenize", None),
     ("/v1/%2e%2e/completion", None), ("/v1/%2e%2e/slots/0?action=erase", None),
     ("/v1/chat/%2e%2e/%2e%2e/tokenize", None), ("/v1/%2e%2e%2ftokenize", None),
-    ("/v1/chat%2fcompletions", "chat/completions"),  # decoded, it is the path
-    ("/v1/chat/%2e/completions", "chat/completions"),  # a `.` segment resolved
-    ("/v1/tokenize/%2e%2e/completions", "completions"),
+    ("/v1/chat%2fcompletions", "/v1/chat/completions"),  # decoded, it is the path
+    ("/v1/chat/%2e/completions", "/v1/chat/completions"),  # a `.` segment resolved
+    ("/v1/tokenize/%2e%2e/completions", "/v1/completions"),
     ("/v1/..;/tokenize", None), ("/v1/chat/completions;x=1", None),
     ("/v1/chat/completions;", None), ("/v1/chat//completions", None),
     ("//v1/chat/completions", None), ("/v1/chat/completions/", None),
@@ -91,11 +91,14 @@ TRICKS = [
     ("/v1/CHAT/COMPLETIONS", None), ("/v1\\chat\\completions", None),
     ("/v1/..%5ctokenize", None), ("/v1/%252e%252e/tokenize", None),
     ("/v1/chat%252fcompletions", None), ("/v1/chat/completions%00", None),
-    ("/v1/%00/../chat/completions", "chat/completions"),
+    ("/v1/%00/../chat/completions", "/v1/chat/completions"),
     ("/v1/tokenize", None), ("/v1/completion", None), ("/v1/slots/0", None),
     ("/v1/props", None), ("/v1/models/../tokenize", None), ("/v1/", None), ("/v1", None),
     ("/v1/../tokenize", None), ("/v1/./../completion", None), ("/v1/a/../../x", None),
-    ("/v1/chat/completions/input_tokens", None), ("/v1/responses", None),
+    ("/v1/chat/completions/input_tokens", None), ("/v1/responses", "/v1/responses"),
+    ("/v1/messages/%2e%2e/%2e%2e/props", None), ("/infill/", None), ("/%2e/infill", None),
+    ("/v1/../infill", "/infill"), ("/v1/messages/batches", None), ("/Infill", None),
+    ("/v1/infill", None), ("/completion", None),
 ]
 
 
@@ -109,7 +112,10 @@ def test_only_declared_paths_pass_however_encoded(gateway: Gateway, raw: str,
     status, headers, body, reads = call(gateway, "POST", raw, b"{not json")
     found = json.loads(body)["error"]
     assert headers["content-type"] == "application/json"
-    if forwarded is None:
+    if raw.startswith("/v1/messages/b"):  # Anthropic's path: its shape, its type
+        assert status == 404 and found["type"] == "not_found_error", (raw, status, found)
+        assert "no such path" in found["message"] and reads == 0
+    elif forwarded is None:
         assert status == 404 and found["code"] == "unknown_path", (raw, status, found)
         assert "no such path" in found["message"] and reads == 0
     else:
@@ -125,21 +131,33 @@ def test_through_a_client_library_too(client: TestClient, raw: str) -> None:
 
 
 def test_canonical_paths() -> None:
-    assert paths.canonical("/v1/chat/completions") == "chat/completions"
-    assert paths.canonical("/v1/a/./b/../completions") == "a/completions"
-    for outside in ("/v1/..", "/v1/../v1", "/tokenize", "/v2/chat", "/v1", "/"):
-        assert paths.canonical(outside) in (None, ""), outside
-    assert paths.canonical("/v1/../v1/completions") == "completions"  # resolved, then matched
-    assert paths.declared() >= {"chat/completions", "completions"}
-    assert "tokenize" not in paths.declared()
+    assert paths.canonical("/v1/chat/completions") == "/v1/chat/completions"
+    assert paths.canonical("/v1/a/./b/../completions") == "/v1/a/completions"
+    for outside in ("/v1/..", "/v1/../v1", "/tokenize", "/v2/chat", "/v1", "/", "/v1/../.."):
+        assert paths.canonical(outside) not in paths.declared(), outside
+    assert paths.canonical("/..") is None and paths.canonical("/v1/../..") is None
+    assert paths.canonical("/v1/../v1/completions") == "/v1/completions"  # resolved, matched
+    assert paths.declared() >= {"/v1/chat/completions", "/v1/completions", "/v1/messages",
+                                "/v1/responses", "/infill"}
+    assert not {"/tokenize", "/completion", "/v1/tokenize"} & paths.declared()
+    assert paths.at_root() == ["/infill"]
 
 
-def test_each_backend_declares_its_openai_paths() -> None:
+def test_each_backend_declares_its_api_paths() -> None:
+    """Each path from the server's root, without dot or empty segments; every backend serves
+    the two completions, and each path the gateway knows how to read (gateway/apis.py)."""
     from specctl.orchestrator.contract import registry
+    from specctl.orchestrator.gateway import apis
 
     for name, cls in registry.adapter_classes().items():
-        assert {"chat/completions", "completions"} <= cls.openai_paths, name
-        assert all(p == p.strip("/") and "." not in p for p in cls.openai_paths), name
+        assert {"/v1/chat/completions", "/v1/completions"} <= cls.api_paths, name
+        for path in cls.api_paths:
+            assert path.startswith("/") and paths.canonical(path) == path, (name, path)
+            assert "" not in path.split("/")[1:] and path in apis.KNOWN, (name, path)
+    llama = registry.adapter_classes()["llamacpp"].api_paths
+    assert {"/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+            "/v1/responses/input_tokens", "/infill"} <= llama
+    assert "/v1/embeddings" not in llama  # its server is not started for them
 
 
 # -- bodies --------------------------------------------------------------------------------------
@@ -198,14 +216,14 @@ def test_what_is_accepted() -> None:
     served = ("m",)
     text = "[" * 5000 + '\\"' + "{" * 500
     body = json.dumps({**CHAT, "messages": [{"role": "user", "content": text}]}).encode()
-    assert intake.parse(body, "chat/completions", served).data["messages"][0]["content"] == \
-        text
+    assert intake.parse(body, "/v1/chat/completions", served).data["messages"][0][
+        "content"] == text
     emoji = b'{"model": "m", "messages": [{"role": "user", "content": "\\ud83d\\ude00"}]}'
-    assert intake.parse(emoji, "chat/completions", served).data["messages"][0]["content"] == \
-        "\U0001f600"
+    assert intake.parse(emoji, "/v1/chat/completions", served).data["messages"][0][
+        "content"] == "\U0001f600"
     deep = json.dumps({**CHAT, "x": 0}).replace("0}", nested(intake.MAX_DEPTH - 1) + "}")
     assert intake.deepest(deep.encode()) == intake.MAX_DEPTH
-    assert intake.parse(deep.encode(), "chat/completions", served).raw == deep.encode()
+    assert intake.parse(deep.encode(), "/v1/chat/completions", served).raw == deep.encode()
 
 
 @pytest.mark.parametrize("body", [b'["\\\\"[[]]', b'{"a": "\\\\\\"[[["}', b'"\\\\\\\\"[{}]'])
@@ -426,8 +444,8 @@ def test_what_the_fields_allow() -> None:
             "messages": [{"role": "system", "content": None},
                          {"role": "assistant", "tool_calls": []},
                          {"role": "user", "content": parts}]}
-    for path in ("chat/completions", "completions"):
-        schema.check(path, body)
+    for fmt in ("chat", "completions"):
+        schema.check(fmt, body)
     schema.check("completions", {"model": "m", "prompt": "hi"})  # no messages needed there
 
 

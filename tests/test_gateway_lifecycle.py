@@ -1,8 +1,10 @@
-"""The gateway's lifecycle for real (issue 52): `specctl gateway` in a subprocess in front of real
-llama-server engines (SmolLM2 135M). Its engines die with it (kill -9 too) and the next gateway
-reaps any left behind; a hung engine (SIGSTOP) gives 504 within the bound and is replaced; a
-SIGTERM tells every open stream and waiting request before the engines stop; two gateways on one
-state dir keep their own status; the words for a busy port and for no room in memory."""
+"""The gateway's lifecycle for real (issues 52, 60): `specctl gateway` in a subprocess in front of
+real llama-server engines (SmolLM2 135M). Its engines die with it (kill -9 too) and the next
+gateway reaps any left behind; a hung engine (SIGSTOP) gives 504 within seconds (its health
+check) and is replaced, and an engine that answers its health but sends nothing is still bound
+by the first-byte and between-chunk bounds; a SIGTERM tells every open stream and waiting
+request before the engines stop; two gateways on one state dir keep their own status; the words
+for a busy port and for no room in memory."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import psutil
 import pytest
@@ -91,51 +95,127 @@ def test_kill_9_of_the_gateway_takes_its_engines_and_the_next_one_reaps_what_is_
     assert engines_of(state) == []
 
 
+def gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[float]:
+    """SIGSTOP `pid` (hung: it answers nothing, its health check neither); the time it was
+    stopped. SIGCONT at the end, whatever happened, so that nothing stays stopped (the gateway
+    has stopped it by then, or will)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield time.monotonic()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
 def test_a_hung_engine_gets_504_within_the_bound_and_the_next_request_a_new_engine(
         env: dict[str, str], tmp_path: Path, gateways: list[Gateway]) -> None:  # noqa: F811
+    """A SIGSTOPped engine is known hung in seconds, long before its bounds (here 30 s to the
+    first byte, 8 s between chunks; by default 10 minutes and 60 s): it sends nothing and its
+    health endpoint does not answer (gateway/hung.py). A streamed client gets the error event
+    and `data: [DONE]`, a client that is not streamed its 504, the anthropic SDK's stream its
+    error event (it raises); each within 20 s, the engine stopped, the next request served by
+    a new one."""
     profile(env, "smol", SMOL + "k = 3\n[server]\ncontext = 2048\n")
     gw = start(env, tmp_path, "smol", "--first-byte-timeout", "30s", "--chunk-timeout", "8s")
     gateways.append(gw)
     assert chat(gw, "smol")
     first = gw.engines()["smol"]["port"]
     pid = engine_pid(first)
-    lines: list[str] = []
     url = f"{gw.url}/v1/chat/completions"
-    stopped = 0.0
-    with httpx.stream("POST", url, json=body(True, 1500), timeout=60) as reply:
-        assert reply.status_code == 200
-        for line in reply.iter_lines():
-            lines.append(line)
-            if not stopped and sum(ln.startswith("data: {") for ln in lines) == 3:
-                os.kill(pid, signal.SIGSTOP)  # hung between chunks
-                stopped = time.monotonic()
-    took = time.monotonic() - stopped  # the bound runs from the chunk before
-    events = [ln for ln in lines if ln.startswith("data: ")]
+    events, took = hang_a_stream(url, body(True, 1500), pid)
     error = json.loads(events[-2].removeprefix("data: "))["error"]
-    assert error["code"] == 504 and "bound between chunks of 8 s" in error["message"], error
+    assert error["code"] == 504 and "did not answer its health check" in error["message"], error
     assert events[-1] == "data: [DONE]"
-    assert 7 < took < 40, took
-
-    def gone(pid: int) -> bool:
-        return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-
+    assert took < 20, took  # and before the 8 s bound: the message is the health check's
     wait_for(lambda: gone(pid), 15, "the hung engine is stopped")  # (its CPU back, on 2 cores)
     assert chat(gw, "smol")  # a new engine serves
     second = gw.engines()["smol"]["port"]
     assert second != first
-    hung = engine_pid(second)
-    os.kill(hung, signal.SIGSTOP)
-    asked = time.monotonic()
-    reply = httpx.post(url, json=body(False), timeout=60)
+    pid = engine_pid(second)
+    with stopped(pid) as since:
+        reply = httpx.post(url, json=body(False), timeout=60)
+        took = time.monotonic() - since
     assert reply.status_code == 504, reply.text
-    assert "first-byte bound of 30 s" in reply.json()["error"]["message"]
-    assert 30 <= time.monotonic() - asked < 60
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(hung, signal.SIGCONT)  # awake again or not, it is not used again
-    wait_for(lambda: gone(hung), 15, "the second hung engine is stopped")
+    assert "did not answer its health check" in reply.json()["error"]["message"]
+    assert took < 20, took
+    wait_for(lambda: gone(pid), 15, "the second hung engine is stopped")
     assert chat(gw, "smol")
+    third = gw.engines()["smol"]["port"]
+    assert third not in (first, second)
+    pid = engine_pid(third)
+    client = anthropic.Anthropic(base_url=gw.url, api_key="none", max_retries=0, timeout=60)
+    deltas = 0
+    with contextlib.ExitStack() as hung, pytest.raises(anthropic.APIStatusError,
+                                                       match="health check") as raised, \
+            client.messages.stream(model="smol", max_tokens=1500, messages=[
+                {"role": "user", "content": PROMPT}]) as stream:
+        for event in stream:
+            deltas += event.type == "content_block_delta"
+            if deltas == 3:
+                since = hung.enter_context(stopped(pid))
+    assert time.monotonic() - since < 20
+    found: Any = raised.value.body
+    assert found["type"] == "error" and found["error"]["type"] == "api_error", found
+    wait_for(lambda: gone(pid), 15, "the third hung engine is stopped")
+    assert chat(gw, "smol")
+    assert gw.engines()["smol"]["port"] not in (first, second, third)
+    assert 'reason="hung",setting="draft k=3"} 3.0' in gw.metrics()
+    assert stop(gw) == 0
+
+
+def hang_a_stream(url: str, asked: dict[str, Any], pid: int) -> tuple[list[str], float]:
+    """A chat stream whose engine is stopped after its third chunk: its events, and the seconds
+    from the stop to the stream's end."""
+    lines: list[str] = []
+    since = None
+    with contextlib.ExitStack() as hung, \
+            httpx.stream("POST", url, json=asked, timeout=60) as reply:
+        assert reply.status_code == 200
+        for line in reply.iter_lines():
+            lines.append(line)
+            if since is None and sum(ln.startswith("data: {") for ln in lines) == 3:
+                since = hung.enter_context(stopped(pid))  # hung between chunks
+        assert since is not None, "the stream ended before its engine was stopped"
+        took = time.monotonic() - since
+    return [ln for ln in lines if ln.startswith("data: ")], took
+
+
+def test_the_bounds_still_bound_an_engine_that_answers_its_health(
+        env: dict[str, str], tmp_path: Path, gateways: list[Gateway]) -> None:  # noqa: F811
+    """An engine busy past the first-byte bound (1500 tokens not streamed, about 50 s here: its
+    health answers all the while, so the hang check leaves it be) gets the client a 504 naming
+    the bound, as does a stream silent past the bound between chunks (here shorter than the
+    hang check's 2 s of silence); either engine is stopped and the next request served by a
+    new one."""
+    profile(env, "smol", SMOL + "k = 3\n[server]\ncontext = 2048\n")
+    gw = start(env, tmp_path, "smol", "--first-byte-timeout", "15s", "--chunk-timeout", "1.8s")
+    gateways.append(gw)
+    assert chat(gw, "smol", max_tokens=2)
+    first = gw.engines()["smol"]["port"]
+    pid = engine_pid(first)
+    url = f"{gw.url}/v1/chat/completions"
+    asked = time.monotonic()
+    reply = httpx.post(url, json=body(False, 1500), timeout=60)
+    assert reply.status_code == 504, reply.text
+    assert "first-byte bound of 15 s" in reply.json()["error"]["message"]
+    assert 15 <= time.monotonic() - asked < 30
+    wait_for(lambda: gone(pid), 15, "the engine past its bound is stopped")
+    assert chat(gw, "smol", max_tokens=2)
+    second = gw.engines()["smol"]["port"]
+    assert second != first
+    pid = engine_pid(second)
+    events, took = hang_a_stream(url, body(True, 1500), pid)
+    error = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert error["code"] == 504 and "bound between chunks of 1.8 s" in error["message"], error
+    assert events[-1] == "data: [DONE]" and took < 20
+    wait_for(lambda: gone(pid), 15, "the silent engine is stopped")
+    assert chat(gw, "smol", max_tokens=2)
     assert gw.engines()["smol"]["port"] not in (first, second)
-    assert 'reason="hung"' in gw.metrics()
     assert stop(gw) == 0
 
 

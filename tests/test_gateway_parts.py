@@ -1,12 +1,13 @@
 """The gateway's pure parts, without servers: the memory a set of servers holds, what is read off
-a reply as it passes (a llama-server stream recorded here, chunk boundaries anywhere), keys,
-the tuned results' signature, durations on the command line."""
+a reply as it passes (llama-server's streams of each API recorded here, chunk boundaries
+anywhere), keys, the tuned results' signature, durations on the command line."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -15,6 +16,7 @@ from starlette.requests import Request
 from specctl.adapters.llamacpp import LlamaCpp
 from specctl.orchestrator.cli.base import seconds
 from specctl.orchestrator.errors import SettingsError
+from specctl.orchestrator.gateway import apis
 from specctl.orchestrator.gateway.asgi import authorized
 from specctl.orchestrator.gateway.engines import footprint, setting_of
 from specctl.orchestrator.gateway.plans import tuned_signature
@@ -34,11 +36,11 @@ CHUNKS = [
 STREAM = "".join(f"data: {json.dumps(c)}\n\n" for c in CHUNKS).encode() + b"data: [DONE]\n\n"
 
 
-def watch(stream: bool) -> Watch:
-    ticks = iter(range(100))
+def watch(stream: bool, events: str = apis.OPENAI) -> Watch:
+    ticks = iter(range(10_000))
     adapter = LlamaCpp()
     return Watch(stream, adapter.decode_timing, adapter.reply_stats, lambda: float(next(ticks)),
-                 prompt=adapter.prompt_tokens)
+                 prompt=adapter.prompt_tokens, events=events)
 
 
 @pytest.mark.parametrize("cut", [1, 7, 50, len(STREAM)])
@@ -83,6 +85,100 @@ def test_the_prompts_tokens_from_usage_else_from_the_engines_timings() -> None:
     for bad in ({"cache_n": -1, "prompt_n": 1}, {"prompt_n": "9"}, {"prompt_n": True}, {}):
         assert LlamaCpp().prompt_tokens({"timings": bad}) is None
     assert LlamaCpp().prompt_tokens({"timings": {"prompt_n": 9}}) == 9
+
+
+# llama-server's (0c1e570) Anthropic Messages stream, as it sent it (ids shortened)
+ANTHROPIC = [
+    ("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "smol",
+        "usage": {"cache_read_input_tokens": 30, "input_tokens": 1, "output_tokens": 0}}}),
+    ("content_block_start", {"type": "content_block_start", "index": 0,
+                             "content_block": {"type": "text", "text": ""}}),
+    *(("content_block_delta", {"type": "content_block_delta", "index": 0,
+                               "delta": {"type": "text_delta", "text": t}})
+      for t in ("Hello", "!", " How")),
+    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+    ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "max_tokens"},
+                       "usage": {"output_tokens": 3}}),
+    ("message_stop", {"type": "message_stop"}),
+]
+# and its Responses stream: the completed response carries usage and the engine's timings
+RESPONSES = [
+    ("response.created", {"type": "response.created", "response": {
+        "id": "resp_1", "object": "response", "status": "in_progress"}}),
+    *(("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "m",
+                                      "delta": t}) for t in ("Hello", "!")),
+    ("response.output_text.done", {"type": "response.output_text.done", "text": "Hello!"}),
+    ("response.completed", {"type": "response.completed", "response": {
+        "id": "resp_1", "status": "completed",
+        "usage": {"input_tokens": 31, "output_tokens": 2, "total_tokens": 33}},
+        "timings": {"cache_n": 30, "prompt_n": 1, "predicted_n": 2,
+                    "predicted_per_second": 5.2, "draft_n": 2, "draft_n_accepted": 1}}),
+]
+# and its fill-in-the-middle stream: a chunk per token, the last one `stop` with its timings
+INFILL = [*({"index": 0, "content": t, "stop": False, "tokens_predicted": n}
+            for n, t in enumerate(("return", " a"), 1)),
+          {"index": 0, "content": "", "stop": True, "tokens_predicted": 2,
+           "timings": {"cache_n": 0, "prompt_n": 13, "predicted_n": 2,
+                       "predicted_per_second": 5.6}}]
+
+
+def sse(events: list[tuple[str, Any]]) -> bytes:
+    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n"
+                   for name, data in events).encode()
+
+
+@pytest.mark.parametrize("cut", [1, 13, 4096])
+def test_each_apis_stream_is_read_in_its_own_events(cut: int) -> None:
+    """Its text chunks, its usage (Anthropic's cached input tokens added back), the engine's
+    timing, the reply's id, and when it is whole: only at its last event."""
+    def read(raw: bytes, events: str) -> tuple[Watch, int | None]:
+        """The watch, and the byte through which it was fed when it saw the stream whole."""
+        seen, whole = watch(True, events), None
+        for at in range(0, len(raw), cut):
+            seen.feed(raw[at:at + cut])
+            whole = min(at + cut, len(raw)) if seen.done and whole is None else whole
+        return seen, whole
+
+    raw = sse(ANTHROPIC)
+    seen, whole = read(raw, apis.ANTHROPIC)
+    last = raw.rindex(b"event: message_stop")  # its data line ends the stream
+    assert whole is not None and whole >= raw.index(b"\n", raw.index(b"data:", last)) + 1
+    assert whole - cut < len(raw)  # and at once
+    assert (seen.generated, seen.chunks, seen.prompt_tokens) == (3, 3, 31)
+    assert seen.first_at == 0.0 and seen.reply_id == "msg_1" and seen.seen == len(ANTHROPIC)
+    seen, whole = read(sse(RESPONSES), apis.RESPONSES)
+    assert whole is not None and seen.done
+    assert (seen.generated, seen.chunks, seen.prompt_tokens) == (2, 2, 31)
+    assert seen.engine_tps == 5.2 and seen.reply_id == "resp_1"
+    assert seen.stats is not None and (seen.stats.drafted, seen.stats.accepted) == (2, 1)
+    unfinished, _ = read(sse(RESPONSES[:-1]), apis.RESPONSES)
+    assert not unfinished.done and unfinished.generated == 2
+    seen, _ = read(b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in INFILL),
+                   apis.INFILL)
+    assert seen.done and (seen.generated, seen.prompt_tokens, seen.engine_tps) == (2, 13, 5.6)
+    chat, _ = read(STREAM.replace(b"data: [DONE]\n\n", b""), apis.OPENAI)
+    assert not chat.done  # chat's stream is whole at [DONE] alone
+
+
+def test_each_apis_reply_that_is_not_a_stream_is_read_at_its_end() -> None:
+    replies = [
+        (apis.ANTHROPIC, {"id": "msg_1", "type": "message", "content": [
+            {"type": "text", "text": "Hi"}], "usage": {"input_tokens": 10,
+                                                     "cache_read_input_tokens": 21,
+                                                     "output_tokens": 8}}, (8, 31)),
+        (apis.RESPONSES, {"id": "resp_1", "object": "response", "usage": {
+            "input_tokens": 31, "output_tokens": 10, "total_tokens": 41}}, (10, 31)),
+        (apis.INFILL, {"content": "return a", "stop": True, "tokens_predicted": 8,
+                       "timings": {"cache_n": 0, "prompt_n": 13, "predicted_n": 8,
+                                   "predicted_per_second": 1.1}}, (8, 13)),
+        (apis.OPENAI, {"input_tokens": 31}, (0, 0)),  # a token count: nothing generated
+    ]
+    for events, reply, (generated, prompt) in replies:
+        seen = watch(False, events)
+        seen.feed(json.dumps(reply).encode())
+        seen.finish()
+        assert (seen.generated, seen.prompt_tokens) == (generated, prompt), events
 
 
 def test_garbage_passes_through_unread() -> None:

@@ -1,4 +1,4 @@
-"""`specctl gateway`: one OpenAI-compatible endpoint for every model."""
+"""`specctl gateway`: one endpoint for every model and each API it serves."""
 
 from __future__ import annotations
 
@@ -32,26 +32,30 @@ from specctl.orchestrator.cli.base import address, cli, err_console, seconds
                    "suites; a request stops the tune); off: never.")
 @click.option("--api-key-env", default="SPECCTL_GATEWAY_API_KEY", show_default=True,
               metavar="VAR", help="Variable holding the API key(s), comma-separated; when it "
-              "is set, every request needs `Authorization: Bearer KEY`.")
+              "is set, every request needs `Authorization: Bearer KEY` (or `x-api-key: KEY`).")
 @click.option("--warm", is_flag=True, help="Start every model's servers now, not on a first "
               "request; /health answers 200 once they are up (how `up` serves a profile "
               "through the router).")
 def gateway(refs: tuple[str, ...], host: str, port: int, memory_gib: float | None,
             start_wait: str, first_byte_timeout: str, chunk_timeout: str, idle_tune: str,
             api_key_env: str, warm: bool) -> None:
-    """Serve every profile and model behind one OpenAI-compatible endpoint.
+    """Serve every profile and model behind one endpoint, for each API they have.
 
     \b
     specctl gateway                       every profile that runs here
     specctl gateway cpu-demo ./m.gguf     these (the model name is the profile's)
     curl localhost:8070/v1/models
 
-    The request's "model" picks the server; it starts on the first request (the
+    OpenAI's chat, completions and Responses at /v1 (base_url .../v1), Anthropic's
+    Messages (ANTHROPIC_BASE_URL: the root), fill-in-the-middle at /infill. The
+    request's "model" picks the server; it starts on the first request (the
     request waits up to --start-wait), stops after the profile's [gateway]
     keep_alive (600 s by default) and leaves first, least recently used, when
     another would not fit in memory. Streams pass through chunk by chunk. When
     `specctl tune` saves a new setting, the gateway starts it beside the old one,
-    sends new requests there and stops the old one once its requests finish.
+    sends new requests there and stops the old one once its requests finish. A
+    server silent for 2 s that does not answer its health check in 3 s is hung:
+    its requests get 504 and it is restarted.
     /metrics has requests, tokens/s, time to first token, queue wait and draft
     acceptance per model and setting. Stop it with Ctrl-C or SIGTERM: requests
     in flight are told (503, or an error event in a stream), then every server

@@ -77,10 +77,11 @@ class Adapter:
     engine_env: ClassVar[tuple[EnvVar, ...]] = ()
     # its spec_stats counts drafted tokens: a speculative server that reports none did not draft
     draft_counters: ClassVar[bool] = False
-    # the OpenAI paths (below /v1/) its server answers as specctl starts it: the gateway forwards
-    # these and nothing else, so the engine's own API (tokenize, slots, props) stays behind it;
-    # every OpenAI-compatible server answers the two completions
-    openai_paths: ClassVar[frozenset[str]] = frozenset({"chat/completions", "completions"})
+    # the inference API paths its server answers as specctl starts it, from its root
+    # ("/v1/chat/completions", or a path at the root like "/infill"): the gateway forwards these
+    # and nothing else, so the engine's own API (tokenize, slots, props) stays behind it; every
+    # OpenAI-compatible server answers the two completions
+    api_paths: ClassVar[frozenset[str]] = frozenset({"/v1/chat/completions", "/v1/completions"})
     # concurrent requests when the profile says parallel = "auto": the engine's own default
     default_slots: ClassVar[int] = 1
     # each slot holds its own context in the KV cache (llama.cpp's slots), rather than pages of

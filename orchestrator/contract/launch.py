@@ -139,5 +139,11 @@ class Endpoint:
     def of(cls, launch: Launch, environ: Mapping[str, str]) -> Endpoint:
         return cls(launch.base_url, launch.metrics_url, api_key(launch.env_from, environ))
 
+    @property
+    def root(self) -> str:
+        """The server's root, where an API path such as /v1/messages or /infill starts: the
+        OpenAI-compatible root without its /v1."""
+        return self.api.rstrip("/").removesuffix("/v1")
+
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}

@@ -1,5 +1,7 @@
 """The gateway's one error responder: every error it answers is JSON in OpenAI's shape,
-`{"error": {"message", "type", "param", "code"}}` (the openai client shows `message`).
+`{"error": {"message", "type", "param", "code"}}` (the openai client shows `message`), or on
+Anthropic's paths (/v1/messages...) in Anthropic's, `{"type": "error", "error": {"type",
+"message"}}`, so that each API's client raises its own typed errors.
 
 That covers the gateway's own refusals, Starlette's (an unknown path is a 404, a wrong method a
 405 with `Allow`), any unexpected exception (a 500, one log line, and the gateway serves on),
@@ -21,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specctl.orchestrator import sanitise
 from specctl.orchestrator.contract.adapter import Adapter
-from specctl.orchestrator.gateway import paths
+from specctl.orchestrator.gateway import apis, paths
 from specctl.orchestrator.humanize import Say
 
 ECHO = 100  # characters of a client's value quoted back in a message
@@ -31,6 +33,9 @@ _OWN = "specctl.gateway_error"  # set in the scope once the gateway answers an e
 KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
          429: "rate_limit_error"}
+# Anthropic's error types by status (any other 4xx is invalid_request_error, a 5xx api_error)
+ANTHROPIC_KINDS = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                   413: "request_too_large", 429: "rate_limit_error"}
 
 
 class GatewayError(JSONResponse):
@@ -43,10 +48,19 @@ class GatewayError(JSONResponse):
 
 def error(status: int, message: str, kind: str | None = None,
           headers: Mapping[str, str] | None = None, param: str | None = None,
-          code: str | None = None) -> GatewayError:
+          code: str | None = None, anthropic: bool = False) -> GatewayError:
+    """An error answer in OpenAI's shape (`kind` its type, by default the status's), or in
+    Anthropic's (its type the status's: `param` and `code` are OpenAI's alone)."""
+    if anthropic:
+        return GatewayError({"type": "error", "error": {
+            "type": anthropic_kind(status), "message": message}}, status, headers)
     body = {"message": message, "type": kind or KINDS.get(status, "server_error"),
             "param": param, "code": code}
     return GatewayError({"error": body}, status_code=status, headers=headers)
+
+
+def anthropic_kind(status: int) -> str:
+    return ANTHROPIC_KINDS.get(status, "api_error" if status >= 500 else "invalid_request_error")
 
 
 class Refused(Exception):
@@ -59,17 +73,22 @@ class Refused(Exception):
         self.status, self.message, self.param, self.code = status, message, param, code
         self.close = close
 
-    def response(self) -> GatewayError:
+    def response(self, anthropic: bool = False) -> GatewayError:
         headers = {"Connection": "close"} if self.close else None
         return error(self.status, self.message, headers=headers, param=self.param,
-                     code=self.code)
+                     code=self.code, anthropic=anthropic)
 
 
 def served() -> str:
     """What the gateway answers, for a 404."""
-    forwarded = ", ".join(f"/v1/{p}" for p in sorted(paths.declared()))
+    forwarded = ", ".join(sorted(paths.declared()))
     return (f"the gateway forwards POST {forwarded} (those the model's server has), and "
-            "answers GET /v1/models, /health, /metrics")
+            "answers GET /v1/models, /v1/models/MODEL, /health, /metrics")
+
+
+def anthropic_at(scope: Scope) -> bool:
+    """Is the request's path (normalised) one of Anthropic's, answered in its shape?"""
+    return apis.anthropic_path(paths.canonical(str(scope.get("path", ""))))
 
 
 def quote(value: object) -> str:
@@ -81,16 +100,18 @@ async def http_error(request: Request, exc: Exception) -> Response:
     """Starlette's refusals (no such route, a wrong method) in the gateway's shape."""
     assert isinstance(exc, HTTPException)
     path = quote(request.scope.get("path", ""))
+    anthropic = anthropic_at(request.scope)
     if exc.status_code == 404:  # the body, if any, is never read: the connection closes
         close = {"Connection": "close"} if request.method not in ("GET", "HEAD") else None
         return error(404, f"no such path: {path}; {served()}", headers=close,
-                     code="unknown_path")
+                     code="unknown_path", anthropic=anthropic)
     if exc.status_code == 405:
         given = (exc.headers or {}).get("Allow", "")  # Starlette joins a set: any order
         allow = ", ".join(sorted(m.strip() for m in given.split(",") if m.strip()))
         return error(405, f"{quote(request.method)} is not allowed on {path}; use {allow}",
-                     headers={"Allow": allow}, code="method_not_allowed")
-    return error(exc.status_code, sanitise.line(exc.detail, ECHO), headers=exc.headers)
+                     headers={"Allow": allow}, code="method_not_allowed", anthropic=anthropic)
+    return error(exc.status_code, sanitise.line(exc.detail, ECHO), headers=exc.headers,
+                 anthropic=anthropic)
 
 
 class Catch:
@@ -118,8 +139,8 @@ class Catch:
                      f"{type(leaf).__name__}: {sanitise.line(leaf, 300)}")
             if not started:
                 await error(500, "the gateway failed on this request (its log says why); "
-                            "other requests are served", code="internal_error")(
-                                scope, receive, send)
+                            "other requests are served", code="internal_error",
+                            anthropic=anthropic_at(scope))(scope, receive, send)
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -137,8 +158,10 @@ class EngineErrors:
     the request was at fault, 502 when the engine failed. The gateway's own errors, and replies
     below 400, pass as they are."""
 
-    def __init__(self, scope: Scope, send: Send, adapter: Adapter | None, model: str) -> None:
+    def __init__(self, scope: Scope, send: Send, adapter: Adapter | None, model: str,
+                 anthropic: bool = False) -> None:
         self.scope, self.send, self.adapter, self.model = scope, send, adapter, model
+        self.anthropic = anthropic  # the answer in Anthropic's shape
         self.held: Message | None = None
         self.body = bytearray()
 
@@ -156,16 +179,18 @@ class EngineErrors:
 
     def answer(self, status: int) -> GatewayError:
         said = sanitise.line(_message(bytes(self.body)), ENGINE_TEXT)
+        shape = self.anthropic
         if status == 429:
-            return error(429, f"{self.model}'s server is busy: {said}", code="engine_busy")
+            return error(429, f"{self.model}'s server is busy: {said}", code="engine_busy",
+                         anthropic=shape)
         if status in (401, 403):  # the engine refused the gateway's own key
             return error(502, f"{self.model}'s server refused the gateway ({status}): {said}",
-                         code="engine_failed")
+                         code="engine_failed", anthropic=shape)
         if status < 500 or status == 501 or (
                 self.adapter is not None and self.adapter.malformed(status, said)):
-            return error(400, said, code="engine_refused")
+            return error(400, said, code="engine_refused", anthropic=shape)
         return error(502, f"{self.model}'s server failed ({status}): {said}",
-                     code="engine_failed")
+                     code="engine_failed", anthropic=shape)
 
 
 def _message(body: bytes) -> str:

@@ -11,7 +11,8 @@ gateway.
   no parser ever recurses deeper.
 - Values: finite numbers only (`1e999`, `NaN`, `Infinity` are 400s); a key twice in one object is
   a 400 (parsers differ on which one wins); a lone surrogate is a 400.
-- Then the fields (`schema.check`).
+- Then the model (the body's `model`; a fill-in-the-middle body without one goes to the one
+  model of a gateway that serves one) and the fields of the path's API (`schema.check`).
 
 A body that passes is sent to the engine as received: with every way two parsers could read it
 differently refused above, the engine reads what the gateway checked. A body above IN_THREAD
@@ -36,7 +37,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from specctl.orchestrator import sanitise
-from specctl.orchestrator.gateway import schema
+from specctl.orchestrator.gateway import apis, schema
 from specctl.orchestrator.gateway.errors import ECHO, Refused, quote
 
 MAX_BODY = 32 << 20  # a request body past this is refused (413)
@@ -66,8 +67,8 @@ def has_body(headers: Headers) -> bool:
 
 
 async def accept(request: Request, path: str, served: Collection[str]) -> Body:
-    """The request's body, read and checked for `path` (below /v1/) and a model among `served`
-    (else a 404); Refused says why not."""
+    """The request's body, read and checked for the API at `path` (gateway/apis.py) and a model
+    among `served` (else a 404); Refused says why not."""
     body = await read(request)
     if len(body) > IN_THREAD:
         return await anyio.to_thread.run_sync(parse, body, path, served, limiter=_parsers())
@@ -111,7 +112,7 @@ def _too_big() -> Refused:
 
 def parse(body: bytes, path: str, served: Collection[str]) -> Body:
     """Blocking: the body read as JSON within the rules above, its model one of `served`, its
-    fields checked for `path`."""
+    fields checked for the API at `path`."""
     if body.startswith(_BOMS):
         raise Refused(400, "the body starts with a byte-order mark: send JSON as UTF-8 without "
                       "one", code="invalid_encoding")
@@ -134,13 +135,27 @@ def parse(body: bytes, path: str, served: Collection[str]) -> Body:
     if _ESCAPED_SURROGATE.search(body) and _lone_surrogate(data):
         raise Refused(400, "the body has a lone surrogate (\\ud800-\\udfff) in a string",
                       code="invalid_json")
-    model = schema.model_of(data)
+    api = apis.of(path)
+    model = _model(data, api, served)
     if model not in served:
         names = ", ".join(sorted(served)) or "none"
         raise Refused(404, f"model {quote(model)} is not served here; /v1/models lists {names}",
                       param="model", code="model_not_found")
-    schema.check(path, data)
+    schema.check(api.format, data)
     return Body(model, data, body)
+
+
+def _model(data: dict[str, Any], api: apis.Api, served: Collection[str]) -> str:
+    """The model the body names; a body that leaves it out goes to the one model served,
+    where there is one (as llama-server takes it: how `up` serves through the router)."""
+    if data.get("model") is not None:
+        return schema.model_of(data)
+    if len(served) == 1:
+        return next(iter(served))
+    names = ", ".join(sorted(served)) or "none"
+    raise Refused(400, f"name the model in the body's \"model\" field: {api.path} without one "
+                  f"goes to the gateway's one model, and this one serves {len(served)} "
+                  f"({names})", param="model", code="missing_model")
 
 
 def deepest(body: bytes) -> int:

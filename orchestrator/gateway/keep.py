@@ -1,7 +1,8 @@
 """The gateway's kept traffic (opt-in: `[gateway] keep_traffic = N`): each request answered 200
 to a model that keeps traffic is recorded (measure/traffic/store.py: its body as received, after the
-intake checks, the router's kind, the prompt's tokens and the reply's), by one worker thread, in
-the order the requests finished.
+intake checks, read in its API's format: another API's body is kept as the chat request it
+amounts to, or not kept where it is none, as store.py says; the router's kind, the prompt's
+tokens and the reply's), by one worker thread, in the order the requests finished.
 
 Never in the request's way: the event loop only puts the request on a bounded queue (a full
 queue, or a write that fails, leaves that request unkept); nothing here raises into the gateway.
@@ -20,6 +21,7 @@ from typing import Any
 
 from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.humanize import Say
+from specctl.orchestrator.measure.prompts import bodies
 from specctl.orchestrator.measure.traffic import store as traffic
 from specctl.orchestrator.measure.traffic.kept import MAX_TOKENS
 
@@ -36,6 +38,7 @@ class _Job:
     kind: str
     tokens_in: int
     tokens_out: int
+    fmt: str = bodies.CHAT
 
 
 class Keeper:
@@ -48,13 +51,14 @@ class Keeper:
         self.written = 0  # requests the worker has handled (kept or not), for tests and status
 
     def keep(self, model: str, keep: int, body: Mapping[str, Any], kind: str, tokens_in: int,
-             tokens_out: int) -> None:
-        """On the event loop: queue the request for its model's file (`keep`: the profile's
-        keep_traffic; 0 keeps nothing). Never blocks, never raises."""
+             tokens_out: int, fmt: str = bodies.CHAT) -> None:
+        """On the event loop: queue the request (a body of its API's format `fmt`) for its
+        model's file (`keep`: the profile's keep_traffic; 0 keeps nothing). Never blocks, never
+        raises."""
         if keep <= 0:
             return
         job = _Job(model, keep, body, kind, min(max(tokens_in, 0), MAX_TOKENS),
-                   min(max(tokens_out, 0), MAX_TOKENS))
+                   min(max(tokens_out, 0), MAX_TOKENS), fmt)
         try:
             self._running()
             self._queue.put_nowait(job)
@@ -81,7 +85,7 @@ class Keeper:
     def _write(self, job: _Job) -> None:
         try:
             done = traffic.record(self.dirs, job.model, job.body, job.kind, job.tokens_in,
-                                  job.tokens_out, keep=job.keep)
+                                  job.tokens_out, keep=job.keep, fmt=job.fmt)
         except Exception as exc:  # a disk, a folder, a bug: never the request's
             why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             self._once(job.model, "error", f"traffic of {job.model} is not being kept: {why} "

@@ -1,7 +1,10 @@
-"""The fields of a request checked before it reaches an engine: not OpenAI's whole schema, only
-what engines fail on (llama-server answers a message without a `role`, or a content part of the
-wrong type, with a 500) and what the gateway itself reads (`model`, `stream`, `messages`).
-Each failure is a 400 whose `param` names the field (`messages[2].content[0].text`).
+"""The fields of a request checked before it reaches an engine, by its API's format: not each
+API's whole schema, only what engines fail on or misread (llama-server answers a chat message
+without a `role`, or a content part of the wrong type, with a 500; an Anthropic text block
+without `text`, or a fill-in-the-middle body without `input_suffix`, too; it answers Messages
+whose `messages` is a string, or Responses whose `input` is empty, as if they asked nothing) and
+what the gateway itself reads (`model`, `stream`, the messages, the answer's length). Each
+failure is a 400 whose `param` names the field (`messages[2].content[0].text`).
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from specctl.orchestrator.gateway import fields
 from specctl.orchestrator.gateway.errors import Refused
+from specctl.orchestrator.measure.prompts import bodies
 
 MAX_MODEL = 256  # characters of a model name (a profile's name is at most 64)
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -37,6 +42,8 @@ FIELDS: Mapping[str, tuple[str, Callable[[Any], bool]]] = {
     "max_tokens": ("an integer", _integer),
     "max_completion_tokens": ("an integer", _integer),
     "n": ("an integer", _integer),
+    "max_output_tokens": ("an integer", _integer),  # Responses'
+    "n_predict": ("an integer", _integer),  # fill-in-the-middle's
     "temperature": ("a number", _number),
     "top_p": ("a number", _number),
     "tools": ("an array", lambda v: isinstance(v, list)),
@@ -55,14 +62,17 @@ def model_of(body: Mapping[str, Any]) -> str:
     return model
 
 
-def check(path: str, body: Mapping[str, Any]) -> None:
-    """Refused (400) at the first field that is missing or of the wrong type."""
+def check(fmt: str, body: Mapping[str, Any]) -> None:
+    """Refused (400) at the first field of a body of format `fmt` (gateway/apis.py) that is
+    missing or of the wrong type."""
     for name, (kind, ok) in FIELDS.items():
         value = body.get(name)
         if value is not None and not ok(value):
             raise _wrong(name, kind)
-    if path == "chat/completions":
+    if fmt == bodies.CHAT:
         messages(body.get("messages"))
+    elif fmt in FORMATS:
+        FORMATS[fmt](body)
 
 
 def messages(found: Any) -> None:
@@ -106,6 +116,11 @@ def content(found: Any, at: str) -> None:
         for name, kind_of in inner.items():
             if not isinstance(value, dict) or not isinstance(value.get(name), kind_of):
                 raise _wrong(f"{here}.{field}.{name}", _TYPE_NAMES[kind_of])
+
+
+FORMATS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
+    bodies.MESSAGES: fields.anthropic, bodies.RESPONSES: fields.responses,
+    bodies.INFILL: fields.infill}
 
 
 def _wrong(param: str, kind: str) -> Refused:

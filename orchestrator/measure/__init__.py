@@ -4,7 +4,8 @@ Nine wings, each a folder; a wing imports only the wings above it in this table 
 below); tests/test_layers.py checks it, type-only imports included:
 
     prompts      the workload: prompts with categories, the mix (workload), the formats
-                 `--prompts FILE` reads (formats), the shipped suites (suites, *.json)
+                 `--prompts FILE` reads (formats), the shipped suites (suites, *.json), a
+                 request body of each API read as its conversation (bodies)
     lab          where timings are taken: a short-lived server per configuration (engine),
                  servers kept up or one at a time, and the watch on the machine (servers)
     estimates    what the timings say: low quantiles and intervals (estimate), by objective and

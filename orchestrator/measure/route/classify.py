@@ -42,6 +42,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specctl.orchestrator.measure.prompts import bodies
+
 KINDS = ("chat", "code", "math", "summarize", "edit", "translate", "docqa")
 SUITE_KINDS = {"chat": "chat", "qa": "chat", "multiturn": "chat", "article": "summarize",
                **{k: k for k in KINDS}}  # a shipped suite's kind (and a kind's own name)
@@ -127,8 +129,16 @@ class Facts:
     max_tokens: int | None = None
 
 
-def facts(body: Mapping[str, Any]) -> Facts:
-    """A request's Facts (gateway/asgi.py, for the pool's slot)."""
+def facts(body: Mapping[str, Any], fmt: str = bodies.CHAT) -> Facts:
+    """A request's Facts (gateway/asgi.py, for the pool's slot), read in its API's format
+    (measure/prompts/bodies.py): a chat or completions body as such; any other as the
+    conversation it carries, its kind the one its API fixes (fill-in-the-middle is code), else
+    its last user turn's."""
+    if fmt not in (bodies.CHAT, bodies.COMPLETIONS):
+        said = bodies.conversation(fmt, body)
+        ask = said.ask()
+        return Facts(said.kind or (kind(ask) if ask is not None else "chat"), said.chars,
+                     said.max_tokens)
     messages = body.get("messages")
     if isinstance(messages, list):
         chars = sum(len(_text(m.get("content"))) for m in messages if isinstance(m, dict))

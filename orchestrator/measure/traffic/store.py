@@ -7,7 +7,12 @@ What a request leaves there is an allow-list, copied field by field from its bod
 
 - its messages: role (system, user, assistant; developer is kept as system) and text content
   (a list of parts: its text parts); tool messages, tool calls, images, names are dropped. A
-  completion's `prompt` is kept as one user message;
+  completion's `prompt` is kept as one user message. A request of another API is kept as the
+  chat request it amounts to (measure/prompts/bodies.py): Anthropic Messages' system and text
+  blocks, OpenAI Responses' instructions and input messages, each as a message (tool calls
+  and results dropped, as chat's); a fill-in-the-middle request is not kept (no conversation:
+  replayed as chat it would measure another request), nor a request that generates nothing
+  (a token count, embeddings);
 - the sampling parameters temperature, top_p, max_tokens (or max_completion_tokens), seed,
   stop and n, each kept only when it is a valid value;
 - the router's kind, the tokens in and out, the time it was kept.
@@ -44,7 +49,7 @@ from pydantic import ValidationError
 from specctl.orchestrator.contract.dirs import Dirs
 from specctl.orchestrator.errors import ProfileError, StateError
 from specctl.orchestrator.files import NAME_PATTERN, inside, private_dir, remove_own
-from specctl.orchestrator.measure.prompts import formats
+from specctl.orchestrator.measure.prompts import bodies, formats
 from specctl.orchestrator.measure.traffic import kept
 from specctl.orchestrator.measure.traffic.kept import MAX_KEEP as MAX_KEEP
 from specctl.orchestrator.measure.traffic.kept import MAX_MESSAGES, SKIP
@@ -123,11 +128,17 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def record(dirs: Dirs, model: str, body: Mapping[str, Any], kind: str, tokens_in: int,
-           tokens_out: int, *, keep: int) -> Recorded:
-    """Keep this request among the model's last `keep` (the profile's keep_traffic); `keep` 0
-    keeps nothing. A file found corrupt is set aside and a new one begun (said in `note`)."""
+           tokens_out: int, *, keep: int, fmt: str = bodies.CHAT) -> Recorded:
+    """Keep this request (a body of format `fmt`, measure/prompts/bodies.py) among the model's
+    last `keep` (the profile's keep_traffic); `keep` 0 keeps nothing. A file found corrupt is
+    set aside and a new one begun (said in `note`)."""
     if keep <= 0:
         return Recorded(False)
+    if fmt not in (bodies.CHAT, bodies.COMPLETIONS):
+        chat = bodies.conversation(fmt, body).as_chat()
+        if chat is None:
+            return Recorded(False, f"a {fmt} request is not kept")
+        body = chat
     path = path_of(dirs, model)
     messages = _messages(body)
     large = sum(len(m["content"].encode()) for m in messages) > MAX_REQUEST
