@@ -15,7 +15,7 @@ from specctl.adapters.llamacpp import LlamaCpp
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.errors import SpecctlError, StateError
 from specctl.orchestrator.measure.bench import verdicts
-from specctl.orchestrator.measure.lossless import structured
+from specctl.orchestrator.measure.lossless import answers, structured
 from specctl.orchestrator.measure.prompts import structured as prompts
 from specctl.orchestrator.measure.results import certificates as certs
 from tests import broken_tools, plans
@@ -37,29 +37,29 @@ def messages(name: str = "convert_currency", given: Any = None) -> dict[str, Any
 
 
 def test_answers_are_read_as_a_client_reads_them_ids_aside() -> None:
-    got = structured.read("chat/completions", chat())
-    assert got == structured.Answer((structured.Call("get_weather", '{"city": "Paris"}'),), "")
+    got = answers.read("chat/completions", chat())
+    assert got == answers.Answer((answers.Call("get_weather", '{"city": "Paris"}'),), "")
     assert got.shape() == "tool call"
     other = chat()
     other["choices"][0]["message"]["tool_calls"][0]["id"] = "another id, drawn afresh"
-    assert structured.read("chat/completions", other) == got
-    assert structured.read("messages", messages()) == structured.Answer(
-        (structured.Call("convert_currency", '{"amount": 250, "to": "USD"}'),), "Sure.")
-    schema = structured.read("chat/completions", chat(name="", content='{"title": "Dune"}'))
+    assert answers.read("chat/completions", other) == got
+    assert answers.read("messages", messages()) == answers.Answer(
+        (answers.Call("convert_currency", '{"amount": 250, "to": "USD"}'),), "Sure.")
+    schema = answers.read("chat/completions", chat(name="", content='{"title": "Dune"}'))
     assert schema.shape() == "JSON answer" and not schema.calls
-    cut = structured.read("chat/completions", chat(name="", content='{"title": "Du'))
+    cut = answers.read("chat/completions", chat(name="", content='{"title": "Du'))
     assert cut.shape() == "unfinished JSON answer"
-    assert structured.read("chat/completions", chat(name="", content="Hi")).shape() == \
+    assert answers.read("chat/completions", chat(name="", content="Hi")).shape() == \
         "text answer"
     with pytest.raises(SpecctlError) as bad:
-        structured.read("chat/completions", {"error": "nope"})
+        answers.read("chat/completions", {"error": "nope"})
     assert "not a chat/completions reply" in str(bad.value)
 
 
 def test_each_difference_is_said_in_words() -> None:
     def said(base: dict[str, Any], other: dict[str, Any], api: str = "chat/completions"
              ) -> str | None:
-        return structured.difference(structured.read(api, base), structured.read(api, other))
+        return answers.difference(answers.read(api, base), answers.read(api, other))
 
     assert said(chat(), chat()) is None
     assert said(chat(), chat(arguments='{"city": "aris"}')) == (
@@ -86,6 +86,34 @@ def test_each_difference_is_said_in_words() -> None:
     long = "x" * 200 + "\n\x1b[2J"
     line = said(chat(arguments=json.dumps({"a": "y"})), chat(arguments=json.dumps({"a": long})))
     assert line is not None and "..." in line and "\x1b" not in line and "\n" not in line
+
+
+def steps(*tokens: tuple[str, float, dict[str, float]]) -> dict[str, Any]:
+    """A chat completion's `logprobs`: each token, its log-probability, the likeliest there."""
+    return {"content": [{"token": t, "logprob": lp, "top_logprobs": [
+        {"token": k, "logprob": v} for k, v in top.items()]} for t, lp, top in tokens]}
+
+
+def test_a_near_tie_is_read_off_the_baselines_tokens() -> None:
+    """Answers that part where the target nearly chose the other's token (SmolLM2's " Review"
+    and " review", 0.04 nats apart) are what numerics flip; a token it gave much less, or the
+    same tokens read as another call, are not."""
+    def answer(*tokens: tuple[str, float, dict[str, float]]) -> answers.Answer:
+        reply = chat(arguments="".join(t for t, _, _ in tokens))
+        reply["choices"][0]["logprobs"] = steps(*tokens)
+        return answers.read("chat/completions", reply)
+
+    base = answer(("Design", -0.1, {}), (" Review", -0.68, {" Review": -0.68, " review": -0.72}))
+    flipped = answer(("Design", -0.1, {}), (" review", -0.70, {}))
+    assert answers.tie(base, flipped) == (
+        'at token 1 the target nearly chose it: " review" 0.04 nats below " Review"')
+    far = answer(("Design", -0.1, {}), (" Rev", -0.2, {}))
+    assert answers.tie(base, far) is None  # not among the likeliest the baseline weighed
+    unlikely = answer(("Design", -0.1, {}), (" review", -0.70, {}))
+    assert answers.tie(answer(("Design", -0.1, {}), (" Review", -0.1, {
+        " Review": -0.1, " review": -2.5})), unlikely) is None
+    assert answers.tie(base, base) is None  # the same tokens: nothing numerics flipped
+    assert answers.tie(answers.read("chat/completions", chat()), flipped) is None  # no tokens
 
 
 def test_the_shipped_prompts_ask_for_each_kind_and_one_is_sampled() -> None:
@@ -167,8 +195,8 @@ def test_a_difference_is_numerics_only_where_the_floor_gives_that_very_answer() 
     assert got.passed and got.sides["ngram k=8"].identical == 2
     side = got.sides["draft k=3"]
     assert side.identical == 1 and len(side.explained) == 1 and not side.differences
-    assert "1 as the floor (every draft rejected) answers it, numerics: 'weather'" in \
-        side.message()
+    assert "numerics explain 1: 'weather' (tools): tool call 1 (get_weather): its arguments " \
+        "differ at city" in side.message() and "(the floor's answer too)" in side.message()
     assert floor.asked == 1  # only the prompt where a setting differs
     honest_floor = Canned(**{"What ": paris, "Descr": dune})
     got = run(base, {"draft k=3": flipped}, asked, kinds, honest_floor)
@@ -177,6 +205,20 @@ def test_a_difference_is_numerics_only_where_the_floor_gives_that_very_answer() 
         got.sides["draft k=3"].message()
     alone = run(base, {"draft k=3": flipped}, asked, kinds)
     assert not alone.passed and not alone.floor
+    # the tokens say it was a near-tie: numerics, without asking the floor
+    paris["choices"][0]["logprobs"] = steps(('{"city": "', -0.1, {}), (
+        "Paris", -0.60, {"Paris": -0.60, "aris": -0.65}), ('"}', -0.1, {}))
+    aris["choices"][0]["logprobs"] = steps(('{"city": "', -0.1, {}), ("aris", -0.6, {}),
+                                           ('"}', -0.1, {}))
+    asked_floor = Canned(**{"What ": paris, "Descr": dune})
+    near = run(base, {"draft k=3": flipped}, asked, kinds, asked_floor)
+    assert near.passed and asked_floor.asked == 0
+    assert "0.05 nats below" in near.sides["draft k=3"].message()
+    # the same tokens read as another call: a fault after the model, never numerics
+    relayed = Canned(**{"What ": {**aris, "choices": [{**aris["choices"][0],
+                                                        "logprobs": paris["choices"][0][
+                                                            "logprobs"]}]}, "Descr": dune})
+    assert not run(base, {"draft k=3": relayed}, asked, kinds, honest_floor).passed
 
 
 def test_a_kind_not_served_or_refused_by_the_baseline_is_not_checked_and_said() -> None:

@@ -11,14 +11,17 @@ tools in its chat template says instead), the calls' ids aside (a server draws t
 A tool call is an action the client takes, so a setting's answer must be the baseline's, with
 one allowance: numerics. Batched verification sums in another order than one-token decoding, so
 a near-tie can flip in a correct engine too (SmolLM2 wrote "Design review" for the baseline's
-"Design Review", and so did the floor). A differing answer is explained when the floor (the same
-engine with every draft rejected: batched verification alone, no draft accepted) gives that very
-answer; every other difference is a changed output, and without a floor every difference is
-one. The floor is asked only the prompts where a setting differs. A difference names the prompt
+"Design Review", 0.04 nats apart, and so did the floor). A differing answer is explained where
+its tokens leave the baseline's at a token the target nearly chose (within answers.TIE nats of
+its own choice, read off the baseline's logprobs: measure/lossless/answers.tie), or where the
+floor (the same engine with every draft rejected: batched verification alone) gives that very
+answer (for answers without tokens: Messages); every other difference is a changed output. The
+floor is asked only the prompts where a setting differs that way. A difference names the prompt
 and what differed ("'weather' (tools): tool call 1 (get_weather): its arguments differ at city:
-"aris" where the baseline has "Paris""). What the allowance cannot see: a fault that changes the
-floor's answers the same way (a verification path that is broken too; the floor's own greedy and
-sampling checks are the ones on it).
+"aris" where the baseline has "Paris""); an answer whose tokens are the baseline's and whose
+calls are not (a serving fault after the model) is never numerics. What the allowance cannot
+see: a change at a near-tie, and one that changes the floor's answers the same way (the floor's
+own greedy and sampling checks are the ones on it).
 
 A prompt of a kind the engine does not serve as started (Adapter.structured), or that the
 baseline itself refuses, is not checked, and the report says so and why. The sampled prompt's
@@ -28,7 +31,6 @@ completions go to the two-sample test (measure/lossless/twosample.py) as one mor
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,127 +41,16 @@ from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.measure.lab import engine
 from specctl.orchestrator.measure.lossless import check
 from specctl.orchestrator.measure.lossless import twosample as quality
+from specctl.orchestrator.measure.lossless.answers import Answer, difference, read, tie
 from specctl.orchestrator.measure.prompts.structured import StructuredPrompt
 
 CATEGORY = "structured:"  # the sampled prompt's category in the sampling check: structured:NAME
-SHOWN = 60  # characters of a value shown where answers differ
-KEPT = 2000  # characters of a differing answer the report keeps
-
-
-@dataclass(frozen=True)
-class Call:
-    """One tool call as compared: its name and its arguments as the server wrote them."""
-
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A structured answer as a client reads it: its tool calls and its text."""
-
-    calls: tuple[Call, ...] = ()
-    text: str = ""
-
-    def shape(self) -> str:
-        """What the answer is: "tool call", "JSON answer", "unfinished JSON answer" (cut by its
-        length) or "text answer"."""
-        if self.calls:
-            return "tool call"
-        try:
-            json.loads(self.text)
-        except ValueError:
-            return "unfinished JSON answer" if self.text.lstrip()[:1] in ("{", "[") else \
-                "text answer"
-        return "JSON answer"
-
-    def to_json(self) -> str:
-        """The answer as a report keeps it (where it differs): calls and text, cut."""
-        return _json({"calls": [[c.name, c.arguments] for c in self.calls],
-                      "text": self.text})[:KEPT]
-
-
-def read(api: str, reply: Mapping[str, Any]) -> Answer:
-    """The answer of a `chat/completions` or `messages` reply; ServerError when it is neither."""
-    try:
-        if api == "messages":
-            blocks = list(reply["content"])
-            return Answer(tuple(Call(str(b["name"]), _json(b.get("input")))
-                                for b in blocks if b.get("type") == "tool_use"),
-                          "".join(str(b.get("text", "")) for b in blocks
-                                  if b.get("type") == "text"))
-        message = reply["choices"][0]["message"]
-        calls = message.get("tool_calls") or []
-        return Answer(tuple(Call(str(c["function"]["name"]), str(c["function"]["arguments"]))
-                            for c in calls), str(message.get("content") or ""))
-    except (KeyError, IndexError, TypeError, AttributeError):
-        raise ServerError(f"an answer that is not a {api} reply: "
-                          f"{sanitise.line(json.dumps(reply)[:200])}") from None
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-def difference(base: Answer, other: Answer) -> str | None:
-    """What differs between the baseline's answer and another's, in words; None: identical."""
-    if base == other:
-        return None
-    if len(base.calls) != len(other.calls):
-        return (f"{len(other.calls)} tool call(s) ({_names(other)}) where the baseline made "
-                f"{len(base.calls)} ({_names(base)})")
-    for n, (a, b) in enumerate(zip(base.calls, other.calls, strict=True), 1):
-        if a.name != b.name:
-            return f"tool call {n} is {_quoted(b.name)} where the baseline called " \
-                   f"{_quoted(a.name)}"
-        if a.arguments != b.arguments:
-            return f"tool call {n} ({a.name}): its arguments differ{_where(a, b)}"
-    return f"its text differs {_from(base.text, other.text)}"
-
-
-def _from(base: str, other: str) -> str:
-    """Where `other` leaves `base`, from the first character that differs."""
-    at = next((i for i, (x, y) in enumerate(zip(base, other, strict=False)) if x != y),
-              min(len(base), len(other)))
-    return f"from character {at}: {_quoted(other[at:])} where the baseline has " \
-           f"{_quoted(base[at:])}"
-
-
-def _names(answer: Answer) -> str:
-    return ", ".join(_quoted(c.name) for c in answer.calls) or "none"
-
-
-def _where(a: Call, b: Call) -> str:
-    """Where two calls' arguments differ: the first argument whose value does, else from which
-    character (arguments cut by the answer's length are no JSON)."""
-    try:
-        base, other = json.loads(a.arguments), json.loads(b.arguments)
-    except ValueError:
-        return f" {_from(a.arguments, b.arguments)}"
-    if base == other:
-        return f" in their formatting, {_from(a.arguments, b.arguments)}"
-    if isinstance(base, dict) and isinstance(other, dict):
-        key = next(k for k in [*base, *other] if base.get(k, ...) != other.get(k, ...))
-        mine = _cut(_json(other[key])) if key in other else "nothing"
-        theirs = _cut(_json(base[key])) if key in base else "nothing"
-        return f" at {_cut(str(key))}: {mine} where the baseline has {theirs}"
-    return f": {_cut(_json(other))} where the baseline has {_cut(_json(base))}"
-
-
-def _cut(text: str) -> str:
-    """A value as shown where answers differ: its first SHOWN characters, made safe to print."""
-    return sanitise.line(text if len(text) <= SHOWN else text[:SHOWN] + "...")
-
-
-def _quoted(text: str) -> str:
-    return _cut(json.dumps(text if len(text) <= SHOWN else text[:SHOWN], ensure_ascii=False)
-                + ("..." if len(text) > SHOWN else ""))
 
 
 @dataclass
 class Side:
-    """One setting's answers against the baseline's: identical, explained by the floor (it
-    answers the same: numerics), or differences."""
+    """One setting's answers against the baseline's: identical, explained by numerics (a
+    near-tie, or the floor's very answer), or differences."""
 
     label: str
     identical: int = 0
@@ -181,8 +72,7 @@ class Side:
         line = (f"{self.identical}/{self.n} identical to the baseline's (the baseline's "
                 f"answers: {shapes})")
         if self.explained:
-            line += (f"; {len(self.explained)} as the floor (every draft rejected) answers it, "
-                     f"numerics: {_listed(self.explained)}")
+            line += f"; numerics explain {len(self.explained)}: {_listed(self.explained)}"
         if self.differences:
             line += f"; changed: {_listed(self.differences)}"
         return line
@@ -224,8 +114,10 @@ class _Asked:
     prompt: StructuredPrompt
 
     def of(self, served: engine.Served) -> Answer:
+        tokens = {"logprobs": True, "top_logprobs": 5} if self.prompt.api == \
+            "chat/completions" else {}
         body = {**self.prompt.body, "temperature": 0, "seed": 0,
-                "max_tokens": self.prompt.max_tokens}
+                "max_tokens": self.prompt.max_tokens, **tokens}
         return read(self.prompt.api, served.answer(self.prompt.api, body))
 
     def maybe(self, served: engine.Served) -> tuple[Answer | None, str | None]:
@@ -241,8 +133,9 @@ def compare(base: engine.Served, others: Mapping[str, engine.Served],
             prompts: Sequence[StructuredPrompt], kinds: frozenset[str], say: Say,
             floor: engine.Served | None = None) -> Checked:
     """Each prompt of a kind in `kinds` asked greedily of the baseline, then of every other
-    server, the answers compared (`difference`); where one differs, the floor (when there is
-    one) is asked it too, and a setting whose answer is the floor's is explained by numerics."""
+    server, the answers compared (answers.difference); one that differs is explained by
+    numerics where it parts at a near-tie (answers.tie), or where the floor (when there is one,
+    asked then) gives that very answer."""
     out = Checked(sides={label: Side(label) for label in others}, floor=floor is not None)
     for prompt in prompts:
         name = f"'{prompt.name}' ({prompt.kind})"
@@ -268,13 +161,17 @@ def compare(base: engine.Served, others: Mapping[str, engine.Served],
             if what is None:
                 side.identical += 1
                 continue
+            found = {"prompt": prompt.name, "kind": prompt.kind, "what": what,
+                     "baseline": theirs.to_json(), "answer": mine.to_json() if mine else ""}
+            near = tie(theirs, mine) if mine is not None else None
+            if near is not None:
+                side.explained.append({**found, "what": f"{what} ({near})"})
+                continue
             if floor is not None and not floor_said:
                 say(f"structured: {name} on the floor")
                 floor_said.append(asked.maybe(floor)[0])
-            found = {"prompt": prompt.name, "kind": prompt.kind, "what": what,
-                     "baseline": theirs.to_json(), "answer": mine.to_json() if mine else ""}
             if mine is not None and floor_said and floor_said[0] == mine:
-                side.explained.append(found)
+                side.explained.append({**found, "what": f"{what} (the floor's answer too)"})
             else:
                 side.differences.append(found)
     return out
