@@ -113,6 +113,10 @@ def test_a_near_tie_is_read_off_the_baselines_tokens() -> None:
     assert answers.tie(answer(("Design", -0.1, {}), (" Review", -0.1, {
         " Review": -0.1, " review": -2.5})), unlikely) is None
     assert answers.tie(base, base) is None  # the same tokens: nothing numerics flipped
+    # a near-tie late, but the answers part earlier, in what the shared tokens wrote: a fault
+    relayed = answers.Answer((answers.Call("get_weather", "Dasign review"),), "",
+                             flipped.steps)
+    assert answers.tie(base, relayed) is None
     assert answers.tie(answers.read("chat/completions", chat()), flipped) is None  # no tokens
 
 

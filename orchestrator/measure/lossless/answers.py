@@ -108,9 +108,10 @@ def _json(value: object) -> str:
 
 def tie(base: Answer, other: Answer) -> str | None:
     """Where `other`'s tokens first leave `base`'s, whether the target nearly chose `other`'s
-    token there (within TIE nats of its own, among the likeliest the baseline reported): what
-    numerics can flip, in words; None where it did not, or where the tokens do not say (none
-    reported, the same tokens read otherwise, one answer ending first)."""
+    token there (within TIE nats of its own, among the likeliest the baseline reported), and
+    the answers part no earlier (what the shared tokens wrote is the same in both): what
+    numerics can flip, in words. None where it is not, or where the tokens do not say (none
+    reported, the same tokens read otherwise, an answer that is no slice of its tokens' text)."""
     at = next((i for i, (a, b) in enumerate(zip(base.steps, other.steps, strict=False))
                if a.token != b.token), None)
     if at is None:
@@ -118,8 +119,37 @@ def tie(base: Answer, other: Answer) -> str | None:
     mine, theirs = other.steps[at].token, base.steps[at]
     if mine not in theirs.top or theirs.logprob - theirs.top[mine] > TIE:
         return None
+    parting = _parting(base, other)
+    if parting is None or parting < len("".join(s.token for s in base.steps[:at])):
+        return None
     return (f"at token {at} the target nearly chose it: {_quoted(mine)} "
             f"{theirs.logprob - theirs.top[mine]:.2f} nats below {_quoted(theirs.token)}")
+
+
+def _parting(base: Answer, other: Answer) -> int | None:
+    """Where, in the text of the baseline's tokens, its answer and `other`'s begin to differ:
+    the first differing call's name or arguments, else the text, found there verbatim (None:
+    not found, or a call more or fewer)."""
+    raw = "".join(s.token for s in base.steps)
+    if len(base.calls) != len(other.calls):
+        return None
+    for a, b in zip(base.calls, other.calls, strict=True):
+        if a.name != b.name:
+            return _found(raw, a.name, 0)
+        if a.arguments != b.arguments:
+            return _found(raw, a.arguments, _first(a.arguments, b.arguments))
+    return _found(raw, base.text, _first(base.text, other.text))
+
+
+def _found(raw: str, part: str, offset: int) -> int | None:
+    where = raw.find(part) if part else -1
+    return None if where < 0 else where + offset
+
+
+def _first(base: str, other: str) -> int:
+    """The first character where `other` leaves `base`."""
+    return next((i for i, (x, y) in enumerate(zip(base, other, strict=False)) if x != y),
+                min(len(base), len(other)))
 
 
 def difference(base: Answer, other: Answer) -> str | None:
@@ -140,8 +170,7 @@ def difference(base: Answer, other: Answer) -> str | None:
 
 def _from(base: str, other: str) -> str:
     """Where `other` leaves `base`, from the first character that differs."""
-    at = next((i for i, (x, y) in enumerate(zip(base, other, strict=False)) if x != y),
-              min(len(base), len(other)))
+    at = _first(base, other)
     return f"from character {at}: {_quoted(other[at:])} where the baseline has " \
            f"{_quoted(base[at:])}"
 
