@@ -345,6 +345,16 @@ class LlamaCpp(Adapter):
         return Launch(argv=tuple(argv), health_url=f"tcp://{url_host(host)}:{port}",
                       base_url=f"tcp://{url_host(host)}:{port}")
 
+    def structured(self, plan: Plan, installed: Installed) -> frozenset[str]:
+        """A JSON schema is kept by a grammar (`response_format`); tool calls are the model's
+        Jinja chat template's, parsed from its reply, on chat/completions and /v1/messages:
+        with Jinja on, by default in builds that have `--no-jinja` (earlier ones need
+        `--jinja`). A template without tools answers with text, which is compared too."""
+        args = plan.extra_args
+        jinja = ("--jinja" in args or "--no-jinja" in installed.flags) and \
+            "--no-jinja" not in args
+        return frozenset({"json_schema", *(("tools", "tool_use") if jinja else ())})
+
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return prometheus.spec_stats(prometheus.fetch(endpoint), "llamacpp:", "llamacpp /metrics")
 

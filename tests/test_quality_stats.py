@@ -380,7 +380,7 @@ def test_the_sampler_never_gives_two_choices_one_seed(monkeypatch: pytest.Monkey
     seeds: list[int] = []
 
     def sample(_ep: object, _p: str, _t: int, _temp: float, _top: float, seed: int, n: int,
-               _model: object = None) -> list[list[int]]:
+               _model: object = None, extra: object = None) -> list[list[int]]:
         seeds.extend(seed + i for i in range(n))
         return [[seed + i] for i in range(n)]
 

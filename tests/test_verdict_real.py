@@ -1,6 +1,7 @@
 """bench's one verdict against real llama-server processes: broken builds of it (tests/bin, see
 tests/broken_engine.py) are caught and never called a speedup; the real build passes and is
-certified, and `plan` and `status` show that certificate with the engine build it is for.
+certified, and `plan` and `status` show that certificate with the engine build it is for (the
+build that alters tool calls: tests/test_structured_real.py).
 
 Kept short: one suite, two prompts, one pass, short replies and small sampling budgets."""
 
@@ -109,8 +110,11 @@ def test_the_real_engine_passes_is_certified_and_status_shows_it(tmp_path: Path)
     assert report["outcome"] == "speed" and report["usable"] == ["draft k=3"]
     assert report["floor_check"]["passed"] is True
     assert report["certificate"].startswith("passing, for llamacpp ")
+    assert report["structured"]["passed"] is True, report["structured"]  # tools answered as text
     after = json.loads(specctl("plan", "-p", str(profile), "--json", env=env).stdout)
     assert after["certificate"]["state"] == "passing"
+    assert after["certificate"]["structured"].startswith(
+        "tool calls and structured output: the target's, ")
     version = after["backend_version"]
     assert after["certificate"]["engine"]["version"] == version
     up = specctl("up", "-p", str(profile), "--no-provision", env=env, timeout=300)
@@ -121,6 +125,8 @@ def test_the_real_engine_passes_is_certified_and_status_shows_it(tmp_path: Path)
         assert row["certificate"]["engine"]["version"] == version
         shown = specctl("status", env=env).stdout
         assert f"p: certificate: passing for llamacpp {version}" in " ".join(shown.split())
+        assert "p: certificate: tool calls and structured output: the target's" in " ".join(
+            shown.split())
     finally:
         specctl("down", "--all", env=env)
     # the same profile on another build of the engine: its certificate is for the old one

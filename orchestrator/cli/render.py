@@ -92,6 +92,10 @@ def show_status(console: Console, rows: list[Row]) -> None:
         if r.certificate:
             console.print(f"{r.profile}: certificate: {sanitise.line(r.certificate['line'])}",
                           highlight=False, markup=False)
+            if r.certificate.get("structured"):
+                console.print(f"{r.profile}: certificate: "
+                              f"{sanitise.line(r.certificate['structured'])}", highlight=False,
+                              markup=False)
 
 
 @contextmanager
@@ -142,6 +146,26 @@ def _show_checks(console: Console, result: dict[str, Any]) -> None:
             console.print(f"  greedy, {cat}: {found['message']}", highlight=False, markup=False)
         for cat, found in (result.get("floor_quality") or {}).get("categories", {}).items():
             console.print(f"  sampled, {cat}: {found['message']}", highlight=False, markup=False)
+
+
+def _show_structured(console: Console, checked: dict[str, Any] | None) -> None:
+    """--quality's tool-call and structured-output check: each setting's greedy answers against
+    the baseline's, and each prompt not checked (and why)."""
+    if checked is None:
+        return
+    kinds = ", ".join(dict.fromkeys(p["kind"] for p in checked["prompts"])) or "none"
+    rule = ("the baseline's answer, or the floor's (numerics)" if checked.get("floor") else
+            "the baseline's answer (no floor to explain a difference)")
+    state = "the target's" if checked["passed"] else "CHANGED"
+    console.print(f"tool calls and structured output, greedy ({len(checked['prompts'])} "
+                  f"prompts: {kinds}; each must be {rule}): {state}", highlight=False,
+                  markup=False)
+    for label, side in checked["configs"].items():
+        if side["n"]:
+            console.print(f"  {label}: {sanitise.line(side['message'])}", highlight=False,
+                          markup=False)
+    for line in checked["not_checked"]:
+        console.print(f"  not checked: {sanitise.line(line)}", highlight=False, markup=False)
 
 
 def _show_conditions(console: Console, result: dict[str, Any]) -> None:
@@ -247,6 +271,7 @@ def show_bench(console: Console, result: dict[str, Any]) -> None:
     _show_conditions(console, result)
     _show_control(console, result.get("control"))
     _show_checks(console, result)
+    _show_structured(console, result.get("structured"))
     for label, found in (result.get("concurrency") or {}).items():
         cells = [[str(r["level"]), f"{r['baseline_tps']:.1f}", f"{r['tps']:.1f}",
                   _x(r["speedup"]), _span(r["speedup_low"], r["speedup_high"]),

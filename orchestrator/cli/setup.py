@@ -232,6 +232,9 @@ def plan(ref: str, flags: Flags, hardware: Path | None, as_json: bool) -> None:
         render.show_plan(console, resolved.plan, resolved.installed, launch)
         if found is not None:
             console.print(f"\n[bold]certificate[/bold] {escape(found.line())}", highlight=False)
+            shaped = found.structured_line()
+            if shaped:
+                console.print(f"[bold]certificate[/bold] {escape(shaped)}", highlight=False)
 
 
 def _certificate(app: App, resolved: Resolved) -> certificates.Found | None:

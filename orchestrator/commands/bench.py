@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +16,9 @@ from specctl.orchestrator.measure.bench import routed, verdicts
 from specctl.orchestrator.measure.estimates.intervals import Objective
 from specctl.orchestrator.measure.lab import servers as lab
 from specctl.orchestrator.measure.lossless import check as lossless
+from specctl.orchestrator.measure.lossless import structured
 from specctl.orchestrator.measure.lossless import twosample as quality
+from specctl.orchestrator.measure.prompts import structured as structured_prompts
 from specctl.orchestrator.measure.prompts import suites
 from specctl.orchestrator.measure.prompts.workload import Workload
 from specctl.orchestrator.measure.results import reports
@@ -123,6 +125,8 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
         assert isinstance(server_lab, lab.ServerLab)
         checked = _sampled(server_lab, plan, rejecting, ask, how, slots, step) \
             if ask.quality else {}
+        shaped = _structured(server_lab, configs, resolved, rejecting, slots, step) \
+            if ask.quality else None
     finally:
         room.close()
     settings = {"workload": ask.work.describe(), "prompts": len(ask.work.prompts),
@@ -140,6 +144,8 @@ def run(app: App, ask: Ask, step: Say) -> Outcome:
                              "config": verdicts.tested_label(plan)}
     if "floor" in checked:
         report["floor_quality"] = {"categories": _json(checked["floor"])}
+    if shaped is not None:
+        report["structured"] = shaped.to_json()
     verdicts.judge(report, resolved.backend.draft_counters)
     if routing is not None:
         report["routing"]["over_best"] = bench_mod.over_best(measured, configs, report)
@@ -185,10 +191,33 @@ def _sampled(room: lab.ServerLab, plan: Plan, rejecting: Plan | None, ask: Ask,
     other = room.serve(f"quality-{ask.against}", wide(lossless.candidate(plan, ask.against)),
                        shared=ask.against == "speculative")
     out = {"quality": lossless.compare(base, other, prompts, how, step)}
+    shaped = structured.the_sampled(structured_prompts.load(),
+                                    room.backend.structured(plan, room.installed))
+    if shaped is not None:  # the two-sample test on a structured prompt's completions too
+        found = structured.sampled(base, other, shaped, how, step, taken=prompts)
+        out["quality"][found.category] = found
     if rejecting is not None:
         floor = room.serve(bench_mod.FLOOR, wide(rejecting))
         out["floor"] = lossless.compare(base, floor, prompts, how, step)
     return out
+
+
+def _structured(room: lab.ServerLab, configs: Sequence[bench_mod.Config], resolved: Resolved,
+                rejecting: Plan | None, slots: int, step: Say) -> structured.Checked:
+    """--quality's check of tool calls and structured output: the structured prompts asked of
+    the baseline and of each speculative setting measured, on the servers already up (the
+    floor's, `rejecting`, where a setting's answer differs)."""
+    def wide(p: Plan) -> Plan:
+        return p.but(parallel=max(p.parallel, slots))
+
+    plan = resolved.plan
+    kinds = resolved.backend.structured(plan, resolved.installed)
+    base = room.serve(bench_mod.BASELINE, wide(plan.baseline()))
+    others = {cfg.label: room.serve(cfg.label, wide(cfg.plan)) for cfg in configs
+              if cfg.label not in (bench_mod.BASELINE, bench_mod.FLOOR, bench_mod.TWIN,
+                                   bench_mod.ROUTED)}
+    floor = room.serve(bench_mod.FLOOR, wide(rejecting)) if rejecting is not None else None
+    return structured.compare(base, others, structured_prompts.load(), kinds, step, floor)
 
 
 def _json(results: Mapping[str, quality.QualityResult]) -> dict[str, Any]:

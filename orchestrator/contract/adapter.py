@@ -218,6 +218,15 @@ class Adapter:
         baseline's is the numerics floor of identity. None when the backend cannot do it."""
         return None
 
+    def structured(self, plan: Plan, installed: Installed) -> frozenset[str]:
+        """The structured answers its server gives as `plan` starts it on `installed`: "tools"
+        (an OpenAI chat request's `tools`, answered with `tool_calls`), "tool_use" (Anthropic
+        Messages on /v1/messages, answered with `tool_use` blocks), "json_schema" (a
+        `response_format` JSON schema the answer fills). `bench --quality` checks that each
+        stays the target's; empty: it checks none (the server answers no such request, or not
+        as asked)."""
+        return frozenset()
+
     def spec_stats(self, endpoint: Endpoint) -> SpecStats:
         return SpecStats(source=f"{self.name} (reports no draft counters)")
 

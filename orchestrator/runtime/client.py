@@ -51,12 +51,13 @@ def _url(endpoint: Endpoint) -> str:
     return f"{endpoint.api.rstrip('/')}/chat/completions"
 
 
-def sample(endpoint: Endpoint, prompt: str, max_tokens: int, temperature: float, top_p: float,
-           seed: int, n: int, model: str | None = None, timeout: float = 600
-           ) -> list[list[Token]]:
-    """`n` sampled completions of one chat request: each as its token ids (from the reply's
-    logprobs), or as its characters when the server does not report tokens."""
-    body: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}],
+def sample(endpoint: Endpoint, prompt: str | Sequence[Message], max_tokens: int,
+           temperature: float, top_p: float, seed: int, n: int, model: str | None = None,
+           timeout: float = 600, extra: Mapping[str, Any] | None = None) -> list[list[Token]]:
+    """`n` sampled completions of one chat request (a prompt, or messages): each as its token
+    ids (from the reply's logprobs), or as its characters when the server does not report
+    tokens. `extra`: more fields of the request (a `response_format`)."""
+    body: dict[str, Any] = {**(extra or {}), "messages": messages_of(prompt),
                             "max_tokens": max_tokens, "temperature": temperature,
                             "top_p": top_p, "seed": seed, "n": n, "logprobs": True,
                             "stream": False}
@@ -74,6 +75,29 @@ def sample(endpoint: Endpoint, prompt: str, max_tokens: int, temperature: float,
     except (ValueError, KeyError, TypeError, AttributeError):
         raise ServerError(f"{url} answered something that is not a chat completion: "
                           f"{resp.text[:200]!r}") from None
+
+
+def answer(endpoint: Endpoint, path: str, body: Mapping[str, Any], timeout: float = 600
+           ) -> dict[str, Any]:
+    """One request to `path` below the API root, not streamed (`messages`, `chat/completions`),
+    and its JSON answer as it came; a refusal or an answer that is not a JSON object is a
+    ServerError that says which."""
+    url = f"{endpoint.api.rstrip('/')}/{path}"
+    try:
+        resp = http.request("POST", url, json={**body, "stream": False},
+                            headers=endpoint.headers(), timeout=timeout)
+    except http.Unreachable as exc:
+        raise ServerError(f"request failed: {exc}") from None
+    if resp.status_code != 200:
+        raise _refused(url, resp.status_code, resp.text)
+    try:
+        got = resp.json()
+    except ValueError:
+        got = None
+    if not isinstance(got, dict):
+        raise ServerError(f"{url} answered something that is not a JSON object: "
+                          f"{resp.text[:200]!r}")
+    return got
 
 
 def _tokens(choice: Mapping[str, Any]) -> list[Token]:

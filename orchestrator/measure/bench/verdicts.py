@@ -1,14 +1,16 @@
 """One verdict for `bench` from speed and losslessness together: changed output is no speedup.
 
-A speculative setting is usable only when three checks pass; its speed is reported as a speedup
-only then, and `bench --backends` only picks a usable one:
+A speculative setting is usable only when every check below passes; its speed is reported as a
+speedup only then, and `bench --backends` only picks a usable one:
 
 * **Greedy output against what numerics can explain** (measure/lossless/numerics.py: near-ties flip
   at most once per 100 tokens, anywhere in a reply): more or earlier divergence from the
   baseline's replies than that (p <= 1%) is a changed output.
 * **Sampling** (`bench --quality`, measure/lossless/twosample.py): a category whose sampled
-distribution
-  differs from the target's alone is a changed output.
+  distribution differs from the target's alone is a changed output.
+* **Tool calls and structured output** (`bench --quality`, measure/lossless/structured.py): a
+  setting whose greedy answer to a tool-call or JSON-schema prompt is not the baseline's is a
+  changed output (the sampled structured prompt is one more category of the sampling check).
 * **Drafting.** A speculative server whose engine reports no drafted tokens (or no counters at
   all, where its adapter says it has them) did not speculate: "the engine did not draft".
 
@@ -70,8 +72,9 @@ def judge(result: dict[str, Any], counts_drafts: bool) -> dict[str, Any]:
     """Add the checks and the one verdict to a bench report (in place; also returned).
 
     Reads `samples` (with their reply texts), `configs`, `categories`, and when present
-    `quality` (the sampling check; only when it sampled the speculative setting) and
-    `floor_quality`. Writes per config `checks`, `usable` and an `identity` line; `floor_check`;
+    `quality` (the sampling check; only when it sampled the speculative setting),
+    `floor_quality` and `structured` (tool calls and structured output, per setting). Writes
+    per config `checks`, `usable` and an `identity` line; `floor_check`;
     `findings`; `outcome` (one of PROBLEMS, or "speed"); `usable`; `numerics`; `verdict`."""
     samples, categories = result["samples"], result["categories"]
     labels = [label for label in result["configs"]]
@@ -94,6 +97,10 @@ def judge(result: dict[str, Any], counts_drafts: bool) -> dict[str, Any]:
             rows[cat]["identity"] = _identity(g, floor.get(cat), floor_bad)
             if not g.explained:
                 problems.append(_finding(OUTPUT_CHANGED, label, f"{cat}: greedy {g.message()}"))
+        shaped = ((result.get("structured") or {}).get("configs") or {}).get(label)
+        if shaped is not None and not shaped["passed"]:
+            problems.append(_finding(OUTPUT_CHANGED, label, "tool calls and structured output: "
+                                     f"{shaped['message']}"))
         if sampled:
             tested = quality.get("config", label) if quality else label
             note = "" if tested == label else f" (sampled at {tested}; same engine)"

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Endpoint, Installed
@@ -139,6 +140,14 @@ class Served:
         seen = self.counters()
         spec, self._seen = seen - self._seen, seen
         return Asked(summed(replies), spec, len(replies))
+
+    def answer(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """One request to `path` below the API root as a client sends it, not streamed (a tool
+        call's or a JSON schema's: measure/lossless/structured.py), new to the server
+        (Adapter.uncached); its answer as it came."""
+        sent = {**self.backend.uncached(), **body, **({"model": self.model} if self.model
+                                                      else {})}
+        return client.answer(self.endpoint, path, sent)
 
     def ask_together(self, prompts: Sequence[Ask], max_tokens: int) -> Round:
         """The prompts as concurrent requests (one stream each, a conversation's turns in

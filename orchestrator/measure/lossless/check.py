@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
@@ -61,15 +62,17 @@ def candidate(plan: Plan, against: str) -> Plan:
     raise ProfileError(f"--quality-against takes {', '.join(AGAINST)}, not {against!r}")
 
 
-def draw(served: engine.Served, prompt: str, how: Sampling, seed: int) -> list[list[client.Token]]:
+def draw(served: engine.Served, prompt: str | Sequence[client.Message], how: Sampling, seed: int,
+         extra: Mapping[str, Any] | None = None) -> list[list[client.Token]]:
     """`how.samples` completions, `how.batch` per request. A server gives choice i of a request
     seed + i (llama-server does), so requests step their seed by the batch: no two choices
-    share a seed, which would make them the same sample twice (not independent draws)."""
+    share a seed, which would make them the same sample twice (not independent draws).
+    `extra`: more fields of each request (a structured prompt's `response_format`)."""
     out: list[list[client.Token]] = []
     while len(out) < how.samples:
         n = min(how.batch, how.samples - len(out))
         out += client.sample(served.endpoint, prompt, how.tokens, how.temperature, how.top_p,
-                             seed + len(out), n, served.model)
+                             seed + len(out), n, served.model, extra=extra)
     return out[:how.samples]
 
 

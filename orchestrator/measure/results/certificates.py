@@ -3,7 +3,8 @@
 A certificate records that one speculative setting (method, k) of one engine build, on one
 target and draft (by the SHA-256 of their files), was sampled against the target alone and
 passed or failed: the sample sizes, the p-values and the smallest shift the test could have
-seen, the greedy check and the floor's. `plan` and `status` look it up for the configuration
+seen, the greedy check and the floor's, and whether its tool calls and structured output were
+the target's (`structured`). `plan` and `status` look it up for the configuration
 they show: passing, failing, none, or one for another engine build (the engine changed since:
 test again).
 
@@ -82,6 +83,36 @@ class Category(Record):
     min_detectable_shift: float | None = Field(None, ge=0, le=1e6)  # nats/token
 
 
+class Structured(Record):
+    """The tested setting's tool calls and structured output against the baseline's
+    (measure/lossless/structured.py): how many prompts were asked and answered alike, how many
+    of the baseline's answers were tool calls, each difference and each prompt not checked."""
+
+    passed: bool
+    prompts: int = Field(ge=0, le=64)
+    identical: int = Field(ge=0, le=64)
+    explained: int = Field(0, ge=0, le=64)  # answered as the floor answers: numerics
+    calls: int = Field(ge=0, le=64)  # the baseline's answers that were tool calls
+    differences: tuple[Annotated[str, Field(max_length=600)], ...] = Field((), max_length=64)
+    not_checked: tuple[Annotated[str, Field(max_length=600)], ...] = Field((), max_length=64)
+
+    def line(self) -> str:
+        if not self.prompts:
+            why = f": {self.not_checked[0]}" if self.not_checked else ""
+            return f"tool calls and structured output: not checked{why}"
+        state = "the target's" if self.passed else "CHANGED"
+        line = (f"tool calls and structured output: {state}, {self.identical}/{self.prompts} "
+                f"answers identical to the baseline's")
+        if self.explained:
+            line += f", {self.explained} the floor's (numerics)"
+        line += f" ({self.calls} tool call{'' if self.calls == 1 else 's'} among them)"
+        if self.differences:
+            line += f": {'; '.join(self.differences)}"
+        if self.not_checked:
+            line += f"; {len(self.not_checked)} prompt(s) not checked"
+        return line
+
+
 class Certificate(Record):
     profile: str = Field(max_length=64)
     engine: Build
@@ -96,6 +127,7 @@ class Certificate(Record):
     categories: tuple[Category, ...] = Field(max_length=64)
     greedy: str = Field("", max_length=4000)  # the greedy check's lines
     floor: Literal["passed", "failed", "not measured"] = "not measured"
+    structured: Structured | None = None  # None: tested before specctl checked them
     created: str = Field(max_length=40)
 
     def line(self) -> str:
@@ -118,6 +150,16 @@ class Found:
     certificate: Certificate | None = None
     profile: str = "PROFILE"
 
+    def structured_line(self) -> str | None:
+        """The tool-call and structured-output check's line, where this build's certificate
+        has one."""
+        found = self.certificate
+        if self.state == "engine changed" or found is None:
+            return None
+        return found.structured.line() if found.structured is not None else (
+            "tool calls and structured output: not tested (the certificate is older than the "
+            f"check: test again with `specctl bench -p {self.profile} --quality`)")
+
     def line(self) -> str:
         if self.certificate is None:
             return (f"none for {self.engine.describe()} with this setting: run `specctl bench "
@@ -130,6 +172,7 @@ class Found:
 
     def to_json(self) -> dict[str, Any]:
         return {"state": self.state, "engine": self.engine.model_dump(), "line": self.line(),
+                "structured": self.structured_line(),
                 "certificate": self.certificate.model_dump() if self.certificate else None}
 
 
@@ -242,13 +285,32 @@ def from_report(profile: str, engine: Build, setting: Setting, result: Mapping[s
     greedy = "; ".join(f"{c}: {result['configs'][label][c]['identity']}"
                        for c in result["categories"] if label in result["configs"])
     floor = result.get("floor_check")
+    shaped = _structured(result.get("structured"), label)
     return Certificate(
         profile=profile, engine=engine, setting=setting,
-        passed=bool(row.get("usable")) and all(c.verdict != "differs" for c in cats),
+        passed=bool(row.get("usable")) and all(c.verdict != "differs" for c in cats) and (
+            shaped is None or shaped.passed),
         verdict=result["verdict"][:4000], temperature=quality["temperature"],
         top_p=quality["top_p"], samples_per_prompt=quality["samples_per_prompt"],
         tokens=quality["tokens"], alpha=next((q["alpha"] for q in
                                               quality["categories"].values()), 0.05),
         categories=tuple(cats), greedy=greedy[:4000],
         floor="not measured" if not floor else "passed" if floor["passed"] else "failed",
-        created=time.strftime("%Y-%m-%d %H:%M:%S"))
+        structured=shaped, created=time.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def _structured(checked: Mapping[str, Any] | None, label: str) -> Structured | None:
+    """The tested setting's part of a report's `structured` check; None where it has none."""
+    if not checked:
+        return None
+    side = (checked.get("configs") or {}).get(label)
+    if side is None:
+        return None
+    return Structured(passed=bool(side["passed"]), prompts=int(side["n"]),
+                      identical=int(side["identical"]),
+                      explained=len(side.get("explained", [])),
+                      calls=int(side.get("shapes", {}).get("tool call", 0)),
+                      differences=tuple(f"'{d['prompt']}' ({d['kind']}): {d['what']}"[:600]
+                                        for d in side["differences"][:64]),
+                      not_checked=tuple(str(n)[:600] for n in checked.get("not_checked", [])
+                                        [:64]))
