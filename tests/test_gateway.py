@@ -385,6 +385,9 @@ def test_unknown_models_and_bad_bodies_are_clear_errors(env: dict[str, str], tmp
     reply = httpx.post(f"{gw.url}/v1/chat/completions", content=b"{not json", timeout=10)
     assert reply.status_code == 400 and "not JSON" in reply.json()["error"]["message"]
     reply = httpx.post(f"{gw.url}/v1/chat/completions", json={"messages": []}, timeout=10)
+    # no model: the one model served is meant (as llama-server takes it); its empty messages
+    assert reply.status_code == 400 and '"messages"' in reply.json()["error"]["message"]
+    reply = httpx.post(f"{gw.url}/v1/chat/completions", json={"model": 3}, timeout=10)
     assert reply.status_code == 400 and '"model"' in reply.json()["error"]["message"]
     assert "nope" not in gw.metrics()  # a name nobody serves never becomes a label
 

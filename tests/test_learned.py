@@ -77,7 +77,7 @@ def test_a_near_tie_is_no_draft() -> None:
 
 
 def test_exploring_stays_within_its_share_and_stops_once_measured() -> None:
-    learned = Learned((DRAFT, OFF), {}, DRAFT)  # no tune: no draft serves, the draft explored
+    learned = Learned((DRAFT, OFF), {}, DRAFT)  # no tune: the plan's draft serves, off explored
     picks = []
     for _ in range(200):
         got = learned.choose(CODE, 1)
@@ -85,7 +85,7 @@ def test_exploring_stays_within_its_share_and_stops_once_measured() -> None:
         learned.add(served(got.setting, d=0.06 if got.setting == DRAFT else 0.1))
     explored = learned.explored[("code", "1")]
     assert 0 < explored <= EXPLORE * 200 and explored <= MIN
-    assert picks[:FIRST] == [OFF] * FIRST and picks[FIRST] == DRAFT  # one early exploring
+    assert picks[:FIRST] == [DRAFT] * FIRST and picks[FIRST] == OFF  # one early exploring
     assert picks[-1] == DRAFT  # measured, and surely faster
     for _ in range(50):  # under load nothing is explored
         assert learned.choose(CODE, 3).setting == OFF

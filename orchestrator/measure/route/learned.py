@@ -11,7 +11,8 @@ measure/route/costs.py reads them), comes with an interval (each mean's 95% t in
 setting serves where it is surely faster than no draft (its T's top under no draft's point,
 its point MARGIN under it): the fastest of those; else no draft. Fewer than MIN is no
 interval: until the live figures are there, tune's figure for the kind decides (`Prior`: the
-route's setting for the kind, measured alone, so at load 1 only); under load with nothing
+route's setting for the kind, measured alone, so at load 1 only; a model not tuned at all
+serves its plan's own setting at load 1, as it would without the router); under load with nothing
 measured there, no draft serves (a draft's verification batches of several requests are what
 a machine runs slowest: four users on cpu-demo, 0.69x of no draft).
 
@@ -190,6 +191,9 @@ class Learned:
             return Choice(setting, f"tune's figure for {kind}: {prior.setting} "
                           f"{prior.speedup:.2f}x ({interval}); {MIN} served requests of each "
                           "decide from here")
+        if b == "1" and not self.priors and self.main != OFF and self.main in self.settings:
+            return Choice(self.main, f"the plan's own setting (not tuned: no figure); {MIN} "
+                          "served requests of it and of no draft decide from here")
         where = "alone" if b == "1" else f"at load {b}"
         return Choice(OFF, f"no draft until a setting is measured on {kind} {where}")
 
@@ -205,7 +209,8 @@ class Learned:
         candidate = prior.setting if prior is not None and prior.setting != OFF else self.main
         if candidate == OFF or candidate not in self.settings:
             return None
-        served = candidate if prior is not None and prior.setting == candidate else OFF
+        # at load 1, what tune measured serves, else (not tuned) the plan's own
+        served = candidate if prior is not None or not self.priors else OFF
         known = {s for s, _ in live} | ({OFF} if off is not None else set())
         lacking = next((s for s in (candidate, OFF) if s != served and s not in known), None)
         if lacking is None:
