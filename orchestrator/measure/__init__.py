@@ -17,7 +17,8 @@ below); tests/test_layers.py checks it, type-only imports included:
     lossless     is speculation lossless: the sampling check (check), two-sample tests
                  (twosample), what numerics explain of greedy replies (numerics)
     route        speculation per request: a request's kind (classify), what a setting costs a
-                 request (costs: RequestCosts), the route and its choice (choose)
+                 request (costs: RequestCosts), the route and its choice (choose), what the
+                 served requests tell per kind and load (learned) and kept on disk (remembered)
     traffic      the user's own requests: the file (kept), keeping and forgetting (store), what
                  it says and replays (replay)
     tune         `specctl tune`: the flow (flow), the paired race (race), the sweep of
