@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from specctl.orchestrator.gateway.errors import Refused
@@ -44,14 +44,8 @@ def anthropic(body: Mapping[str, Any]) -> None:
     system = body.get("system")
     if system is not None and not isinstance(system, str):
         _blocks(system, "system", ("text",), "a string or an array of text blocks")
-    found = body.get("messages")
-    if not isinstance(found, list) or not found:
-        raise Refused(400, "\"messages\" must be a non-empty array of messages",
-                      param="messages", code="invalid_messages")
-    for i, message in enumerate(found):
-        at = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise _wrong(at, "an object")
+    for at, message in objects(body.get("messages"), "messages", "a non-empty array of messages",
+                               "invalid_messages"):
         role = message.get("role")
         if not isinstance(role, str) or role not in ANTHROPIC_ROLES:
             raise Refused(400, f"{at}.role must be one of {', '.join(ANTHROPIC_ROLES)} (the "
@@ -67,7 +61,7 @@ def anthropic(body: Mapping[str, Any]) -> None:
 
 def _blocks(found: Any, at: str, types: tuple[str, ...], kind: str) -> None:
     if not isinstance(found, list):
-        raise _wrong(at, kind)
+        raise wrong(at, kind)
     for j, block in enumerate(found):
         here = f"{at}[{j}]"
         _typed(block, here, types, BLOCKS)
@@ -80,27 +74,22 @@ def _blocks(found: Any, at: str, types: tuple[str, ...], kind: str) -> None:
 
 def responses(body: Mapping[str, Any]) -> None:
     if body.get("instructions") is not None and not isinstance(body["instructions"], str):
-        raise _wrong("instructions", "a string")
+        raise wrong("instructions", "a string")
     found = body.get("input")
     if isinstance(found, str):
         return
-    if not isinstance(found, list) or not found:
-        raise Refused(400, "\"input\" must be a string or a non-empty array of input items",
-                      param="input", code="invalid_input")
-    for i, item in enumerate(found):
-        at = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise _wrong(at, "an object")
+    for at, item in objects(found, "input", "a string or a non-empty array of input items",
+                            "invalid_input"):
         kind = item.get("type", "message")
         if not isinstance(kind, str):
-            raise _wrong(f"{at}.type", "a string")
+            raise wrong(f"{at}.type", "a string")
         if kind == "message" or "role" in item:
             _message(item, at)
         elif kind in ITEMS:
             _fields(item, at, ITEMS[kind])
             output = item.get("output")
             if kind == "function_call_output" and not isinstance(output, (str, list)):
-                raise _wrong(f"{at}.output", "a string or an array")
+                raise wrong(f"{at}.output", "a string or an array")
 
 
 def _message(item: Mapping[str, Any], at: str) -> None:
@@ -112,13 +101,13 @@ def _message(item: Mapping[str, Any], at: str) -> None:
     if isinstance(content, str):
         return
     if not isinstance(content, list):
-        raise _wrong(f"{at}.content", "a string or an array of content parts")
+        raise wrong(f"{at}.content", "a string or an array of content parts")
     for j, part in enumerate(content):
         here = f"{at}.content[{j}]"
         if not isinstance(part, dict):
-            raise _wrong(here, "an object")
+            raise wrong(here, "an object")
         if not isinstance(part.get("type"), str):
-            raise _wrong(f"{here}.type", "a string")
+            raise wrong(f"{here}.type", "a string")
         _fields(part, here, PARTS.get(part["type"], {}))
 
 
@@ -129,15 +118,15 @@ def infill(body: Mapping[str, Any]) -> None:
                           "and after (input_suffix) the gap to fill", param=name,
                           code="invalid_type")
     if body.get("prompt") is not None and not isinstance(body["prompt"], str):
-        raise _wrong("prompt", "a string")
+        raise wrong("prompt", "a string")
     extra = body.get("input_extra")
     if extra is None:
         return
     if not isinstance(extra, list):
-        raise _wrong("input_extra", "an array of {\"filename\", \"text\"} chunks")
+        raise wrong("input_extra", "an array of {\"filename\", \"text\"} chunks")
     for i, chunk in enumerate(extra):
         if not isinstance(chunk, dict):
-            raise _wrong(f"input_extra[{i}]", "an object")
+            raise wrong(f"input_extra[{i}]", "an object")
         _fields(chunk, f"input_extra[{i}]", {"text": str})
 
 
@@ -145,7 +134,7 @@ def _typed(part: Any, at: str, types: tuple[str, ...],
            needs: Mapping[str, Mapping[str, type]]) -> None:
     """A part (an object) whose `type` is one of `types`, with the fields its type needs."""
     if not isinstance(part, dict):
-        raise _wrong(at, "an object")
+        raise wrong(at, "an object")
     kind = part.get("type")
     if not isinstance(kind, str) or kind not in types:
         raise Refused(400, f"{at}.type must be one of {', '.join(types)}", param=f"{at}.type",
@@ -156,8 +145,20 @@ def _typed(part: Any, at: str, types: tuple[str, ...],
 def _fields(part: Mapping[str, Any], at: str, needs: Mapping[str, type]) -> None:
     for name, kind in needs.items():
         if not isinstance(part.get(name), kind):
-            raise _wrong(f"{at}.{name}", _NAMES[kind])
+            raise wrong(f"{at}.{name}", _NAMES[kind])
 
 
-def _wrong(param: str, kind: str) -> Refused:
+def objects(found: Any, name: str, what: str, code: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each item of the body's array `name` with where it is (`messages[2]`), each an object;
+    Refused (400, `code`) where it is no non-empty array."""
+    if not isinstance(found, list) or not found:
+        raise Refused(400, f"\"{name}\" must be {what}", param=name, code=code)
+    for i, item in enumerate(found):
+        at = f"{name}[{i}]"
+        if not isinstance(item, dict):
+            raise wrong(at, "an object")
+        yield at, item
+
+
+def wrong(param: str, kind: str) -> Refused:
     return Refused(400, f"{param} must be {kind}", param=param, code="invalid_type")

@@ -68,7 +68,7 @@ def check(fmt: str, body: Mapping[str, Any]) -> None:
     for name, (kind, ok) in FIELDS.items():
         value = body.get(name)
         if value is not None and not ok(value):
-            raise _wrong(name, kind)
+            raise fields.wrong(name, kind)
     if fmt == bodies.CHAT:
         messages(body.get("messages"))
     elif fmt in FORMATS:
@@ -76,13 +76,8 @@ def check(fmt: str, body: Mapping[str, Any]) -> None:
 
 
 def messages(found: Any) -> None:
-    if not isinstance(found, list) or not found:
-        raise Refused(400, "\"messages\" must be a non-empty array of messages",
-                      param="messages", code="invalid_messages")
-    for i, message in enumerate(found):
-        at = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise _wrong(at, "an object")
+    for at, message in fields.objects(found, "messages", "a non-empty array of messages",
+                                      "invalid_messages"):
         role = message.get("role")
         if "role" not in message:
             raise Refused(400, f"{at} has no \"role\"", param=f"{at}.role",
@@ -92,7 +87,7 @@ def messages(found: Any) -> None:
                           param=f"{at}.role", code="invalid_value")
         for name, kind in (("name", str), ("tool_calls", list)):
             if message.get(name) is not None and not isinstance(message[name], kind):
-                raise _wrong(f"{at}.{name}", _TYPE_NAMES[kind])
+                raise fields.wrong(f"{at}.{name}", _TYPE_NAMES[kind])
         content(message.get("content"), f"{at}.content")
 
 
@@ -100,11 +95,11 @@ def content(found: Any, at: str) -> None:
     if found is None or isinstance(found, str):
         return
     if not isinstance(found, list):
-        raise _wrong(at, "a string, null or an array of content parts")
+        raise fields.wrong(at, "a string, null or an array of content parts")
     for j, part in enumerate(found):
         here = f"{at}[{j}]"
         if not isinstance(part, dict):
-            raise _wrong(here, "an object")
+            raise fields.wrong(here, "an object")
         kind = part.get("type")
         if not isinstance(kind, str) or kind not in PARTS:
             raise Refused(400, f"{here}.type must be one of {', '.join(PARTS)}",
@@ -112,16 +107,13 @@ def content(found: Any, at: str) -> None:
         field, wanted, inner = PARTS[kind]
         value = part.get(field)
         if not isinstance(value, wanted):
-            raise _wrong(f"{here}.{field}", _TYPE_NAMES[wanted])
+            raise fields.wrong(f"{here}.{field}", _TYPE_NAMES[wanted])
         for name, kind_of in inner.items():
             if not isinstance(value, dict) or not isinstance(value.get(name), kind_of):
-                raise _wrong(f"{here}.{field}.{name}", _TYPE_NAMES[kind_of])
+                raise fields.wrong(f"{here}.{field}.{name}", _TYPE_NAMES[kind_of])
 
 
 FORMATS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     bodies.MESSAGES: fields.anthropic, bodies.RESPONSES: fields.responses,
     bodies.INFILL: fields.infill}
 
-
-def _wrong(param: str, kind: str) -> Refused:
-    return Refused(400, f"{param} must be {kind}", param=param, code="invalid_type")
