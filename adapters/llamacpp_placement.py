@@ -54,7 +54,9 @@ def target_flags(plan: Plan, fit: bool, rpc: bool) -> list[Flag]:
     """The target's placement. With `fit`, what llama.cpp needs to fit it the plan's way."""
     kind = plan.hardware.kind
     if fit:
-        out: list[Flag] = [("--fit", "on"), ("--fit-ctx", str(plan.context))]
+        # the whole cache's context, as -c gives it (each slot its own plan.context)
+        total = plan.context * max(plan.parallel, 1)
+        out: list[Flag] = [("--fit", "on"), ("--fit-ctx", str(total))]
         margins = margins_mib(plan)
         if margins:
             out.append(("--fit-target", ",".join(str(m) for m in margins)))

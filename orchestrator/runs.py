@@ -28,6 +28,7 @@ from specctl.orchestrator.errors import ModelError, ServerError, SpecctlError, S
 from specctl.orchestrator.files import inside, open_private, private_dir
 from specctl.orchestrator.humanize import Say
 from specctl.orchestrator.runtime import handoff, procs, state
+from specctl.orchestrator.runtime import routed as router
 from specctl.orchestrator.runtime.supervise import Policy, Supervisor
 from specctl.orchestrator.service import observe
 
@@ -375,11 +376,15 @@ def status(app: App) -> list[Row]:
         backend = registry.get(str(run.plan.get("backend", "")))
         if up and run.status == "running" and backend is not None:
             try:
-                stats = backend.spec_stats(endpoint_of(run))
+                endpoint = endpoint_of(run)
+                stats = (router.stats(endpoint) if router.is_router(run.server_cmdline)
+                         else backend.spec_stats(endpoint))
             except SpecctlError as exc:
                 note = str(exc)
         label = run.status if up or run.status == "failed" else "dead (run `specctl down`)"
-        chose = backend.placement(_log_head(run.log)) if up and backend is not None else ""
+        log = (router.engine_log(app.dirs.logs, run.profile, str(run.plan.get("spec", "")), True)
+               if router.is_router(run.server_cmdline) else Path(run.log))
+        chose = backend.placement(_log_head(str(log))) if up and backend is not None else ""
         cert, problem = _certificate(app, run)
         rows.append(Row(profile, label, run.url,
                         time.time() - run.started_at, run.restarts, run.spec, stats,

@@ -67,10 +67,14 @@ def test_llamacpp_fits_the_placement_and_status_shows_what_it_chose(
     no placement of its own; `status` reads back from the server's log what llama.cpp chose."""
     argv = run_state(env, "cpu-demo")["plan"]["argv"]
     assert argv[argv.index("--fit") + 1] == "on"
-    assert argv[argv.index("-c") + 1] == argv[argv.index("--fit-ctx") + 1] == "4096"
+    slots = int(argv[argv.index("-np") + 1])
+    assert slots == 4  # llama-server's own default, each slot its own 4096 tokens
+    assert argv[argv.index("-c") + 1] == argv[argv.index("--fit-ctx") + 1] == str(4096 * slots)
     assert "-ngl" not in argv and "--tensor-split" not in argv
     chose = status_row(env, "cpu-demo")["placement"]
-    assert chose == "context 4096 x 1 slot"  # what llama.cpp says at its default verbosity
+    # what llama.cpp says at its default verbosity, read from the main setting's server (up
+    # serves cpu-demo through the router)
+    assert chose == f"context 4096 x {slots} slots"  # per slot
     done = specctl("status", env={**env, "COLUMNS": "200"})
     assert f"cpu-demo: the engine chose {chose}" in done.stdout
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -32,9 +31,8 @@ from typing import Protocol
 from specctl.orchestrator.app import Resolved
 from specctl.orchestrator.contract.plan import Plan
 from specctl.orchestrator.errors import SpecctlError
-from specctl.orchestrator.files import inside
 from specctl.orchestrator.gateway.line import Line
-from specctl.orchestrator.runtime import servers
+from specctl.orchestrator.runtime import routed, servers
 from specctl.orchestrator.runtime.servers import Running
 
 
@@ -182,7 +180,5 @@ def engine_for(slot: Slot, resolved: Resolved, logs: Path) -> Engine:
     `logs` (gateway-MODEL.log; a route's server: gateway-MODEL-SETTING.log)."""
     placed = replace(resolved, plan=resolved.plan.but(host="127.0.0.1",
                                                       port=servers.free_port()))
-    name = slot.model if not slot.routed else re.sub(r"[^A-Za-z0-9.]+", "-",
-                                                     f"{slot.model} {placed.plan.short()}")
-    log = inside(logs, name, ".log", "model name", prefix="gateway-")
+    log = routed.engine_log(logs, slot.model, placed.plan.short(), slot.routed)
     return Engine(slot, placed, log)

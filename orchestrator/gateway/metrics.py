@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from specctl.orchestrator.runtime.routed import ACCEPTED, DRAFTED
+
 SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 SPEEDS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 250, 500, 1000)
 
@@ -32,10 +34,8 @@ class Metrics:
         self.queue = Histogram("specctl_gateway_queue_wait_seconds", "From the request's "
                                "arrival until it is sent to a ready server", ["model"],
                                buckets=SECONDS, registry=r)
-        self.drafted = Counter("specctl_gateway_draft_tokens", "Draft tokens proposed", ms,
-                               registry=r)
-        self.accepted = Counter("specctl_gateway_draft_accepted_tokens", "Draft tokens "
-                                "accepted", ms, registry=r)
+        self.drafted = Counter(DRAFTED, "Draft tokens proposed", ms, registry=r)
+        self.accepted = Counter(ACCEPTED, "Draft tokens accepted", ms, registry=r)
         self.starts = Counter("specctl_gateway_engine_starts", "Servers started", ms,
                               registry=r)
         self.stops = Counter("specctl_gateway_engine_stops", "Servers stopped, and why "

@@ -1,0 +1,61 @@
+"""What `status` reads of a run served through the router (`up` via `specctl gateway --warm`):
+the draft counters of the gateway's own `/metrics`, summed over the model's settings, and its
+engines' logs. The metric names and the log names are the gateway's (gateway/metrics.py and
+gateway/engines.py take them from here)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from specctl.orchestrator import http
+from specctl.orchestrator.contract.launch import Endpoint
+from specctl.orchestrator.contract.stats import SpecStats
+from specctl.orchestrator.errors import ServerError
+from specctl.orchestrator.files import inside
+
+DRAFTED = "specctl_gateway_draft_tokens"
+ACCEPTED = "specctl_gateway_draft_accepted_tokens"
+
+
+def is_router(cmdline: Sequence[str]) -> bool:
+    """Whether a run's server is specctl's gateway (`python -m specctl gateway ...`, under the
+    leash)."""
+    words = list(cmdline)
+    return any(words[i:i + 3] == ["-m", "specctl", "gateway"] for i in range(len(words)))
+
+
+def engine_log(logs: Path, model: str, setting: str, routed: bool) -> Path:
+    """A gateway engine's log: gateway-MODEL.log; a route's server's gateway-MODEL-SETTING.log
+    (`setting` as Plan.short says it)."""
+    name = re.sub(r"[^A-Za-z0-9.]+", "-", f"{model} {setting}") if routed else model
+    return inside(logs, name, ".log", "model name", prefix="gateway-")
+
+
+def stats(endpoint: Endpoint, timeout: float = 5.0) -> SpecStats:
+    """The router's drafted and accepted tokens so far (ServerError when it cannot be read)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = endpoint.metrics
+    if not url:
+        raise ServerError("the router has no metrics endpoint")
+    try:
+        reply = http.get(url, headers=endpoint.headers(), timeout=timeout)
+    except http.Unreachable as exc:
+        raise ServerError(f"cannot read the router's metrics ({exc})") from None
+    if reply.status_code != 200:
+        raise ServerError(f"{url} answered {reply.status_code}")
+    sums = {DRAFTED: 0.0, ACCEPTED: 0.0}
+    try:
+        for family in text_string_to_metric_families(reply.text):
+            for sample in family.samples:
+                name = sample.name.removesuffix("_total")
+                if name in sums and sample.name.endswith("_total") and \
+                        math.isfinite(sample.value):
+                    sums[name] += sample.value
+    except (ValueError, TypeError, IndexError) as exc:
+        raise ServerError(f"the router's metrics are not Prometheus text ({exc})") from None
+    return SpecStats(drafted=int(sums[DRAFTED]), accepted=int(sums[ACCEPTED]),
+                     source="the router's /metrics")
