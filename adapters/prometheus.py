@@ -2,37 +2,15 @@
 
 from __future__ import annotations
 
-import math
-
 from specctl.orchestrator import http
 from specctl.orchestrator.contract.launch import Endpoint
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import BackendError
+from specctl.orchestrator.exposition import Samples as Samples
+from specctl.orchestrator.exposition import parse as parse
+from specctl.orchestrator.exposition import total as total
 
 MAX_POSITIONS = 256  # draft positions a server may report (k is at most 32)
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def parse(text: str) -> Samples:
-    """(sample name, sorted labels) -> value, read with prometheus_client's own parser (label
-    values may hold any character, `}` included). Text it cannot parse is a BackendError."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: Samples = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                value = float(sample.value)
-                if math.isfinite(value):  # +Inf, NaN (an empty summary's quantiles): no count
-                    out[(sample.name, tuple(sorted(sample.labels.items())))] = value
-    except (ValueError, TypeError, IndexError) as exc:
-        raise BackendError(f"the metrics page is not Prometheus text ({exc})") from None
-    return out
-
-
-def total(samples: Samples, name: str) -> float:
-    """Sum of a metric over all label sets except per-position ones."""
-    return sum(v for (n, _), v in samples.items() if n == name)
 
 
 def spec_stats(text: str, prefix: str, source: str) -> SpecStats:

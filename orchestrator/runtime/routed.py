@@ -5,12 +5,11 @@ gateway/engines.py take them from here)."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from specctl.orchestrator import http
+from specctl.orchestrator import exposition, http
 from specctl.orchestrator.contract.launch import Endpoint
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.errors import ServerError
@@ -36,8 +35,6 @@ def engine_log(logs: Path, model: str, setting: str, routed: bool) -> Path:
 
 def stats(endpoint: Endpoint, timeout: float = 5.0) -> SpecStats:
     """The router's drafted and accepted tokens so far (ServerError when it cannot be read)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     url = endpoint.metrics
     if not url:
         raise ServerError("the router has no metrics endpoint")
@@ -47,15 +44,7 @@ def stats(endpoint: Endpoint, timeout: float = 5.0) -> SpecStats:
         raise ServerError(f"cannot read the router's metrics ({exc})") from None
     if reply.status_code != 200:
         raise ServerError(f"{url} answered {reply.status_code}")
-    sums = {DRAFTED: 0.0, ACCEPTED: 0.0}
-    try:
-        for family in text_string_to_metric_families(reply.text):
-            for sample in family.samples:
-                name = sample.name.removesuffix("_total")
-                if name in sums and sample.name.endswith("_total") and \
-                        math.isfinite(sample.value):
-                    sums[name] += sample.value
-    except (ValueError, TypeError, IndexError) as exc:
-        raise ServerError(f"the router's metrics are not Prometheus text ({exc})") from None
-    return SpecStats(drafted=int(sums[DRAFTED]), accepted=int(sums[ACCEPTED]),
+    samples = exposition.parse(reply.text)
+    return SpecStats(drafted=int(exposition.total(samples, f"{DRAFTED}_total")),
+                     accepted=int(exposition.total(samples, f"{ACCEPTED}_total")),
                      source="the router's /metrics")
