@@ -487,8 +487,8 @@ def test_8_a_draft_equal_to_the_target_is_called_a_slowdown(tmp_path: Path) -> N
     assert "is the target itself" in said and "slower than without a draft" in said
     assert plan.draft is not None
     slower = drafts.predict(plan.target, plan.draft).speedup  # the one estimate (drafts too)
-    assert slower < 1 and f"predicted {slower:.2f}x, slower than without a draft" in \
-        plan.reasons[-1]
+    assert slower < 1 and "by these assumptions slower than without a draft" in \
+        plan.reasons[-1] and f"{slower:.2f}x" not in plan.reasons[-1]
 
 
 @pytest.mark.parametrize("snippet,where", [
