@@ -2,11 +2,22 @@
 blocks (paired: every server up, each prompt asked of each in turn; sequential: one server at a
 time, A B B A ...), until the leader's interval is as narrow as asked or the time is spent.
 
-Decisions rest on intervals (95%, measure/estimates/intervals.py), never on one sample:
+Breadth first (`breadth`): before any other candidate, every kind (category) of the traffic is
+measured with the baseline and the incumbent (the setting served now, or the cost model's
+guess), one prompt of each. Two default tunes on a quiet machine had decided opposite things
+from one request per candidate and kind: the first, its block cut by the budget after code,
+saved draft k=4 at 1.18x with docqa and multiturn not measured; the second measured it 0.72x on
+multi-turn and saved "off". A kind the budget had no room for even so is left unmeasured, and
+said: no pick measured on another kind is its winner.
+
+Decisions rest on intervals (95%, measure/estimates/intervals.py), never on one sample; an
+interval needs MIN_REQUESTS paired requests of each kind (`judged`: from fewer, a bootstrap
+draws one of a few values, and none is said or saved):
 - a challenger is compared with the leader directly: its speedup over the leader's on the
   same prompts and blocks (intervals.relative), where the baseline's noise cancels;
 - it is dropped once that interval's top cannot beat the leader by the margin (once it has
-  two requests of each category: one request's interval has no width);
+  MIN_SIFT requests of each category: dropping stops measuring it; the pick, its precision
+  and "off" need MIN_REQUESTS);
 - it takes the lead only when that interval's point beats the leader by the margin and its
   bottom is above 1 (surely faster), or the leader cannot pay (its top is under the margin);
   so near-ties stay with the leader, the cost model's pick, and a tune repeats;
@@ -14,10 +25,11 @@ Decisions rest on intervals (95%, measure/estimates/intervals.py), never on one 
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
 - a pair above the physical bound is discarded as noise (and counted);
 - the pick never surely slows a category of the workload: a configuration whose interval on
-  one lies wholly below 1.00x (`slows`, tuned.slowed: a tie within 2% and one request within
-  the margin do not) gives way to the best of those that slow none and pay (`fair`), or to
-  "off" where none does; so a draft that wins the weighted figure on code and loses end to
-  end on questions over long documents is not picked for all traffic.
+  one lies wholly below 1.00x (`slows`, tuned.slowed: a tie within 2% and, on fewer requests
+  than an interval needs, a point within the margin do not) gives way to the best of those
+  that slow none and pay (`fair`), or to "off" where none does; so a draft that wins the
+  weighted figure on code and loses end to end on questions over long documents is not
+  picked for all traffic.
 The budget holds: a block runs only as far as it fits in what is left (by the expected time of
 each configuration's requests, from its own timings so far, else the baseline's). Every request
 is full length (max_tokens): a reply's speedup depends on its length (on cpu-demo at 16 tokens
@@ -43,11 +55,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from specctl.orchestrator.measure.estimates import intervals
+from specctl.orchestrator.measure.estimates.estimate import MIN_REQUESTS
 from specctl.orchestrator.measure.estimates.intervals import Interval
 from specctl.orchestrator.measure.lab.servers import BUSY, Config, Lab, Timed, rounds
 from specctl.orchestrator.measure.results import tuned
 
 MIN_BLOCKS = 1  # a block: one request per prompt of the workload, both sides
+MIN_SIFT = 2  # requests of each category before a challenger may be dropped (`sifted`): at
+# MIN_REQUESTS, 20 simulated default tunes each ran out the budget on seven candidates and most
+# saved a pick with no interval; the pick, its precision and "off" still need MIN_REQUESTS
 SLACK = 1.05  # a block may run to this share of the time left (expectations are medians)
 SHARE = 0.45  # of the time left: as many prompts as a block fits in it are asked
 MIN_TOKENS = 16  # the shortest request, where a budget has no room for a full-length round
@@ -236,6 +252,43 @@ class Race:
                 out[cat] = got
         return out
 
+    def breadth(self, lead: Contender) -> None:
+        """Before any other candidate: the baseline and `lead` (the incumbent) on one prompt of
+        each kind of the traffic (a block of its own, cut at the budget's end like any: a kind
+        it did not reach is said, and unmeasured). Where one full-length round does not fit,
+        shorter requests (admit's rule)."""
+        left = (self.deadline - self.lab.clock()) * SLACK
+        self._shorten([lead], left)
+        if self.cost([lead], self.kinds) > left:
+            self._not_measured(lead, left, self.cost([lead], self.kinds))
+            self.stopped = "budget"
+            return
+        expected, began = self.cost([lead], self.kinds), self.lab.clock()
+        self.measure([lead], self.prompts(self.kinds))
+        if expected > 0:
+            self.pace = min(3.0, max(1.0, (self.lab.clock() - began) / expected))
+        asked = {self.cats[t.prompt] for t in self.samples if t.label == lead.label}
+        if self.missing(lead) - asked:
+            self.lab.say(f"{', '.join(sorted(self.missing(lead) - asked))} not measured: the "
+                         "budget had no room for it (a longer --budget measures it)")
+        if self.missing(lead) & asked:
+            self.lab.say(f"{', '.join(sorted(self.missing(lead) & asked))}: no pair kept "
+                         "(above the physical bound or disturbed by outside load): asked again "
+                         "in the next block")
+        if self.lab.clock() >= self.deadline:
+            self.stopped = "budget"
+
+    def _shorten(self, out: Sequence[Contender], left: float) -> None:
+        """The first block's request length: max_tokens, shorter (MIN_TOKENS at least) only
+        where one round of the categories of `out` and the baseline does not fit in `left`."""
+        self.tokens = self.max_tokens
+        while self.tokens > MIN_TOKENS and self.cost(out, self.kinds) > left:
+            self.tokens = max(MIN_TOKENS, self.tokens - 8)
+        if self.tokens < self.max_tokens:
+            self.lab.say(f"{self.tokens} tokens a request: a full-length round of the "
+                         "categories does not fit in the budget (a short reply's speedup "
+                         "is not a long one's; a longer --budget measures full length)")
+
     def run(self, entries: list[Contender], leader: Contender | None = None,
             blocks: int | None = None) -> Contender:
         """Measure until settled, the budget is spent or `blocks` more blocks ran; returns the
@@ -257,9 +310,7 @@ class Race:
             lead = self.leader([lead, *entries])
             for e in now:
                 if e is not lead and self.hopeless(e, lead):
-                    e.dropped = (f"cannot win: its {intervals.CONFIDENCE:.0%} interval reaches "
-                                 f"{_top(e):.2f}x, it needs over "
-                                 f"{_point(lead) * (1 + self.margin):.2f}x")
+                    e.dropped = self._hopeless(e, lead)
                     self.lab.say(f"{e.label}: {e.dropped}")
             active = [e for e in active if not e.dropped]
             if lead not in active:
@@ -273,7 +324,8 @@ class Race:
             rivals = [e for e in active if e is not lead and not self.within(e, lead)]
             if not rivals and lead.interval is not None and self.judged(lead) \
                     and lead.interval.half_width <= self.precision:  # one request a category:
-                # no width, whatever its point (cpu-demo at 4.5 tok/s stopped at +-2%)
+                # no width, whatever its point (cpu-demo at 4.5 tok/s stopped at +-2%); two: a
+                # bootstrap of three values
                 self.stopped = "precision"
                 break
             if self.lab.clock() >= self.deadline:
@@ -345,13 +397,7 @@ class Race:
         cats = self.kinds
         out = [lead] if lead in active else active[:1]
         if self.block == 0:  # a budget too short for one full-length round: shorter requests
-            self.tokens = self.max_tokens
-            while self.tokens > MIN_TOKENS and self.cost(out, cats) > left:
-                self.tokens = max(MIN_TOKENS, self.tokens - 8)
-            if self.tokens < self.max_tokens:
-                self.lab.say(f"{self.tokens} tokens a request: a full-length round of the "
-                             "categories does not fit in the budget (a short reply's speedup "
-                             "is not a long one's; a longer --budget measures full length)")
+            self._shorten(out, left)
         if self.cost(out, cats) > left:
             for e in active:
                 if not e.blocks:
@@ -361,16 +407,28 @@ class Race:
         seen = sorted((e for e in active if e not in out and e.blocks), key=_point,
                       reverse=True)
         self.unseen = UNSEEN
+        first = not seen  # no rival measured yet (breadth's block had the leader alone)
+        room = left - self.reserve(out[0])  # the leader's interval first (`reserve`)
         for e in [*new, *seen]:
-            if self.cost([*out, e], cats) <= left:
+            if self.cost([*out, e], cats) <= room:
                 out.append(e)
-            elif self.block == 0 and len(out) == 1 and self.cost([*out, e], cats, 1.0) <= left:
+            elif first and len(out) == 1 and self.cost([*out, e], cats, 1.0) <= room:
                 self.unseen = 1.0  # the block's narrowing expects as much
                 out.append(e)
             elif not e.blocks and self.cost([*out[:1], e], cats) > left:
                 self._not_measured(e, left, self.cost([*out[:1], e], cats))
         n = self.fitting(out, left / SLACK * SHARE, cats)
         return out, self.prompts(n)
+
+    def reserve(self, lead: Contender) -> float:
+        """Seconds kept from challengers for the leader to reach MIN_REQUESTS paired requests
+        of each kind (its interval: the decision's) after the block it leads: the rounds it
+        still lacks beyond that block's one, each a round of the kinds with the baseline. Two
+        default tunes that raced seven candidates on one request each decided opposite things
+        (issue 59); a challenger waits, or is said not measured, rather than leave the pick
+        without an interval."""
+        lacks = MIN_REQUESTS - min(self.per_category(lead).values(), default=0) - 1
+        return max(0, lacks) * self.cost([lead], self.kinds)
 
     def unmeasured(self, entries: Sequence[Contender]) -> None:
         """At the end: each challenger that waited for a block the budget never had room for
@@ -390,7 +448,7 @@ class Race:
         it (not shown unable to win), the best against the leader on the prompts and blocks
         both measured (a point measured on other prompts is no comparison: one edit prompt
         gave ngram-mod 1.91x where the chain, on more prompts, had 1.87x), the leader on a
-        tie. Where either has one request of a category (an interval with no width: one
+        tie. Where either has fewer than MIN_REQUESTS requests of a category (no interval: one
         request's burst moves it more than the margin), the challenger must beat the leader by
         the margin: under 30% bursts the chain, a point or two ahead so, took 4 in 60 tunes
         from n-gram, which the law has 8% faster. The leader rule (surely ahead by the margin)
@@ -412,7 +470,7 @@ class Race:
 
     def slows(self, e: Contender) -> dict[str, Interval]:
         """The categories of the workload e surely slows by the objective (tuned.slowed): its
-        interval there wholly below 1.00x on two requests or more; on one, that request's
+        interval there wholly below 1.00x on MIN_REQUESTS requests or more; on fewer, its
         figure under 1 by the margin. One request of a category is all a provisional tune may
         have of it: a draft measured 0.78x on the one document question a 240 s tune had room
         for was picked for all traffic (tests/test_objective.py), where its interval, no wider
@@ -440,8 +498,8 @@ class Race:
                                   poolable=(e.poolable, lead.poolable), objective=self.objective)
 
     def hopeless(self, e: Contender, lead: Contender) -> bool:
-        """e cannot beat the leader by the margin (by 95% intervals on two requests of each
-        category at least: one request's interval has no width; a configuration that drafted
+        """e cannot beat the leader by the margin (by 95% intervals on MIN_SIFT requests of
+        each category at least: one request's has no width; a configuration that drafted
         nothing: at once), and is not ahead of it either: one ahead within the margin stays
         for the final pick (an edit tune dropped n-gram at 1.99x [1.98-2.01] behind the
         chain's 1.93x)."""
@@ -449,27 +507,49 @@ class Race:
             return True
         if e.blocks >= MIN_BLOCKS and e.drafted == 0:
             return True
-        if not self.judged(e):
+        if not self.sifted(e):
             return False
         rel = self.versus(e, lead)
         if (rel.point if rel is not None else e.interval.point / max(_point(lead), 1e-9)) > 1:
             return False
         return self.within(e, lead, rel)
 
+    def _hopeless(self, e: Contender, lead: Contender) -> str:
+        """Why e left the race, its interval said only from MIN_REQUESTS requests a kind."""
+        if not e.drafted:
+            return "cannot win: it drafted nothing (the baseline and noise)"
+        need = _point(lead) * (1 + self.margin)
+        if not self.judged(e):
+            return (f"cannot win: on {min(self.per_category(e).values())} requests of each "
+                    f"kind it reads {_point(e):.2f}x, far from the {need:.2f}x it needs (no "
+                    "interval: dropped to measure the others)")
+        return (f"cannot win: its {intervals.CONFIDENCE:.0%} interval reaches {_top(e):.2f}x, "
+                f"it needs over {need:.2f}x")
+
     def within(self, e: Contender, lead: Contender, rel: Interval | None = None) -> bool:
-        """e's interval (two requests of each category at least) cannot beat the leader by
+        """e's interval (MIN_SIFT requests of each category at least) cannot beat the leader by
         the margin: the leader's precision settles the race with e still in it. `rel`: e's
         interval against the leader, where the caller has it."""
-        if e.interval is None or not self.judged(e):
+        if e.interval is None or not self.sifted(e):
             return False
         rel = rel or self.versus(e, lead)
         return e.interval.high <= _point(lead) * (1 + self.margin) or (
             rel is not None and rel.high <= 1 + self.margin)
 
     def judged(self, e: Contender) -> bool:
-        """Whether e's interval has width: two requests of each category at least (one
-        request's bootstrap interval is its point)."""
-        return min(self.per_category(e).values(), default=0) >= 2
+        """Whether e has an interval to decide by: MIN_REQUESTS requests of each category at
+        least (one request's bootstrap interval is its point; two's, one of three values)."""
+        return min(self.per_category(e).values(), default=0) >= MIN_REQUESTS
+
+    def sifted(self, e: Contender) -> bool:
+        """Whether e may leave the race as unable to win: MIN_SIFT requests of each category
+        (dropping one only stops measuring it; nothing is said or saved of its interval)."""
+        return min(self.per_category(e).values(), default=0) >= MIN_SIFT
+
+    def requests(self, e: Contender) -> int:
+        """e's paired requests on the category it has fewest of, among those it was measured
+        on (0: none): its figure's interval needs MIN_REQUESTS (estimate.backed)."""
+        return min((n for n in self.per_category(e).values() if n), default=0)
 
     def per_category(self, e: Contender) -> dict[str, int]:
         """How many pairs e has in each category of the traffic."""
