@@ -65,6 +65,8 @@ MIN_SIFT = 2  # requests of each category before a challenger may be dropped (`s
 # MIN_REQUESTS, 20 simulated default tunes each ran out the budget on seven candidates and most
 # saved a pick with no interval; the pick, its precision and "off" still need MIN_REQUESTS
 SLACK = 1.05  # a block may run to this share of the time left (expectations are medians)
+HEADROOM = 1.25  # a screen leaves the leader's confirmation this much more than expected (a
+# block under bursts ran 1.7 times its expectation)
 SHARE = 0.45  # of the time left: as many prompts as a block fits in it are asked
 MIN_TOKENS = 16  # the shortest request, where a budget has no room for a full-length round
 UNSEEN = 1.1  # a configuration not measured yet is expected this much slower than the baseline
@@ -384,15 +386,21 @@ class Race:
                             + fresh * self.start_s)
 
     def admit(self, active: list[Contender], lead: Contender) -> tuple[list[Contender], list[int]]:
-        """What the next block measures within the time left, on as many prompts as fit in
-        SHARE of it (one of each category at least): the leader, then each challenger not
-        measured yet (in order), then the measured ones (best point first), each while one
-        round of the categories still fits with it. The first block has a rival for the
-        leader wherever one fits as fast as the baseline (a race of one finds nothing: at 4.5
-        tok/s, cpu-demo on a slower CPU, UNSEEN left n-gram out of every first block). A
-        challenger left out waits for the next block; one that could not fit even beside the
-        leader alone is said and not measured; where not even the leader's round fits, nothing
-        is measured."""
+        """What the next block measures within the time left. Successive halving, cheap breadth
+        first: while challengers are not measured yet and the leader has a request of every
+        kind (breadth's), a block screens them: those not measured yet, one prompt of each
+        kind, beside the baseline and not the leader (its next rounds are its confirmation,
+        kept by `reserve`); a screen's one request a kind is an estimate for ranking only, no
+        claim. Then the leader and the measured ones (best point first), on as many prompts as
+        fit in SHARE of the time left (one of each category at least), each while one round of
+        the categories still fits with it. Every block keeps the seconds for whoever leads
+        then, or would lead after it (the best point of the block), to reach MIN_REQUESTS
+        requests of each kind (`reserve`): exploring stops where confirming the leader is all
+        that fits. The first block with the leader has a rival wherever one fits as fast as
+        the baseline (a race of one finds nothing: at 4.5 tok/s, cpu-demo on a slower CPU,
+        UNSEEN left n-gram out of every first block). A challenger left out waits for the next
+        block; one that could not fit even beside the leader alone is said and not measured;
+        where not even the leader's round fits, nothing is measured."""
         left = (self.deadline - self.lab.clock()) * SLACK
         cats = self.kinds
         out = [lead] if lead in active else active[:1]
@@ -407,12 +415,34 @@ class Race:
         seen = sorted((e for e in active if e not in out and e.blocks), key=_point,
                       reverse=True)
         self.unseen = UNSEEN
+        if new and out[0].blocks and not self.missing(out[0]):  # a screen of the new ones
+            screen: list[Contender] = []
+            pays = _point(out[0]) > 1 + self.margin
+            for e in new:
+                if (self.cost([*screen, e], cats) + self.reserve(out[0], [*screen, e])) \
+                        * HEADROOM <= left \
+                        or (not screen and not pays and self.cost([e], cats) <= left):
+                    screen.append(e)  # (a leader that does not pay has nothing to confirm:
+                    # a first rival is worth more than its interval)
+                elif not screen and self.cost([e], cats, 1.0) \
+                        + self.reserve(out[0], [e], 1.0) <= left:
+                    self.unseen = 1.0  # the block's narrowing expects as much
+                    screen.append(e)
+                elif self.cost([e], cats) > left:
+                    self._not_measured(e, left, self.cost([e], cats))
+            if screen:
+                return screen, self.prompts(cats)
+            new = []  # confirming the leader is all that fits: no more exploring
         first = not seen  # no rival measured yet (breadth's block had the leader alone)
-        room = left - self.reserve(out[0])  # the leader's interval first (`reserve`)
+        if not self.judged(out[0]):  # the leader's interval first: a rival its point has
+            # behind by more than the margin waits (ranking only: it is not dropped)
+            seen = [e for e in seen if _point(e) * (1 + self.margin) >= _point(out[0])]
         for e in [*new, *seen]:
-            if self.cost([*out, e], cats) <= room:
+            if (self.cost([*out, e], cats) + self.reserve(out[0], [*out, e])) \
+                    * (1.0 if self.judged(out[0]) else HEADROOM) <= left:
                 out.append(e)
-            elif first and len(out) == 1 and self.cost([*out, e], cats, 1.0) <= room:
+            elif first and len(out) == 1 and self.cost([*out, e], cats, 1.0) \
+                    + self.reserve(out[0], [*out, e], 1.0) <= left:
                 self.unseen = 1.0  # the block's narrowing expects as much
                 out.append(e)
             elif not e.blocks and self.cost([*out[:1], e], cats) > left:
@@ -420,15 +450,24 @@ class Race:
         n = self.fitting(out, left / SLACK * SHARE, cats)
         return out, self.prompts(n)
 
-    def reserve(self, lead: Contender) -> float:
-        """Seconds kept from challengers for the leader to reach MIN_REQUESTS paired requests
-        of each kind (its interval: the decision's) after the block it leads: the rounds it
-        still lacks beyond that block's one, each a round of the kinds with the baseline. Two
-        default tunes that raced seven candidates on one request each decided opposite things
-        (issue 59); a challenger waits, or is said not measured, rather than leave the pick
-        without an interval."""
-        lacks = MIN_REQUESTS - min(self.per_category(lead).values(), default=0) - 1
-        return max(0, lacks) * self.cost([lead], self.kinds)
+    def reserve(self, lead: Contender, block: Sequence[Contender] = (),
+                unseen: float | None = None) -> float:
+        """Seconds to keep after a block of `block` for the one that leads then to reach
+        MIN_REQUESTS paired requests of each kind (its interval: the decision's): `lead` or
+        any of the block (one may take the lead), whichever needs most; each the rounds it
+        still lacks after the block, a round of the kinds with the baseline. Two default
+        tunes that raced seven candidates on one request each decided opposite things (issue
+        59); a challenger waits, or is said not measured, rather than leave the pick without
+        an interval."""
+        def need(e: Contender) -> float:
+            have = min(self.per_category(e).values(), default=0) + (1 if e in block else 0)
+            fresh = not e.blocks
+            return max(0, MIN_REQUESTS - have) * self.cost([e], self.kinds,
+                                                           1.0 if fresh else unseen)
+
+        pays = lead.interval is None or _point(lead) > 1 + self.margin
+        return max([need(e) for e in block if e is not lead]
+                   + ([need(lead)] if pays else []), default=0.0)
 
     def unmeasured(self, entries: Sequence[Contender]) -> None:
         """At the end: each challenger that waited for a block the budget never had room for
