@@ -77,6 +77,8 @@ SHORT_K = 2
 PRECISION = 0.05  # the headline's interval half-width to reach
 BUDGET = 240.0  # seconds of tune, by default
 FIXED_SHARE = 0.15  # the most of the budget the draft-alone timings may take
+FIXED_REQUESTS = 3  # short requests of the draft alone (and the baseline) at least, one a
+# prompt and round: c is a low quantile of them
 NGRAM_K = 8  # n-gram's draft length: its drafts cost nothing to make
 NGRAM_MOD_K = 16  # ngram-mod's longest draft: a found n-gram continues for many tokens
 
@@ -189,8 +191,8 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
                 + ("--sequential" if sequential else "two servers do not fit in memory"))
     lab.say(f"timing the draft alone against the target (c); {_left(lab, deadline)}")
     costs = StepCosts(lab, base, seq)  # 1. c from short timings
-    costs.time([alone], prompts=shortest(lab.workload), least=4,
-               until=started + budget * FIXED_SHARE)
+    costs.time([alone], prompts=shortest(lab.workload), least=FIXED_REQUESTS,
+               until=started + budget * FIXED_SHARE, per_prompt=1)
     cost = round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
     entries = [_entry(e.config[1], cost) for e in entries]
     race = Race(lab, base, max_tokens, seq, margin, precision, deadline, prior=costs.samples,

@@ -110,7 +110,9 @@ class Race:
     samples: list[Timed] = field(default_factory=list)
     block: int = 0
     stopped: str = ""  # "precision", "decided" or "budget"
-    pace: float = 1.0  # the last block's time over its expected time (restarts, starts, load)
+    pace: float = 1.0  # a block's time over its expected time (restarts, starts, load): the
+    # mean of the blocks' so far and the start's (`paced`)
+    paces: list[float] = field(default_factory=list)
     unseen: float = UNSEEN  # this block's: 1 where the first block's rival fits only so
     objective: intervals.Objective = "latency"  # what a configuration's speedup is of
 
@@ -268,7 +270,7 @@ class Race:
         expected, began = self.cost([lead], self.kinds), self.lab.clock()
         self.measure([lead], self.prompts(self.kinds))
         if expected > 0:
-            self.pace = min(3.0, max(1.0, (self.lab.clock() - began) / expected))
+            self.paced((self.lab.clock() - began) / expected)
         asked = {self.cats[t.prompt] for t in self.samples if t.label == lead.label}
         if self.missing(lead) - asked:
             self.lab.say(f"{', '.join(sorted(self.missing(lead) - asked))} not measured: the "
@@ -307,7 +309,7 @@ class Race:
             expected, began = self.cost(now, len(prompts)) / self.pace, self.lab.clock()
             self.measure(now, prompts)
             if expected > 0:
-                self.pace = min(3.0, max(1.0, (self.lab.clock() - began) / expected))
+                self.paced((self.lab.clock() - began) / expected)
             ran += 1
             lead = self.leader([lead, *entries])
             for e in now:
@@ -334,6 +336,17 @@ class Race:
                 self.stopped = "budget"
                 break
         return lead
+
+    def paced(self, ratio: float) -> None:
+        """A block took `ratio` times its expectation: the pace the next blocks expect is the
+        mean over the blocks so far and the start's (quiet: 1). One block under 30% bursts ran
+        1.1-1.9 times its expectation, the next as likely nearer 1: its ratio alone, 1.8 after
+        breadth's block, kept the screen to one candidate a block (each asking the baseline
+        again) and left no candidate its three requests a kind."""
+        if not self.paces:
+            self.paces.append(self.pace)
+        self.paces.append(min(3.0, max(1.0, ratio)))
+        self.pace = sum(self.paces) / len(self.paces)
 
     def __post_init__(self) -> None:
         """Where outside load disturbed the timings before the race (BUSY cores or more
@@ -420,7 +433,7 @@ class Race:
             pays = _point(out[0]) > 1 + self.margin
             for e in new:
                 if (self.cost([*screen, e], cats) + self.reserve(out[0], [*screen, e])) \
-                        * HEADROOM <= left \
+                        * self.headroom <= left \
                         or (not screen and not pays and self.cost([e], cats) <= left):
                     screen.append(e)  # (a leader that does not pay has nothing to confirm:
                     # a first rival is worth more than its interval)
@@ -439,7 +452,7 @@ class Race:
             seen = [e for e in seen if _point(e) * (1 + self.margin) >= _point(out[0])]
         for e in [*new, *seen]:
             if (self.cost([*out, e], cats) + self.reserve(out[0], [*out, e])) \
-                    * (1.0 if self.judged(out[0]) else HEADROOM) <= left:
+                    * (1.0 if self.judged(out[0]) else self.headroom) <= left:
                 out.append(e)
             elif first and len(out) == 1 and self.cost([*out, e], cats, 1.0) \
                     + self.reserve(out[0], [*out, e], 1.0) <= left:
@@ -449,6 +462,14 @@ class Race:
                 self._not_measured(e, left, self.cost([*out[:1], e], cats))
         n = self.fitting(out, left / SLACK * SHARE, cats)
         return out, self.prompts(n)
+
+    @property
+    def headroom(self) -> float:
+        """What a block's expectation is stretched by beyond its pace while the leader has no
+        interval: HEADROOM where the last block ran as expected, less where its pace already
+        stretches every expectation (a block after bursts: the two stacked kept a screen to
+        one candidate of six, each a block of its own, and no interval in the budget)."""
+        return max(1.0, HEADROOM / self.pace)
 
     def reserve(self, lead: Contender, block: Sequence[Contender] = (),
                 unseen: float | None = None) -> float:
