@@ -113,6 +113,8 @@ class Race:
     pace: float = 1.0  # a block's time over its expected time (restarts, starts, load): the
     # mean of the blocks' so far and the start's (`paced`)
     paces: list[float] = field(default_factory=list)
+    broad: list[int] = field(default_factory=list)  # breadth's prompts, its block the first
+    extend: bool = False  # the next block goes on with breadth's (`admit`)
     unseen: float = UNSEEN  # this block's: 1 where the first block's rival fits only so
     objective: intervals.Objective = "latency"  # what a configuration's speedup is of
 
@@ -166,13 +168,22 @@ class Race:
             self.lab.say(f"{len(configs)} servers do not fit in memory together: one at a time")
         asked = self.order() if prompts is None else list(prompts)
         began, spent = self.lab.clock(), [0.0]
+        extend, self.extend = self.extend, False
+        block = self.block - 1 if extend else self.block  # breadth's, its baseline paired
+        if extend and self.sequential:
+            configs = configs[1:]
+
+        def narrow(n: int, cfgs: Sequence[Config], so_far: Sequence[Timed]) -> list[Config]:
+            got = self.narrow(asked, n, cfgs, [*self.samples, *so_far], began, spent)
+            return [c for c in got if c != self.baseline] if extend else got
+
         self.samples += rounds(self.lab, configs, asked, self.tokens or self.max_tokens,
-                               self.block, self.sequential,
+                               block, self.sequential,
                                again=lambda: self.lab.clock() < self.deadline,
                                stop=lambda: self.lab.clock() >= self.deadline,
-                               narrow=lambda n, cfgs, so_far: self.narrow(
-                                   asked, n, cfgs, [*self.samples, *so_far], began, spent))
-        self.block += 1
+                               narrow=narrow)
+        if not extend:
+            self.block += 1
         for e in active:
             e.blocks += 1
             self.judge(e)
@@ -268,7 +279,8 @@ class Race:
             self.stopped = "budget"
             return
         expected, began = self.cost([lead], self.kinds), self.lab.clock()
-        self.measure([lead], self.prompts(self.kinds))
+        self.broad = self.prompts(self.kinds)
+        self.measure([lead], self.broad)
         if expected > 0:
             self.paced((self.lab.clock() - began) / expected)
         asked = {self.cats[t.prompt] for t in self.samples if t.label == lead.label}
@@ -306,7 +318,8 @@ class Race:
             if not now:
                 self.stopped = "budget"
                 break
-            expected, began = self.cost(now, len(prompts)) / self.pace, self.lab.clock()
+            expected = self.cost(now, len(prompts), extend=self.extend) / self.pace
+            began = self.lab.clock()
             self.measure(now, prompts)
             if expected > 0:
                 self.paced((self.lab.clock() - began) / expected)
@@ -388,11 +401,11 @@ class Race:
         return sum(len(prompts[i].turns) for i in order) / len(order) if order else 1.0
 
     def cost(self, entries: Sequence[Contender], prompts: int,
-             unseen: float | None = None) -> float:
+             unseen: float | None = None, extend: bool = False) -> float:
         """Expected seconds of a block of `entries` (and the baseline) on `prompts` prompts,
         the servers not up yet started (one not measured yet `unseen` times slower than the
-        baseline)."""
-        labels = [self.baseline[0], *(e.label for e in entries)]
+        baseline). `extend`: going on with breadth's block, the baseline not asked again."""
+        labels = [*([] if extend else [self.baseline[0]]), *(e.label for e in entries)]
         fresh = len(labels) if self.sequential else sum(1 for e in entries if e.blocks == 0)
         return self.pace * (prompts * sum(self.expected(lbl, self.tokens or self.max_tokens,
                                                         unseen) for lbl in labels)
@@ -419,33 +432,21 @@ class Race:
         out = [lead] if lead in active else active[:1]
         if self.block == 0:  # a budget too short for one full-length round: shorter requests
             self._shorten(out, left)
-        if self.cost(out, cats) > left:
-            for e in active:
-                if not e.blocks:
-                    self._not_measured(e, left, self.cost([e], cats))
-            return [], []
         new = [e for e in active if e not in out and not e.blocks]
         seen = sorted((e for e in active if e not in out and e.blocks), key=_point,
                       reverse=True)
         self.unseen = UNSEEN
         if new and out[0].blocks and not self.missing(out[0]):  # a screen of the new ones
-            screen: list[Contender] = []
-            pays = _point(out[0]) > 1 + self.margin
-            for e in new:
-                if (self.cost([*screen, e], cats) + self.reserve(out[0], [*screen, e])) \
-                        * self.headroom <= left \
-                        or (not screen and not pays and self.cost([e], cats) <= left):
-                    screen.append(e)  # (a leader that does not pay has nothing to confirm:
-                    # a first rival is worth more than its interval)
-                elif not screen and self.cost([e], cats, 1.0) \
-                        + self.reserve(out[0], [e], 1.0) <= left:
-                    self.unseen = 1.0  # the block's narrowing expects as much
-                    screen.append(e)
-                elif self.cost([e], cats) > left:
-                    self._not_measured(e, left, self.cost([e], cats))
+            screen = self.screen(new, out[0], left, extend=not seen and self.block == 1
+                                 and bool(self.broad))
             if screen:
-                return screen, self.prompts(cats)
+                return screen, (self.broad if self.extend else self.prompts(cats))
             new = []  # confirming the leader is all that fits: no more exploring
+        if self.cost(out, cats) > left:
+            for e in active:
+                if not e.blocks and not e.dropped:
+                    self._not_measured(e, left, self.cost([e], cats))
+            return [], []
         first = not seen  # no rival measured yet (breadth's block had the leader alone)
         if not self.judged(out[0]):  # the leader's interval first: a rival its point has
             # behind by more than the margin waits (ranking only: it is not dropped)
@@ -462,6 +463,31 @@ class Race:
                 self._not_measured(e, left, self.cost([*out[:1], e], cats))
         n = self.fitting(out, left / SLACK * SHARE, cats)
         return out, self.prompts(n)
+
+    def screen(self, new: Sequence[Contender], lead: Contender, left: float,
+               extend: bool) -> list[Contender]:
+        """The challengers not measured yet that a screen block has room for (`admit`), one
+        prompt of each kind, and the reserve for whoever leads after it. `extend`: the first
+        screen goes on with breadth's block, on its prompts, paired with its baseline (the
+        baseline not asked again: at 4.5 tok/s, after breadth, a round of n-gram with the
+        baseline no longer fit in a 180 s tune, n-gram's three requests alone did)."""
+        cats = self.kinds
+        out: list[Contender] = []
+        pays = _point(lead) > 1 + self.margin
+        for e in new:
+            if (self.cost([*out, e], cats, extend=extend) + self.reserve(lead, [*out, e])) \
+                    * self.headroom <= left \
+                    or (not out and not pays and self.cost([e], cats, extend=extend) <= left):
+                out.append(e)  # (a leader that does not pay has nothing to confirm: a first
+                # rival is worth more than its interval)
+            elif not out and self.cost([e], cats, 1.0, extend=extend) \
+                    + self.reserve(lead, [e], 1.0) <= left:
+                self.unseen = 1.0  # the block's narrowing expects as much
+                out.append(e)
+            elif self.cost([e], cats, extend=extend) > left:
+                self._not_measured(e, left, self.cost([e], cats, extend=extend))
+        self.extend = extend and bool(out)
+        return out
 
     @property
     def headroom(self) -> float:
