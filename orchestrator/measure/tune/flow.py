@@ -77,8 +77,8 @@ SHORT_K = 2
 PRECISION = 0.05  # the headline's interval half-width to reach
 BUDGET = 240.0  # seconds of tune, by default
 FIXED_SHARE = 0.15  # the most of the budget the draft-alone timings may take
-FIXED_REQUESTS = 3  # short requests of the draft alone (and the baseline) at least, one a
-# prompt and round: c is a low quantile of them
+FIXED_REQUESTS = 2  # short requests of the draft alone (and the baseline) at least, one a
+# prompt and round: c is a low quantile of them (a decode cost: the same on every kind)
 NGRAM_K = 8  # n-gram's draft length: its drafts cost nothing to make
 NGRAM_MOD_K = 16  # ngram-mod's longest draft: a found n-gram continues for many tokens
 
@@ -191,7 +191,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
                 + ("--sequential" if sequential else "two servers do not fit in memory"))
     lab.say(f"timing the draft alone against the target (c); {_left(lab, deadline)}")
     costs = StepCosts(lab, base, seq)  # 1. c from short timings
-    costs.time([alone], prompts=shortest(lab.workload), least=FIXED_REQUESTS,
+    costs.time([alone], prompts=_timing(lab), least=FIXED_REQUESTS,
                until=started + budget * FIXED_SHARE, per_prompt=1)
     cost = round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
     entries = [_entry(e.config[1], cost) for e in entries]
@@ -237,6 +237,15 @@ def _plain(e: Contender) -> bool:
 
 def _point(e: Contender) -> float:
     return e.interval.point if e.interval else 0.0
+
+
+def _timing(lab: Lab) -> list[int]:
+    """The prompts that time c: the shortest of each kind (step_costs.shortest), the
+    FIXED_REQUESTS shortest of them. Where the model answers at its own length (160 tokens
+    whatever max_tokens asks), one short request a kind took 40 s of a 240 s tune."""
+    best = shortest(lab.workload)
+    size = {i: sum(len(t) for t in lab.workload.prompts[i].turns) for i in best}
+    return sorted(best, key=lambda i: size[i])[:FIXED_REQUESTS]
 
 
 def _start_s(lab: Lab, costs: StepCosts, began: float) -> float:
