@@ -450,11 +450,8 @@ class Race:
             if screen:
                 return screen, (self.broad if self.extend else self.prompts(cats))
             new = []  # confirming the leader is all that fits: no more exploring
-        if self.cost(out, cats) > left and out[0].blocks and not self.judged(out[0]) \
-                and self.cost(out, cats) / self.pace <= left:
-            return out, self.prompts(cats)  # the leader's interval at its median pace: the
-            # pace of bursty blocks (re-asks among them) left 62 s unused where its third
-            # round took 52 s, in 9 of 20 tunes
+        if self.cost(out, cats) > left and out[0].blocks and not self.judged(out[0]):
+            return self.top_up(out, left)
         if self.cost(out, cats) > left:
             for e in active:
                 if not e.blocks and not e.dropped:
@@ -476,6 +473,28 @@ class Race:
                 self._not_measured(e, left, self.cost([*out[:1], e], cats))
         n = self.fitting(out, left / SLACK * SHARE, cats)
         return out, self.prompts(n)
+
+    def top_up(self, out: list[Contender], left: float) -> tuple[list[Contender], list[int]]:
+        """The leader alone, short of its interval, where a round of the kinds no longer fits:
+        a prompt of each kind it has fewer than MIN_REQUESTS pairs of (the prompt of the kind
+        it has fewest pairs on: a disturbed pair on a prompt with a calm one is not counted),
+        where they fit at the machine's median pace (the blocks' pace, re-asks under bursts
+        among it, left 62 s unused where a round took 52 s). Nothing where even that does not
+        fit."""
+        lead = out[0]
+        have = self.per_category(lead)
+        pairs = self.pairs(lead)
+        picks: dict[str, int] = {}
+        for i in self.order():
+            cat = self.cats[i]
+            if have.get(cat, MIN_REQUESTS) >= MIN_REQUESTS:
+                continue
+            if cat not in picks or len(pairs.get(i, [])) < len(pairs.get(picks[cat], [])):
+                picks[cat] = i
+        asked = list(picks.values())
+        if asked and self.cost(out, len(asked)) / self.pace <= left:
+            return out[:1], asked
+        return [], []
 
     def screen(self, new: Sequence[Contender], lead: Contender, left: float,
                extend: bool) -> list[Contender]:
