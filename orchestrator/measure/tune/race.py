@@ -457,6 +457,13 @@ class Race:
                 if not e.blocks and not e.dropped:
                     self._not_measured(e, left, self.cost([e], cats))
             return [], []
+        return self.rivals(out, new, seen, left)
+
+    def rivals(self, out: list[Contender], new: Sequence[Contender],
+               seen: Sequence[Contender], left: float) -> tuple[list[Contender], list[int]]:
+        """admit's block of the leader (`out`) and the challengers that fit beside it: those
+        not measured yet (`new`), then the measured ones (`seen`, best point first)."""
+        cats = self.kinds
         first = not seen  # no rival measured yet (breadth's block had the leader alone)
         if not self.judged(out[0]):  # the leader's interval first: a rival its point has
             # behind by more than the margin waits (ranking only: it is not dropped)
