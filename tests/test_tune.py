@@ -71,9 +71,12 @@ def test_twenty_tunes_under_noise_bursts_pick_the_laws_best(plan: Plan) -> None:
         assert law.best(plan)[1] >= 1.2
         result = tuned(plan, law, seed=n, noise=0.3)
         right.append(result.method == "draft" and share_of_best(plan, law, result) >= 0.95)
-        if result.method != "none":  # the headline carries its interval, within the bound
-            assert result.low is not None and result.high is not None
-            assert result.low <= result.speedup <= result.high
+        if result.method != "none":  # the headline carries its interval where it has three
+            # paired requests of each kind (fewer: none, issue 59), within the bound
+            assert result.requests is not None
+            assert (result.low is None) == (result.requests < 3), result.summary
+            if result.low is not None and result.high is not None:
+                assert result.low <= result.speedup <= result.high
     assert sum(right) >= 19, right
 
 
@@ -222,7 +225,8 @@ def test_when_the_precision_is_not_reached_it_says_what_to_do(plan: Plan) -> Non
     result = tune(plan, SimLab(law, plan, seed=4, noise=0.6), max_k=8, budget=60.0)
     assert not result.settled and result.stopped == "budget" and result.state == "provisional"
     assert "(budget 60 s, precision ±5% asked)" in result.summary and "--budget" in result.summary
-    spent = int(result.summary.split("% in ")[1].split(" s")[0])
+    # '±12% in 58 s', or on fewer than three requests a kind 'one request: no interval in 58 s'
+    spent = int(result.summary.split("provisional: ")[1].split(" in ")[1].split(" s")[0])
     assert 30 <= spent <= 66  # the time it took, within the budget
     assert "other processes used" in result.summary
 

@@ -378,23 +378,30 @@ def _bound_of(label: str, said: dict[str, Any]) -> str:
 
 
 def _show_pick(console: Console, result: Tuned) -> None:
-    """The pick's end-to-end, first-token and decode figures with their intervals."""
+    """The pick's end-to-end, first-token and decode figures with their intervals (none from
+    fewer than MIN_REQUESTS paired requests: 'one request: no interval')."""
+    from specctl.orchestrator.measure.estimates.estimate import shown as said
+
     shown = [(n, result.figures[k]) for n, k in (("end to end", "latency"), ("TTFT", "ttft"),
                                                  ("decode", "decode")) if k in result.figures]
     if shown:
-        console.print("the pick: " + ", ".join(f"{name} {p:.2f}x [{lo:.2f}-{hi:.2f}]"
-                                               for name, (p, lo, hi) in shown)
-                      + f" (decided on {result.objective})", highlight=False, markup=False)
+        console.print("the pick: " + ", ".join(
+            f"{name} {said(p or 0.0, lo, hi, result.requests)}" for name, (p, lo, hi) in shown)
+            + f" (decided on {result.objective})", highlight=False, markup=False)
 
 
-def show_tuned(console: Console, result: Tuned) -> None:
+def _tuned_table(console: Console, result: Tuned) -> None:
+    """Each measured configuration's row; its interval only from MIN_REQUESTS requests."""
+    from specctl.orchestrator.measure.estimates.estimate import backed, no_interval
+
     predicted = {int(p["k"]): p["speedup"] for p in result.predicted}
     cats = list(dict.fromkeys(c for m in result.measured for c in m.categories))
     cells = []
     for m in result.measured:
         pred = (predicted.get(m.k) if m.method == "draft" and m.p_min is None and not m.chain
                 else None)
-        span = f"{m.low:.2f}-{m.high:.2f}" if m.low is not None and m.high is not None else "-"
+        span = (f"{m.low:.2f}-{m.high:.2f}" if m.low is not None and m.high is not None
+                else "-" if backed(m.requests) else no_interval(m.requests or 0))
         above = m.bound is not None and m.flag.startswith("above the physical bound")
         cells.append([m.label + (" (!)" if above else ""), _x(m.speedup), span,
                       *(_x(m.categories.get(c)) for c in cats), _x(m.latency), _x(m.ttft),
@@ -406,6 +413,11 @@ def show_tuned(console: Console, result: Tuned) -> None:
         "acceptance"))], cells,
         title=f"{result.profile}: alpha {result.alpha}, c {result.cost}, v {result.verify}, "
               f"baseline {result.baseline_tps:.1f} tok/s")
+
+
+def show_tuned(console: Console, result: Tuned) -> None:
+    _tuned_table(console, result)
+    what = OBJECTIVE_OF[result.objective]
     if result.workload:
         console.print(f"tuned for: {result.workload}; {result.concurrency} concurrent "
                       f"request(s); decided on {result.objective} ({what}: the workload's "
@@ -431,9 +443,11 @@ def show_tuned(console: Console, result: Tuned) -> None:
         console.print(f"quality: {result.quality}", highlight=False, markup=False)
     if result.winners:
         console.print("each category's best: " + "; ".join(
-            f"{w.category} {w.label}" + (f" {w.speedup:.2f}x [{w.low:.2f}-{w.high:.2f}]"
-                                         if w.low is not None and w.high is not None else "")
-            for w in result.winners), highlight=False, markup=False)
+            f"{w.category} {w.text()}" for w in result.winners), highlight=False, markup=False)
+    if result.unmeasured:
+        console.print(f"not measured: {', '.join(result.unmeasured)} (served as before, no "
+                      "draft: a pick measured on other kinds is no figure for them)",
+                      highlight=False, markup=False)
     console.print(f"[bold]result ({result.state}):[/bold] {escape(result.summary)} (tuning "
                   f"took {result.seconds:.0f} s)")
     _show_pick(console, result)

@@ -22,6 +22,7 @@ from specctl.orchestrator.planning import costmodel
 
 if TYPE_CHECKING:
     from specctl.orchestrator.app import App, Resolved
+    from specctl.orchestrator.contract.plan import Plan
     from specctl.orchestrator.measure.results.tuned import Measured
 
 
@@ -127,6 +128,7 @@ def _runner(app: App, resolved: Resolved, ask: Ask, step: Say, level: int) -> Sw
 
 def _tuned(app: App, resolved: Resolved, ask: Ask, step: Say) -> tuned_mod.Result:
     """The race on real servers (measure/lab/servers.py), every one stopped at the end."""
+    now = _incumbent(app, resolved)
     room = lab.ServerLab(resolved.backend, resolved.installed, ask.work, app.dirs.logs, step)
     try:
         return tune_mod.tune(resolved.plan, room, ask.max_k, max_tokens=ask.max_tokens,
@@ -134,9 +136,21 @@ def _tuned(app: App, resolved: Resolved, ask: Ask, step: Say) -> tuned_mod.Resul
                              sequential=ask.sequential, methods=resolved.installed.methods,
                              chains=resolved.installed.chains,
                              reserve=ask.budget * GATE_SHARE if ask.quality else 0.0,
-                             objective=ask.objective)
+                             objective=ask.objective, incumbent=now)
     finally:
         room.close()
+
+
+def _incumbent(app: App, resolved: Resolved) -> Plan | None:
+    """The setting served now, where a tune of this plan is saved for this machine and build:
+    its pick (None: none saved, or it speculates not; the cost model's guess leads)."""
+    found = tuned_mod.load(app.dirs.tuned, app.tuned_key(resolved.plan, resolved.installed))
+    if found is None or found.method == "none":
+        return None
+    plan = resolved.plan
+    return plan.but(method=found.method, k=found.k, p_min=found.p_min,
+                    draft=plan.draft if found.method == "draft" else None,
+                    chain=tuned_mod.steps_of(found.chain))
 
 
 def _scheduled(resolved: Resolved, result: tuned_mod.Result, runner: Sweep,

@@ -1,6 +1,7 @@
 """The primitives of the estimates (measure/estimates/intervals.py, whole.py): a low quantile
-of repeated timings, an interval, the paired timings they are computed from; and the median of
-paired ratios with its bootstrap interval (`summarize`: bench's rounds at several streams).
+of repeated timings, an interval, the paired timings they are computed from, how many paired
+requests an interval needs (MIN_REQUESTS) and how a figure with fewer is said; and the median
+of paired ratios with its bootstrap interval (`summarize`: bench's rounds at several streams).
 
 Pure and deterministic (a bootstrap takes a seeded RNG), so the numbers in a report can be
 recomputed from its raw samples."""
@@ -18,6 +19,10 @@ from specctl.orchestrator.measure.lab.servers import Timed
 LOW_Q = 0.1  # the quantile of repeated timings taken as a configuration's time
 CONFIDENCE = 0.95
 BOOT = 300
+MIN_REQUESTS = 3  # paired requests of a kind an interval (and so a precision) needs: a bootstrap
+# over one request is that request (a default tune saved "1.18x [1.18-1.18] ... provisional:
+# ±0%" from one code request: issue 59), over two it draws one of three values
+_COUNTED = {0: "no request", 1: "one request", 2: "two requests"}
 
 Pairs = dict[int, list[tuple[Timed, Timed]]]  # prompt -> (configuration's, baseline's) by block
 
@@ -47,6 +52,26 @@ class Interval:
 
     def text(self) -> str:
         return f"{self.point:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+
+
+def backed(requests: int | None) -> bool:
+    """Whether a figure on `requests` paired requests (of the kind with the fewest) may carry an
+    interval; None: a figure saved before requests were counted, as it was saved."""
+    return requests is None or requests >= MIN_REQUESTS
+
+
+def no_interval(requests: int) -> str:
+    """Why a figure has no interval: 'one request: no interval'."""
+    return f"{_COUNTED.get(requests, f'{requests} requests')}: no interval"
+
+
+def shown(point: float, low: float | None, high: float | None, requests: int | None) -> str:
+    """A speedup as printed: '1.18x [1.10-1.25]' with its interval, '1.18x (one request: no
+    interval)' on fewer than MIN_REQUESTS paired requests, '1.18x' where it has none saved."""
+    if not backed(requests):
+        return f"{point:.2f}x ({no_interval(requests or 0)})"
+    return f"{point:.2f}x" + (f" [{low:.2f}-{high:.2f}]" if low is not None and high is not None
+                              else "")
 
 
 def interval(point: float, values: list[float], n: int) -> Interval:

@@ -47,15 +47,17 @@ class StepCosts:
         self.samples: list[Timed] = []
 
     def time(self, configs: Sequence[Config], prompts: Sequence[int] | None = None,
-             least: int = MIN_SAMPLES, until: float | None = None) -> None:
+             least: int = MIN_SAMPLES, until: float | None = None,
+             per_prompt: int = COST_BLOCKS) -> None:
         """Short requests, COST_BLOCKS per prompt and configuration and at least `least`
         (and the baseline's, the first time): interleaved with every server up, else all of
         one server's in one block (a server starts once). `prompts`: these only (default all).
         `until` (on the lab's clock): no more requests once it has passed, one of each
-        configuration taken (on a busy machine short requests too can take minutes)."""
+        configuration taken (on a busy machine short requests too can take minutes).
+        `per_prompt`: short requests per prompt and configuration at least (COST_BLOCKS)."""
         prompts = list(range(len(self.lab.workload.prompts)) if prompts is None else prompts)
         n = len(prompts)
-        blocks = max(COST_BLOCKS, -(-least // n))
+        blocks = max(per_prompt, -(-least // n))
         timed = any(t.label == self.baseline[0] for t in self.samples)
         everyone = [*configs] if timed else [self.baseline, *configs]  # its time is known
         seq = self.sequential or not self.lab.fits([p for _, p in everyone])

@@ -5,7 +5,9 @@ remembered by (path, size, mtime) in the state dir, so `plan` and `up` find the 
 re-reading gigabytes. A result is validated with the same
 model, and held to the same limits as a profile (k 1-32, p-min 0-1), whether fresh or read back:
 a file that fails is moved aside and reported in one line, never trusted (its k would go to
-argv).
+argv). No figure carries an interval from fewer than MIN_REQUESTS paired requests of a kind
+(`requests`): its low and high are None, fresh or read back (one saved before this rule, with
+its bootstrap's interval of no width, is read without it).
 """
 
 from __future__ import annotations
@@ -25,13 +27,33 @@ from specctl.orchestrator.files import (
     write_atomic,
 )
 from specctl.orchestrator.humanize import Say
+from specctl.orchestrator.measure.estimates.estimate import MIN_REQUESTS, backed, shown
 from specctl.orchestrator.measure.prompts.workload import Figure, Objective
 from specctl.orchestrator.measure.results.record import Record
 from specctl.orchestrator.models import digest
 
 Ratio = Annotated[float, Field(ge=0, le=1e6)]  # a speedup, tokens/s or seconds: finite
 Rate = Annotated[float, Field(ge=0, le=1)]
-Span = Annotated[list[Ratio], Field(min_length=3, max_length=3)]  # a point, its 95% interval
+# a point and its 95% interval (None, None: from fewer than MIN_REQUESTS paired requests)
+Span = Annotated[list[Ratio | None], Field(min_length=3, max_length=3)]
+Requests = Annotated[int, Field(ge=0, le=1 << 30)]
+
+
+def _unbacked(record: Record, spans: tuple[str, ...] = ()) -> None:
+    """A record without an interval where it rests on fewer than MIN_REQUESTS paired requests
+    of a kind (its `requests`; None: saved before they were counted, as saved): low and high
+    None, and each of `spans`' (Span dicts) too. After validation, as a frozen record's own
+    (a before-validator would hand strict JSON's arrays on as lists, not tuples)."""
+    got = getattr(record, "requests", None)
+    if got is None or backed(got):
+        return
+    for name in ("low", "high"):
+        object.__setattr__(record, name, None)
+    for name in spans:
+        figures = getattr(record, name)
+        object.__setattr__(record, name, {f: [v[0], None, None] for f, v in figures.items()})
+
+
 def key(plan: Plan, backend_version: str, cache_file: Path, say: Say | None = None) -> str:
     parts = [plan.hardware.fingerprint(), plan.backend, backend_version,
              digest.model_id(plan.target, cache_file, say),
@@ -57,8 +79,10 @@ class Measured(Record):
     acceptance: Rate | None = None
     seconds: Ratio = 0.0
     categories: dict[str, Ratio] = Field(default_factory=dict, max_length=64)  # speedup each
-    low: Ratio | None = None  # the speedup's 95% interval
+    low: Ratio | None = None  # the speedup's 95% interval (None: fewer than MIN_REQUESTS)
     high: Ratio | None = None
+    requests: Requests | None = None  # paired requests of the kind with the fewest (None:
+    # saved before they were counted)
     bound: Ratio | None = None  # the physical bound (k+1)/(k*c+1) for the c of the same run
     flag: str = Field("", max_length=500)  # why a figure is not to be trusted (said, not hidden)
     # beside the objective's (speedup): the end-to-end speedup, the time-to-first-token ratio
@@ -66,6 +90,11 @@ class Measured(Record):
     latency: Ratio | None = None
     ttft: Ratio | None = None
     decode: Ratio | None = None
+
+    @model_validator(mode="after")
+    def _backed(self) -> Measured:
+        _unbacked(self)
+        return self
 
     @model_validator(mode="after")
     def _within_bound(self) -> Measured:
@@ -101,40 +130,59 @@ class Winner(Record):
     p_min: PMin | None
     chain: list[Chained] = Field(default_factory=list, max_length=4)
     speedup: Ratio
-    low: Ratio | None = None  # its 95% interval on the category
+    low: Ratio | None = None  # its 95% interval on the category (None: fewer than MIN_REQUESTS)
     high: Ratio | None = None
+    requests: Requests | None = None  # its paired requests there (None: saved before)
     baseline_tps: Ratio | None = None  # the baseline's decode tokens/s on the category
+
+    @model_validator(mode="after")
+    def _backed(self) -> Winner:
+        _unbacked(self)
+        return self
+
+    def text(self) -> str:
+        """'draft k=3 1.31x [1.22-1.40]', 'draft k=3 1.31x (one request: no interval)'."""
+        if self.method == "none":
+            return self.label
+        return f"{self.label} {shown(self.speedup, self.low, self.high, self.requests)}"
 
 
 NEAR = 0.02  # a point this close under 1.00x is a tie (see `slowed`)
 
 
-def slowed(point: float, high: float, requests: int, margin: float) -> bool:
+def slowed(point: float, high: float | None, requests: int, margin: float) -> bool:
     """Whether a speedup on a category says the configuration surely slows it: its 95%
-    interval wholly below 1.00x (its top under 1) on two requests or more, its point NEAR or
-    more under 1 (a configuration measured on fewer requests than the baseline reads a little
-    slow where it runs as fast: a low quantile of fewer timings is slower; ngram-mod, drafting
-    nothing on a summary and as fast as the baseline, measured 0.99x [0.99-1.00]); on one
-    request, whose interval is that request's figure, that figure under 1 by the margin every
-    comparison uses (a near tie is noise)."""
-    if requests >= 2:
+    interval wholly below 1.00x (its top under 1) on MIN_REQUESTS requests or more, its point
+    NEAR or more under 1 (a configuration measured on fewer requests than the baseline reads a
+    little slow where it runs as fast: a low quantile of fewer timings is slower; ngram-mod,
+    drafting nothing on a summary and as fast as the baseline, measured 0.99x [0.99-1.00]); on
+    fewer, which have no interval, its point under 1 by the margin every comparison uses (a
+    near tie is noise)."""
+    if requests >= MIN_REQUESTS and high is not None:
         return high < 1.0 and point < 1 - NEAR
     return point * (1 + margin) < 1.0
 
 
 class OnCategory(Record):
-    """A speedup on one category: its point, its 95% interval and the requests it rests on."""
+    """A speedup on one category: its point, its 95% interval (None from fewer than
+    MIN_REQUESTS requests) and the requests it rests on."""
 
     point: Ratio
-    low: Ratio
-    high: Ratio
+    low: Ratio | None = None
+    high: Ratio | None = None
     requests: int = Field(ge=1, le=1 << 30)
+
+    @model_validator(mode="after")
+    def _backed(self) -> OnCategory:
+        _unbacked(self)
+        return self
 
     def slowed(self, margin: float) -> bool:
         return slowed(self.point, self.high, self.requests, margin)
 
     def text(self) -> str:
-        return f"{self.point:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+        """'0.78x [0.74-0.83]', '0.78x (one request: no interval)'."""
+        return shown(self.point, self.low, self.high, self.requests)
 
 
 class Refused(Record):
@@ -202,8 +250,12 @@ class Result(Record):
         default_factory=list, max_length=64)
     schedule_notes: list[str] = Field(default_factory=list, max_length=64)
     quality: str = Field("", max_length=2000)  # tune's sampling check before it saved
-    low: Ratio | None = None  # the headline's 95% interval
+    low: Ratio | None = None  # the headline's 95% interval (None: fewer than MIN_REQUESTS)
     high: Ratio | None = None
+    requests: Requests | None = None  # the pick's paired requests on the kind with the fewest
+    # (None: saved before they were counted)
+    unmeasured: list[str] = Field(default_factory=list, max_length=64)  # the workload's
+    # categories tune could not measure the pick on: no winner, served as before (no draft)
     settled: bool = True  # the interval reached the precision asked (or decided): else
     # provisional (the budget ran out first); saved either way
     winners: list[Winner] = Field(default_factory=list, max_length=64)  # each category's best
@@ -226,6 +278,11 @@ class Result(Record):
     # none), and the configurations refused because each surely slows a category
     spans: dict[str, OnCategory] = Field(default_factory=dict, max_length=64)
     refused: list[Refused] = Field(default_factory=list, max_length=256)
+
+    @model_validator(mode="after")
+    def _backed(self) -> Result:
+        _unbacked(self, ("figures",))
+        return self
 
     @model_validator(mode="after")
     def _k_for_method(self) -> Result:
@@ -251,11 +308,13 @@ class Result(Record):
     def serves(self) -> bool:
         """Whether `up` serves it: speculation on, its interval's bottom above 1.00x and its
         point over the baseline by the margin every comparison uses (a near-tie is noise), by
-        the objective it was decided on, and no category it surely slows (`slows`)."""
+        the objective it was decided on, and no category it surely slows (`slows`). A pick with
+        no interval (fewer than MIN_REQUESTS requests of a kind) is not surely faster; one
+        saved before intervals or requests were counted is judged as it was saved."""
         from specctl.orchestrator.measure.lab.engine import MARGIN  # (it pulls the HTTP client in)
 
-        return self.method != "none" and self.speedup > 1 + MARGIN and (
-            self.low is None or self.low > 1.0) and not self.slows
+        sure = self.low > 1.0 if self.low is not None else backed(self.requests)
+        return self.method != "none" and self.speedup > 1 + MARGIN and sure and not self.slows
 
     @property
     def slows(self) -> dict[str, OnCategory]:

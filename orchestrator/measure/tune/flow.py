@@ -4,7 +4,12 @@ one paired race, within the budget, and always leave a decision.
 1. c, cheaply: the draft alone and the baseline, short requests on one prompt of each category
    (at most FIXED_SHARE of the budget): c is the draft's time per token over the target's, for
    the physical bound and the cost model's fixed part.
-2. The race (race.py), every candidate in the first block where it fits (the others wait for
+2. Breadth first (race.breadth): every kind of the workload with the baseline and the
+   incumbent (the setting the plan serves now, a saved tune's pick, or the cost model's
+   guess), one prompt of each, before any other candidate. A kind the budget has no room for
+   is said and has no winner: it is served as before (no draft), never by a pick measured on
+   another kind (the result's `unmeasured`).
+3. The race (race.py), every candidate in the first block where it fits (the others wait for
    the next): the draft at the cost model's k, n-gram and where the build has them the draft
    chained with ngram-mod, the draft at 2 and max-k (the step times at both ends), ngram-mod
    alone, and a p-min at the cost model's k. Every request is full length (a short reply's
@@ -13,19 +18,22 @@ one paired race, within the budget, and always leave a decision.
    the leader (successive elimination), and the blocks after go on with the other prompts.
    When it ends, the best of those still in it against the leader, on the prompts both
    measured, wins (the leader on a tie).
-3. After the first block, the cost model from the race's own counters and step timings: the
+4. After the first block, the cost model from the race's own counters and step timings: the
    longest draft's per-position acceptance per prompt (exact at temperature 0: a shorter draft
    is its prefix), each measured draft length's step time in target steps (v(k) = step - k*c,
    linear between, its fixed part kept), each prompt's share of the workload's time. Its
    favourite k joins the race when it is not measured yet.
-4. The pick never surely slows a category: where the race's pick has an interval wholly
+5. The pick never surely slows a category: where the race's pick has an interval wholly
    below 1.00x on one (race.slows), a p-min and a shorter k are measured too while the budget
    lasts, and the best measured that slows none and pays wins (race.fair), else "off"; the
    result lists each configuration refused so, with the category and its interval there.
-5. Always a decision: the best measured configuration, with its interval, "settled" (the
+6. Always a decision: the best measured configuration, with its interval, "settled" (the
    precision reached, or "off" decided: no interval's top reaches the baseline plus the margin)
-   or "provisional" (the budget ran out first). `up` serves a saved setting only when its
-   interval's bottom is above 1.00x. Each category's winner is kept with the result, and
+   or "provisional" (the budget ran out first). No figure has an interval or a precision from
+   fewer than MIN_REQUESTS paired requests of a kind: it says "one request: no interval" (or
+   two), is saved without low and high, and is not surely faster. `up` serves a saved setting
+   only when its interval's bottom is above 1.00x. Each measured category's winner is kept
+   with the result, and
    what each measured setting cost a request (its prefill per prompt token, its decode per
    answer token by category, each category's answers: measure/route/costs.py) for the route.
 
@@ -43,6 +51,7 @@ from collections.abc import Sequence
 from specctl.orchestrator.contract.plan import Method, Plan, Step
 from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure.estimates import intervals
+from specctl.orchestrator.measure.estimates.estimate import backed, no_interval, shown
 from specctl.orchestrator.measure.estimates.intervals import LOW_Q, Interval, quantile
 from specctl.orchestrator.measure.estimates.step_costs import StepCosts, shortest
 from specctl.orchestrator.measure.lab import engine
@@ -68,6 +77,8 @@ SHORT_K = 2
 PRECISION = 0.05  # the headline's interval half-width to reach
 BUDGET = 240.0  # seconds of tune, by default
 FIXED_SHARE = 0.15  # the most of the budget the draft-alone timings may take
+FIXED_REQUESTS = 2  # short requests of the draft alone (and the baseline) at least, one a
+# prompt and round: c is a low quantile of them (a decode cost: the same on every kind)
 NGRAM_K = 8  # n-gram's draft length: its drafts cost nothing to make
 NGRAM_MOD_K = 16  # ngram-mod's longest draft: a found n-gram continues for many tokens
 
@@ -156,10 +167,12 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
          precision: float = PRECISION, budget: float = BUDGET,
          sequential: bool = False, methods: frozenset[str] = frozenset(),
          chains: bool = False, reserve: float = 0.0,
-         objective: intervals.Objective = "latency") -> Result:
+         objective: intervals.Objective = "latency", incumbent: Plan | None = None) -> Result:
     """`methods`, `chains`: what the installed backend has beyond draft, n-gram and p-min
     (ngram-mod; several methods at once). `reserve`: seconds of the budget kept for what runs
-    after the race (tune's sampling check). `objective`: what it ranks by (intervals)."""
+    after the race (tune's sampling check). `objective`: what it ranks by (intervals).
+    `incumbent`: the setting served now (a saved tune's speculating pick), which leads and is
+    measured on every kind first; None: the cost model's pick."""
     if plan.method != "draft" or plan.draft is None:
         raise ProfileError(f"{plan.profile}: tune needs a draft model in the profile (it also "
                            "tries n-gram and p-min itself)")
@@ -169,24 +182,33 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     alone: Config = ("draft alone", plan.baseline().but(target=plan.draft))
     k0 = min(max(plan.k, SHORT_K), max_k) if max_k >= SHORT_K else max_k
     entries = _candidates(plan, k0, max_k, methods, chains)
+    if incumbent is not None and incumbent.speculative:
+        now = _entry(incumbent)
+        entries = [now, *(e for e in entries if e.label != now.label)]
     seq = sequential or not lab.fits([base[1], entries[0].config[1]])
     if seq:
         lab.say("one server at a time (sequential blocks): "
                 + ("--sequential" if sequential else "two servers do not fit in memory"))
     lab.say(f"timing the draft alone against the target (c); {_left(lab, deadline)}")
     costs = StepCosts(lab, base, seq)  # 1. c from short timings
-    costs.time([alone], prompts=shortest(lab.workload), least=4,
-               until=started + budget * FIXED_SHARE)
+    costs.time([alone], prompts=_timing(lab), least=FIXED_REQUESTS,
+               until=started + budget * FIXED_SHARE, per_prompt=1)
     cost = round(costs.per_token(alone[0]) / costs.per_token(base[0]), 4)
     entries = [_entry(e.config[1], cost) for e in entries]
     race = Race(lab, base, max_tokens, seq, margin, precision, deadline, prior=costs.samples,
                 start_s=_start_s(lab, costs, started), objective=objective)
-    first = race.fitting(entries, (deadline - lab.clock()) * SHARE, race.kinds)
-    lab.say(f"first block: {len(entries)} candidates and the baseline on {first} prompt(s), "
-            f"{max_tokens} tokens a request, about {race.cost(entries, first):.0f} s; "
+    lead = entries[0]
+    lab.say(f"breadth first: the baseline and {lead.label} on one prompt of each of the "
+            f"{race.kinds} kinds, about {race.cost([lead], race.kinds):.0f} s; "
             + _left(lab, deadline))
-    lead = race.run(entries, blocks=1)  # 2. every candidate in the first block
-    est, curve = _join_model(plan, lab, race, entries, lead, cost, max_k)  # 3.
+    race.breadth(lead)  # 2. every kind with the incumbent, before any other candidate
+    if not race.stopped:
+        first = race.fitting(entries, (deadline - lab.clock()) * SHARE, race.kinds)
+        lab.say(f"first block: {len(entries)} candidates and the baseline on {first} "
+                f"prompt(s), {race.tokens or max_tokens} tokens a request, about "
+                f"{race.cost(entries, first):.0f} s; " + _left(lab, deadline))
+        lead = race.run(entries, blocks=1)  # 3. every candidate in the first block
+    est, curve = _join_model(plan, lab, race, entries, lead, cost, max_k)  # 4.
     if not race.stopped:
         lab.say(f"next blocks: {sum(1 for e in entries if not e.dropped)} still in the "
                 f"race; {_left(lab, deadline)}")
@@ -195,7 +217,7 @@ def tune(plan: Plan, lab: Lab, max_k: int = 8, margin: float = MARGIN, max_token
     slowed = race.slows(lead)
     kept: Contender | None = lead
     if slowed and _point(lead) > 1 + margin:  # (one that does not pay is not served anyway)
-        kept = _guard(plan, lab, race, lead, slowed, entries, cost)  # 4.
+        kept = _guard(plan, lab, race, lead, slowed, entries, cost)  # 5.
     race.unmeasured(entries)
     rows = [_row(race, e) for e in entries if e.interval is not None]
     skipped = [f"{e.label}: {e.dropped}" for e in entries if e.interval is None and e.dropped]
@@ -215,6 +237,15 @@ def _plain(e: Contender) -> bool:
 
 def _point(e: Contender) -> float:
     return e.interval.point if e.interval else 0.0
+
+
+def _timing(lab: Lab) -> list[int]:
+    """The prompts that time c: the shortest of each kind (step_costs.shortest), the
+    FIXED_REQUESTS shortest of them. Where the model answers at its own length (160 tokens
+    whatever max_tokens asks), one short request a kind took 40 s of a 240 s tune."""
+    best = shortest(lab.workload)
+    size = {i: sum(len(t) for t in lab.workload.prompts[i].turns) for i in best}
+    return sorted(best, key=lambda i: size[i])[:FIXED_REQUESTS]
 
 
 def _start_s(lab: Lab, costs: StepCosts, began: float) -> float:
@@ -253,7 +284,8 @@ def _guard(plan: Plan, lab: Lab, race: Race, lead: Contender, slowed: dict[str, 
     """The lead surely slows a category (race.slows): a p-min at its k and a shorter k are
     measured too while the budget lasts; the best measured that slows none and pays wins
     (race.fair; None: none does)."""
-    lab.say(f"{lead.label} slows " + ", ".join(f"{c} ({iv.text()})" for c, iv in slowed.items())
+    lab.say(f"{lead.label} slows " + ", ".join(f"{c} ({_on(iv).text()})"
+                                                for c, iv in slowed.items())
             + ": trying what slows no category")
     seen = {e.label for e in entries}
     k = lead.config[1].k
@@ -282,13 +314,27 @@ def _refused(race: Race, entries: Sequence[Contender]) -> list[Refused]:
 
 
 def _on(iv: Interval) -> OnCategory:
-    return OnCategory(point=round(iv.point, 4), low=round(iv.low, 4), high=round(iv.high, 4),
-                      requests=max(iv.n, 1))
+    """A category's figure as saved: its interval only from MIN_REQUESTS requests (iv.n: the
+    category's pairs)."""
+    sure = backed(iv.n)
+    return OnCategory(point=round(iv.point, 4), low=round(iv.low, 4) if sure else None,
+                      high=round(iv.high, 4) if sure else None, requests=max(iv.n, 1))
+
+
+def _said(race: Race, e: Contender) -> str:
+    """e's figure as printed: '1.31x [1.22-1.40]' from MIN_REQUESTS paired requests of each
+    kind it was measured on, else '1.31x (one request: no interval)'."""
+    if e.interval is None:
+        return "not measured"
+    iv = e.interval
+    return shown(iv.point, iv.low, iv.high, race.requests(e))
 
 
 def _row(race: Race, e: Contender, note: str = "") -> Measured:
     plan = e.config[1]
     iv = e.interval or Interval(0.0, 0.0, 0.0)
+    n = race.requests(e)
+    sure = backed(n)
     mine = [t for t in race.samples if t.label == e.label]
     spec = sum((t.spec for t in mine), start=type(mine[0].spec)()) if mine else None
     tps = sorted(t.tokens / t.seconds for t in mine if t.seconds > 0)
@@ -296,25 +342,25 @@ def _row(race: Race, e: Contender, note: str = "") -> Measured:
     flag = f"dropped: {e.dropped}" if e.dropped else ""
     if race.missing(e):
         flag = (flag + "; " if flag else "") + _unmeasured(race, e)
-    elif not race.judged(e):  # a bootstrap over one request a category is its point
-        flag = (flag + "; " if flag else "") + ("one request of a category: its interval "
-                                                "understates the noise")
+    elif not sure:  # a bootstrap over one request a category is its point
+        flag = (flag + "; " if flag else "") + (f"{no_interval(n).split(':')[0]} of a "
+                                                "category: no interval")
     if e.discarded:
         flag = (flag + "; " if flag else "") + (f"{e.discarded} pair(s) above the bound "
                                                 "discarded as noise")
     label = e.label + (note or (f" ({e.blocks} block{'s' if e.blocks > 1 else ''})"
                                 if e.dropped else ""))
     limit = round(e.bound, 4) if math.isfinite(e.bound) else None
-    figs = {name: round(got[0], 4) for name, got in _figures(race, e).items()}
+    figs = {name: got[0] or 0.0 for name, got in _figures(race, e).items()}
     return Measured(
         label=label, method=plan.method, k=plan.k, p_min=plan.p_min, chain=chain_of(plan.chain),
-        speedup=round(iv.point, 4), low=round(iv.low, 4), high=round(iv.high, 4),
+        speedup=round(iv.point, 4), low=round(iv.low, 4) if sure else None,
+        high=round(iv.high, 4) if sure else None, requests=n,
         tps=round(tps[len(tps) // 2], 3) if tps else 0.0,
         acceptance=spec.acceptance_rate if spec else None, categories=cats, bound=limit,
         latency=figs.get("latency"), ttft=figs.get("ttft"), decode=figs.get("decode"),
-        flag=bound_flag(limit, {"speedup": round(iv.point, 4), "interval top":
-                                round(iv.high, 4), "decode": figs.get("decode", 0.0),
-                                **cats}, flag))
+        flag=bound_flag(limit, {"speedup": round(iv.point, 4), **({"interval top": round(
+            iv.high, 4)} if sure else {}), "decode": figs.get("decode", 0.0), **cats}, flag))
 
 
 FIGURES: tuple[intervals.Figure, ...] = ("latency", "ttft", "decode")
@@ -322,14 +368,17 @@ WHAT = {"latency": "end to end", "decode": "in decode speed",
         "throughput": "in tokens per wall second"}  # what an objective's speedup is of
 
 
-def _figures(race: Race, e: Contender) -> dict[intervals.Figure, list[float]]:
+def _figures(race: Race, e: Contender) -> dict[intervals.Figure, list[float | None]]:
     """e's end-to-end, time-to-first-token and decode figures with their intervals (the
-    objective's is e.interval), where measured."""
-    out: dict[intervals.Figure, list[float]] = {}
+    objective's is e.interval), where measured; no interval from fewer than MIN_REQUESTS
+    requests of a kind."""
+    out: dict[intervals.Figure, list[float | None]] = {}
+    sure = backed(race.requests(e))
     for name in FIGURES:
         got = e.interval if name == race.objective else race.figure(e, name)
         if got is not None:
-            out[name] = [round(got.point, 4), round(got.low, 4), round(got.high, 4)]
+            out[name] = [round(got.point, 4), round(got.low, 4) if sure else None,
+                         round(got.high, 4) if sure else None]
     return out
 
 
@@ -338,13 +387,18 @@ def _unmeasured(race: Race, e: Contender) -> str:
             "(a longer --budget measures it)")
 
 
+def _measured_on(race: Race, entries: Sequence[Contender]) -> list[str]:
+    """The workload's categories some configuration was measured on against the baseline."""
+    return [c for c in race.lab.workload.categories if race.weights.get(c, 0.0) > 0
+            and any(c in race.categories(e) for e in entries if e.interval is not None)]
+
+
 def _winners(race: Race, entries: Sequence[Contender]) -> list[Winner]:
-    """Each category's best measured configuration (the baseline where none is faster), for
-    routing requests by their kind."""
+    """Each measured category's best measured configuration (the baseline where none is
+    faster), for routing requests by their kind; a category nothing was measured on has none
+    (it is served as before, no draft: a pick measured on other kinds is no figure for it)."""
     out, kinds = [], race.cats
-    for cat in race.lab.workload.categories:
-        if race.weights.get(cat, 0.0) <= 0:
-            continue
+    for cat in _measured_on(race, entries):
         base = [t.per_token for t in race.samples if t.label == race.baseline[0] and t.tokens
                 and kinds.get(t.prompt) == cat]
         base_tps = round(1 / quantile(base, LOW_Q), 3) if base else None
@@ -361,10 +415,10 @@ def _winners(race: Race, entries: Sequence[Contender]) -> list[Winner]:
                               speedup=1.0, baseline_tps=base_tps))
             continue
         e, iv = best
-        p = e.config[1]
+        p, on = e.config[1], _on(iv)
         out.append(Winner(category=cat, label=e.label, method=p.method, k=p.k, p_min=p.p_min,
-                          chain=chain_of(p.chain), speedup=round(iv.point, 4),
-                          low=round(iv.low, 4), high=round(iv.high, 4), baseline_tps=base_tps))
+                          chain=chain_of(p.chain), speedup=on.point, low=on.low, high=on.high,
+                          requests=iv.n, baseline_tps=base_tps))
     return out
 
 
@@ -375,12 +429,14 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Contender, kept: Contender |
             spent: float) -> Result:
     top = kept or lead
     iv = top.interval or Interval(0.0, 0.0, 0.0)
+    n = race.requests(top)
+    sure = backed(n)
     cats = race.categories(top)
     drift, noise = race.drift(), intervals.noise(race.samples)
     seen = f"{noise.text()}; the baseline drifted {drift:.0%} between blocks"
     if lab.restarts:
         seen += f"; {lab.restarts} restart(s) of servers that remember earlier requests"
-    settled = race.stopped in ("precision", "decided")
+    settled = race.stopped in ("precision", "decided") and (kept is None or sure)
     method: Method
     if kept is None:
         method, k, p_min = "none", 0, None
@@ -388,28 +444,33 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Contender, kept: Contender |
                    "speculation off")
     elif race.stopped == "decided" or iv.point <= 1.0 or top.drafted == 0:
         method, k, p_min = "none", 0, None
-        summary = (f"nothing beats the baseline (best {top.label} {iv.text()}"
+        summary = (f"nothing beats the baseline (best {top.label} {_said(race, top)}"
                    + (f"; no interval reaches {1 + margin:.2f}x" if race.stopped == "decided"
                       else "") + "): speculation off")
     else:
         tp = top.config[1]
         method, k, p_min = tp.method, tp.k, tp.p_min
-        summary = (f"{top.label} measured {iv.text()} {WHAT[race.objective]} over the "
+        summary = (f"{top.label} measured {_said(race, top)} {WHAT[race.objective]} over the "
                    "baseline (" + ", ".join(f"{c} {v.point:.2f}x" for c, v in cats.items())
                    + (f"; {_unmeasured(race, top)}" if race.missing(top) else "") + ")")
-        if iv.low <= 1.0 or iv.point <= 1 + margin:
+        if not sure or iv.low <= 1.0 or iv.point <= 1 + margin:
             summary += ("; not surely faster than the baseline (it needs an interval above "
                         f"1.00x and a point over {1 + margin:.2f}x): `up` serves without a "
                         "draft until a tune shows it is")
-    summary += _how_sure(race, iv, refused, entries, spent, budget, precision, seen)
+    summary += _how_sure(race, top, refused, entries, spent, budget, precision, seen, settled)
     if seq:
         summary += f"; one server at a time, the baseline drifted {drift:.0%} between blocks"
     on = method != "none"
     base_times = [t.per_token for t in race.samples if t.label == race.baseline[0]]
+    measured_on = _measured_on(race, entries)
     return Result(profile=plan.profile, method=method, k=k, p_min=p_min,
                   chain=chain_of(top.config[1].chain) if on else [],
                   speedup=round(iv.point, 4) if on else 1.0,
-                  low=round(iv.low, 4) if on else None, high=round(iv.high, 4) if on else None,
+                  low=round(iv.low, 4) if on and sure else None,
+                  high=round(iv.high, 4) if on and sure else None,
+                  requests=n if on else None,
+                  unmeasured=[c for c in race.lab.workload.categories
+                              if race.weights.get(c, 0.0) > 0 and c not in measured_on],
                   summary=summary[:2000], winners=_winners(race, entries),
                   categories={c: round(v.point, 4) for c, v in cats.items()} if on else {},
                   alpha=est.alpha if est else None, cost=est.cost if est else None,
@@ -425,21 +486,25 @@ def _result(plan: Plan, lab: Lab, race: Race, lead: Contender, kept: Contender |
                   spans={c: _on(v) for c, v in cats.items()} if on else {})
 
 
-def _how_sure(race: Race, iv: Interval, refused: list[Refused], entries: Sequence[Contender],
-              spent: float, budget: float, precision: float, seen: str) -> str:
+def _how_sure(race: Race, top: Contender, refused: list[Refused], entries: Sequence[Contender],
+              spent: float, budget: float, precision: float, seen: str, settled: bool) -> str:
     """The summary's tail: what was refused, and whether the pick is settled or provisional
-    (with what to do to settle it)."""
+    (with what to do to settle it); a precision only where the pick has an interval."""
     out = ""
     if refused:
-        out += "; refused, as each surely slows a category: " + _slowing(entries, refused)
-    if race.stopped in ("precision", "decided"):
-        return out + f"; settled: {race.stopped} reached (±{iv.half_width:.0%})"
-    return out + (f"; provisional: ±{iv.half_width:.0%} in {spent:.0f} s (budget "
-                  f"{budget:.0f} s, precision ±{precision:.0%} asked): {seen}; close what "
-                  f"runs beside or pass --budget {max(2 * budget / 60, 5):.0f}m to settle it")
+        out += "; refused, as each surely slows a category: " + _slowing(race, entries, refused)
+    n = race.requests(top)
+    width = (f"±{top.interval.half_width:.0%}" if top.interval is not None and backed(n)
+             else no_interval(n))
+    if settled:
+        return out + f"; settled: {race.stopped} reached ({width})"
+    return out + (f"; provisional: {width} in {spent:.0f} s (budget {budget:.0f} s, precision "
+                  f"±{precision:.0%} asked): {seen}; close what runs beside or pass --budget "
+                  f"{max(2 * budget / 60, 5):.0f}m to settle it")
 
 
-def _slowing(entries: Sequence[Contender], refused: list[Refused], most: int = 4) -> str:
+def _slowing(race: Race, entries: Sequence[Contender], refused: list[Refused],
+             most: int = 4) -> str:
     """The refused configurations in words (`most` of them): each with its figure on the whole
     and the categories it slows, by how much."""
     by: dict[str, list[Refused]] = {}
@@ -447,8 +512,8 @@ def _slowing(entries: Sequence[Contender], refused: list[Refused], most: int = 4
         by.setdefault(r.label, []).append(r)
     words = []
     for label, rs in list(by.items())[:most]:
-        whole = next((e.interval for e in entries if e.label == label), None)
-        words.append(f"{label}{f' {whole.text()}' if whole else ''} slows " + ", ".join(
+        whole = next((e for e in entries if e.label == label and e.interval is not None), None)
+        words.append(f"{label}{f' {_said(race, whole)}' if whole else ''} slows " + ", ".join(
             f"{r.category} to {r.speedup.text()}" for r in rs))
     more = len(by) - most
     return "; ".join(words) + (f" (and {more} more: --json)" if more > 0 else "")

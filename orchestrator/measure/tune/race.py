@@ -2,11 +2,22 @@
 blocks (paired: every server up, each prompt asked of each in turn; sequential: one server at a
 time, A B B A ...), until the leader's interval is as narrow as asked or the time is spent.
 
-Decisions rest on intervals (95%, measure/estimates/intervals.py), never on one sample:
+Breadth first (`breadth`): before any other candidate, every kind (category) of the traffic is
+measured with the baseline and the incumbent (the setting served now, or the cost model's
+guess), one prompt of each. Two default tunes on a quiet machine had decided opposite things
+from one request per candidate and kind: the first, its block cut by the budget after code,
+saved draft k=4 at 1.18x with docqa and multiturn not measured; the second measured it 0.72x on
+multi-turn and saved "off". A kind the budget had no room for even so is left unmeasured, and
+said: no pick measured on another kind is its winner.
+
+Decisions rest on intervals (95%, measure/estimates/intervals.py), never on one sample; an
+interval needs MIN_REQUESTS paired requests of each kind (`judged`: from fewer, a bootstrap
+draws one of a few values, and none is said or saved):
 - a challenger is compared with the leader directly: its speedup over the leader's on the
   same prompts and blocks (intervals.relative), where the baseline's noise cancels;
 - it is dropped once that interval's top cannot beat the leader by the margin (once it has
-  two requests of each category: one request's interval has no width);
+  MIN_SIFT requests of each category: dropping stops measuring it; the pick, its precision
+  and "off" need MIN_REQUESTS);
 - it takes the lead only when that interval's point beats the leader by the margin and its
   bottom is above 1 (surely faster), or the leader cannot pay (its top is under the margin);
   so near-ties stay with the leader, the cost model's pick, and a tune repeats;
@@ -14,10 +25,11 @@ Decisions rest on intervals (95%, measure/estimates/intervals.py), never on one 
 - a configuration that drafted nothing is the baseline plus noise: it cannot lead;
 - a pair above the physical bound is discarded as noise (and counted);
 - the pick never surely slows a category of the workload: a configuration whose interval on
-  one lies wholly below 1.00x (`slows`, tuned.slowed: a tie within 2% and one request within
-  the margin do not) gives way to the best of those that slow none and pay (`fair`), or to
-  "off" where none does; so a draft that wins the weighted figure on code and loses end to
-  end on questions over long documents is not picked for all traffic.
+  one lies wholly below 1.00x (`slows`, tuned.slowed: a tie within 2% and, on fewer requests
+  than an interval needs, a point within the margin do not) gives way to the best of those
+  that slow none and pay (`fair`), or to "off" where none does; so a draft that wins the
+  weighted figure on code and loses end to end on questions over long documents is not
+  picked for all traffic.
 The budget holds: a block runs only as far as it fits in what is left (by the expected time of
 each configuration's requests, from its own timings so far, else the baseline's). Every request
 is full length (max_tokens): a reply's speedup depends on its length (on cpu-demo at 16 tokens
@@ -43,12 +55,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from specctl.orchestrator.measure.estimates import intervals
+from specctl.orchestrator.measure.estimates.estimate import MIN_REQUESTS
 from specctl.orchestrator.measure.estimates.intervals import Interval
 from specctl.orchestrator.measure.lab.servers import BUSY, Config, Lab, Timed, rounds
 from specctl.orchestrator.measure.results import tuned
 
 MIN_BLOCKS = 1  # a block: one request per prompt of the workload, both sides
+MIN_SIFT = 2  # requests of each category before a challenger may be dropped (`sifted`): at
+# MIN_REQUESTS, 20 simulated default tunes each ran out the budget on seven candidates and most
+# saved a pick with no interval; the pick, its precision and "off" still need MIN_REQUESTS
 SLACK = 1.05  # a block may run to this share of the time left (expectations are medians)
+HEADROOM = 1.25  # a screen leaves the leader's confirmation this much more than expected (a
+# block under bursts ran 1.7 times its expectation)
 SHARE = 0.45  # of the time left: as many prompts as a block fits in it are asked
 MIN_TOKENS = 16  # the shortest request, where a budget has no room for a full-length round
 UNSEEN = 1.1  # a configuration not measured yet is expected this much slower than the baseline
@@ -92,7 +110,11 @@ class Race:
     samples: list[Timed] = field(default_factory=list)
     block: int = 0
     stopped: str = ""  # "precision", "decided" or "budget"
-    pace: float = 1.0  # the last block's time over its expected time (restarts, starts, load)
+    pace: float = 1.0  # a block's time over its expected time (restarts, starts, load): the
+    # mean of the blocks' so far and the start's (`paced`)
+    paces: list[float] = field(default_factory=list)
+    broad: list[int] = field(default_factory=list)  # breadth's prompts, its block the first
+    extend: bool = False  # the next block goes on with breadth's (`admit`)
     unseen: float = UNSEEN  # this block's: 1 where the first block's rival fits only so
     objective: intervals.Objective = "latency"  # what a configuration's speedup is of
 
@@ -146,13 +168,22 @@ class Race:
             self.lab.say(f"{len(configs)} servers do not fit in memory together: one at a time")
         asked = self.order() if prompts is None else list(prompts)
         began, spent = self.lab.clock(), [0.0]
+        extend, self.extend = self.extend, False
+        block = self.block - 1 if extend else self.block  # breadth's, its baseline paired
+        if extend and self.sequential:
+            configs = configs[1:]
+
+        def narrow(n: int, cfgs: Sequence[Config], so_far: Sequence[Timed]) -> list[Config]:
+            got = self.narrow(asked, n, cfgs, [*self.samples, *so_far], began, spent)
+            return [c for c in got if c != self.baseline] if extend else got
+
         self.samples += rounds(self.lab, configs, asked, self.tokens or self.max_tokens,
-                               self.block, self.sequential,
+                               block, self.sequential,
                                again=lambda: self.lab.clock() < self.deadline,
                                stop=lambda: self.lab.clock() >= self.deadline,
-                               narrow=lambda n, cfgs, so_far: self.narrow(
-                                   asked, n, cfgs, [*self.samples, *so_far], began, spent))
-        self.block += 1
+                               narrow=narrow)
+        if not extend:
+            self.block += 1
         for e in active:
             e.blocks += 1
             self.judge(e)
@@ -236,6 +267,44 @@ class Race:
                 out[cat] = got
         return out
 
+    def breadth(self, lead: Contender) -> None:
+        """Before any other candidate: the baseline and `lead` (the incumbent) on one prompt of
+        each kind of the traffic (a block of its own, cut at the budget's end like any: a kind
+        it did not reach is said, and unmeasured). Where one full-length round does not fit,
+        shorter requests (admit's rule)."""
+        left = (self.deadline - self.lab.clock()) * SLACK
+        self._shorten([lead], left)
+        if self.cost([lead], self.kinds) > left:
+            self._not_measured(lead, left, self.cost([lead], self.kinds))
+            self.stopped = "budget"
+            return
+        expected, began = self.cost([lead], self.kinds), self.lab.clock()
+        self.broad = self.prompts(self.kinds)
+        self.measure([lead], self.broad)
+        if expected > 0:
+            self.paced((self.lab.clock() - began) / expected)
+        asked = {self.cats[t.prompt] for t in self.samples if t.label == lead.label}
+        if self.missing(lead) - asked:
+            self.lab.say(f"{', '.join(sorted(self.missing(lead) - asked))} not measured: the "
+                         "budget had no room for it (a longer --budget measures it)")
+        if self.missing(lead) & asked:
+            self.lab.say(f"{', '.join(sorted(self.missing(lead) & asked))}: no pair kept "
+                         "(above the physical bound or disturbed by outside load): asked again "
+                         "in the next block")
+        if self.lab.clock() >= self.deadline:
+            self.stopped = "budget"
+
+    def _shorten(self, out: Sequence[Contender], left: float) -> None:
+        """The first block's request length: max_tokens, shorter (MIN_TOKENS at least) only
+        where one round of the categories of `out` and the baseline does not fit in `left`."""
+        self.tokens = self.max_tokens
+        while self.tokens > MIN_TOKENS and self.cost(out, self.kinds) > left:
+            self.tokens = max(MIN_TOKENS, self.tokens - 8)
+        if self.tokens < self.max_tokens:
+            self.lab.say(f"{self.tokens} tokens a request: a full-length round of the "
+                         "categories does not fit in the budget (a short reply's speedup "
+                         "is not a long one's; a longer --budget measures full length)")
+
     def run(self, entries: list[Contender], leader: Contender | None = None,
             blocks: int | None = None) -> Contender:
         """Measure until settled, the budget is spent or `blocks` more blocks ran; returns the
@@ -249,17 +318,16 @@ class Race:
             if not now:
                 self.stopped = "budget"
                 break
-            expected, began = self.cost(now, len(prompts)) / self.pace, self.lab.clock()
+            expected = self.cost(now, len(prompts), extend=self.extend) / self.pace
+            began = self.lab.clock()
             self.measure(now, prompts)
             if expected > 0:
-                self.pace = min(3.0, max(1.0, (self.lab.clock() - began) / expected))
+                self.paced((self.lab.clock() - began) / expected)
             ran += 1
             lead = self.leader([lead, *entries])
             for e in now:
                 if e is not lead and self.hopeless(e, lead):
-                    e.dropped = (f"cannot win: its {intervals.CONFIDENCE:.0%} interval reaches "
-                                 f"{_top(e):.2f}x, it needs over "
-                                 f"{_point(lead) * (1 + self.margin):.2f}x")
+                    e.dropped = self._hopeless(e, lead)
                     self.lab.say(f"{e.label}: {e.dropped}")
             active = [e for e in active if not e.dropped]
             if lead not in active:
@@ -273,13 +341,25 @@ class Race:
             rivals = [e for e in active if e is not lead and not self.within(e, lead)]
             if not rivals and lead.interval is not None and self.judged(lead) \
                     and lead.interval.half_width <= self.precision:  # one request a category:
-                # no width, whatever its point (cpu-demo at 4.5 tok/s stopped at +-2%)
+                # no width, whatever its point (cpu-demo at 4.5 tok/s stopped at +-2%); two: a
+                # bootstrap of three values
                 self.stopped = "precision"
                 break
             if self.lab.clock() >= self.deadline:
                 self.stopped = "budget"
                 break
         return lead
+
+    def paced(self, ratio: float) -> None:
+        """A block took `ratio` times its expectation: the pace the next blocks expect is the
+        mean over the blocks so far and the start's (quiet: 1). One block under 30% bursts ran
+        1.1-1.9 times its expectation, the next as likely nearer 1: its ratio alone, 1.8 after
+        breadth's block, kept the screen to one candidate a block (each asking the baseline
+        again) and left no candidate its three requests a kind."""
+        if not self.paces:
+            self.paces.append(self.pace)
+        self.paces.append(min(3.0, max(1.0, ratio)))
+        self.pace = sum(self.paces) / len(self.paces)
 
     def __post_init__(self) -> None:
         """Where outside load disturbed the timings before the race (BUSY cores or more
@@ -311,7 +391,15 @@ class Race:
             return 0.0
         per = slower * intervals.quantile([t.per_token for t in mine], 0.5)
         extra = sum(max(0.0, t.wall_s - t.seconds) for t in mine) / len(mine)
-        return per * tokens * self.turns + extra
+        return per * self.length(tokens) + extra
+
+    def length(self, tokens: int) -> float:
+        """Tokens a request of `tokens` a turn answers, a conversation's turns summed: the
+        mean over the race's requests so far (a model that answers at its own length, 160
+        tokens where 64 are asked, made every block 2.5 times its expectation and its pace
+        the blocks' after it), else `tokens` a turn."""
+        got = [t.tokens for t in self.samples if t.tokens]
+        return sum(got) / len(got) if got else tokens * self.turns
 
     @property
     def turns(self) -> float:
@@ -321,56 +409,151 @@ class Race:
         return sum(len(prompts[i].turns) for i in order) / len(order) if order else 1.0
 
     def cost(self, entries: Sequence[Contender], prompts: int,
-             unseen: float | None = None) -> float:
+             unseen: float | None = None, extend: bool = False) -> float:
         """Expected seconds of a block of `entries` (and the baseline) on `prompts` prompts,
         the servers not up yet started (one not measured yet `unseen` times slower than the
-        baseline)."""
-        labels = [self.baseline[0], *(e.label for e in entries)]
+        baseline). `extend`: going on with breadth's block, the baseline not asked again."""
+        labels = [*([] if extend else [self.baseline[0]]), *(e.label for e in entries)]
         fresh = len(labels) if self.sequential else sum(1 for e in entries if e.blocks == 0)
         return self.pace * (prompts * sum(self.expected(lbl, self.tokens or self.max_tokens,
                                                         unseen) for lbl in labels)
                             + fresh * self.start_s)
 
     def admit(self, active: list[Contender], lead: Contender) -> tuple[list[Contender], list[int]]:
-        """What the next block measures within the time left, on as many prompts as fit in
-        SHARE of it (one of each category at least): the leader, then each challenger not
-        measured yet (in order), then the measured ones (best point first), each while one
-        round of the categories still fits with it. The first block has a rival for the
-        leader wherever one fits as fast as the baseline (a race of one finds nothing: at 4.5
-        tok/s, cpu-demo on a slower CPU, UNSEEN left n-gram out of every first block). A
-        challenger left out waits for the next block; one that could not fit even beside the
-        leader alone is said and not measured; where not even the leader's round fits, nothing
-        is measured."""
+        """What the next block measures within the time left. Successive halving, cheap breadth
+        first: while challengers are not measured yet and the leader has a request of every
+        kind (breadth's), a block screens them: those not measured yet, one prompt of each
+        kind, beside the baseline and not the leader (its next rounds are its confirmation,
+        kept by `reserve`); a screen's one request a kind is an estimate for ranking only, no
+        claim. Then the leader and the measured ones (best point first), on as many prompts as
+        fit in SHARE of the time left (one of each category at least), each while one round of
+        the categories still fits with it. Every block keeps the seconds for whoever leads
+        then, or would lead after it (the best point of the block), to reach MIN_REQUESTS
+        requests of each kind (`reserve`): exploring stops where confirming the leader is all
+        that fits. The first block with the leader has a rival wherever one fits as fast as
+        the baseline (a race of one finds nothing: at 4.5 tok/s, cpu-demo on a slower CPU,
+        UNSEEN left n-gram out of every first block). A challenger left out waits for the next
+        block; one that could not fit even beside the leader alone is said and not measured;
+        where not even the leader's round fits, nothing is measured."""
         left = (self.deadline - self.lab.clock()) * SLACK
         cats = self.kinds
         out = [lead] if lead in active else active[:1]
         if self.block == 0:  # a budget too short for one full-length round: shorter requests
-            self.tokens = self.max_tokens
-            while self.tokens > MIN_TOKENS and self.cost(out, cats) > left:
-                self.tokens = max(MIN_TOKENS, self.tokens - 8)
-            if self.tokens < self.max_tokens:
-                self.lab.say(f"{self.tokens} tokens a request: a full-length round of the "
-                             "categories does not fit in the budget (a short reply's speedup "
-                             "is not a long one's; a longer --budget measures full length)")
-        if self.cost(out, cats) > left:
-            for e in active:
-                if not e.blocks:
-                    self._not_measured(e, left, self.cost([e], cats))
-            return [], []
+            self._shorten(out, left)
         new = [e for e in active if e not in out and not e.blocks]
         seen = sorted((e for e in active if e not in out and e.blocks), key=_point,
                       reverse=True)
         self.unseen = UNSEEN
+        if new and out[0].blocks and not self.missing(out[0]):  # a screen of the new ones
+            screen = self.screen(new, out[0], left, extend=not seen and self.block == 1
+                                 and bool(self.broad))
+            if screen:
+                return screen, (self.broad if self.extend else self.prompts(cats))
+            new = []  # confirming the leader is all that fits: no more exploring
+        if self.cost(out, cats) > left and out[0].blocks and not self.judged(out[0]):
+            return self.top_up(out, left)
+        if self.cost(out, cats) > left:
+            for e in active:
+                if not e.blocks and not e.dropped:
+                    self._not_measured(e, left, self.cost([e], cats))
+            return [], []
+        return self.rivals(out, new, seen, left)
+
+    def rivals(self, out: list[Contender], new: Sequence[Contender],
+               seen: Sequence[Contender], left: float) -> tuple[list[Contender], list[int]]:
+        """admit's block of the leader (`out`) and the challengers that fit beside it: those
+        not measured yet (`new`), then the measured ones (`seen`, best point first)."""
+        cats = self.kinds
+        first = not seen  # no rival measured yet (breadth's block had the leader alone)
+        if not self.judged(out[0]):  # the leader's interval first: a rival its point has
+            # behind by more than the margin waits (ranking only: it is not dropped)
+            seen = [e for e in seen if _point(e) * (1 + self.margin) >= _point(out[0])]
         for e in [*new, *seen]:
-            if self.cost([*out, e], cats) <= left:
+            if (self.cost([*out, e], cats) + self.reserve(out[0], [*out, e])) \
+                    * (1.0 if self.judged(out[0]) else self.headroom) <= left:
                 out.append(e)
-            elif self.block == 0 and len(out) == 1 and self.cost([*out, e], cats, 1.0) <= left:
+            elif first and len(out) == 1 and self.cost([*out, e], cats, 1.0) \
+                    + self.reserve(out[0], [*out, e], 1.0) <= left:
                 self.unseen = 1.0  # the block's narrowing expects as much
                 out.append(e)
             elif not e.blocks and self.cost([*out[:1], e], cats) > left:
                 self._not_measured(e, left, self.cost([*out[:1], e], cats))
         n = self.fitting(out, left / SLACK * SHARE, cats)
         return out, self.prompts(n)
+
+    def top_up(self, out: list[Contender], left: float) -> tuple[list[Contender], list[int]]:
+        """The leader alone, short of its interval, where a round of the kinds no longer fits:
+        a prompt of each kind it has fewer than MIN_REQUESTS pairs of (the prompt of the kind
+        it has fewest pairs on: a disturbed pair on a prompt with a calm one is not counted),
+        where they fit at the machine's median pace (the blocks' pace, re-asks under bursts
+        among it, left 62 s unused where a round took 52 s). Nothing where even that does not
+        fit."""
+        lead = out[0]
+        have = self.per_category(lead)
+        pairs = self.pairs(lead)
+        picks: dict[str, int] = {}
+        for i in self.order():
+            cat = self.cats[i]
+            if have.get(cat, MIN_REQUESTS) >= MIN_REQUESTS:
+                continue
+            if cat not in picks or len(pairs.get(i, [])) < len(pairs.get(picks[cat], [])):
+                picks[cat] = i
+        asked = list(picks.values())
+        if asked and self.cost(out, len(asked)) / self.pace <= left:
+            return out[:1], asked
+        return [], []
+
+    def screen(self, new: Sequence[Contender], lead: Contender, left: float,
+               extend: bool) -> list[Contender]:
+        """The challengers not measured yet that a screen block has room for (`admit`), one
+        prompt of each kind, and the reserve for whoever leads after it. `extend`: the first
+        screen goes on with breadth's block, on its prompts, paired with its baseline (the
+        baseline not asked again: at 4.5 tok/s, after breadth, a round of n-gram with the
+        baseline no longer fit in a 180 s tune, n-gram's three requests alone did)."""
+        cats = self.kinds
+        out: list[Contender] = []
+        pays = _point(lead) > 1 + self.margin
+        for e in new:
+            if (self.cost([*out, e], cats, extend=extend) + self.reserve(lead, [*out, e])) \
+                    * self.headroom <= left \
+                    or (not out and not pays and self.cost([e], cats, extend=extend) <= left):
+                out.append(e)  # (a leader that does not pay has nothing to confirm: a first
+                # rival is worth more than its interval)
+            elif not out and self.cost([e], cats, 1.0, extend=extend) \
+                    + self.reserve(lead, [e], 1.0) <= left:
+                self.unseen = 1.0  # the block's narrowing expects as much
+                out.append(e)
+            elif self.cost([e], cats, extend=extend) > left:
+                self._not_measured(e, left, self.cost([e], cats, extend=extend))
+        self.extend = extend and bool(out)
+        return out
+
+    @property
+    def headroom(self) -> float:
+        """What a block's expectation is stretched by beyond its pace while the leader has no
+        interval: HEADROOM where the last block ran as expected, less where its pace already
+        stretches every expectation (a block after bursts: the two stacked kept a screen to
+        one candidate of six, each a block of its own, and no interval in the budget)."""
+        return max(1.0, HEADROOM / self.pace)
+
+    def reserve(self, lead: Contender, block: Sequence[Contender] = (),
+                unseen: float | None = None) -> float:
+        """Seconds to keep after a block of `block` for the one that leads then to reach
+        MIN_REQUESTS paired requests of each kind (its interval: the decision's): `lead` or
+        any of the block (one may take the lead), whichever needs most; each the rounds it
+        still lacks after the block, a round of the kinds with the baseline. Two default
+        tunes that raced seven candidates on one request each decided opposite things (issue
+        59); a challenger waits, or is said not measured, rather than leave the pick without
+        an interval."""
+        def need(e: Contender) -> float:
+            have = min(self.per_category(e).values(), default=0) + (1 if e in block else 0)
+            fresh = not e.blocks
+            return max(0, MIN_REQUESTS - have) * self.cost([e], self.kinds,
+                                                           1.0 if fresh else unseen)
+
+        pays = lead.interval is None or _point(lead) > 1 + self.margin
+        return max([need(e) for e in block if e is not lead]
+                   + ([need(lead)] if pays else []), default=0.0)
 
     def unmeasured(self, entries: Sequence[Contender]) -> None:
         """At the end: each challenger that waited for a block the budget never had room for
@@ -390,7 +573,7 @@ class Race:
         it (not shown unable to win), the best against the leader on the prompts and blocks
         both measured (a point measured on other prompts is no comparison: one edit prompt
         gave ngram-mod 1.91x where the chain, on more prompts, had 1.87x), the leader on a
-        tie. Where either has one request of a category (an interval with no width: one
+        tie. Where either has fewer than MIN_REQUESTS requests of a category (no interval: one
         request's burst moves it more than the margin), the challenger must beat the leader by
         the margin: under 30% bursts the chain, a point or two ahead so, took 4 in 60 tunes
         from n-gram, which the law has 8% faster. The leader rule (surely ahead by the margin)
@@ -412,7 +595,7 @@ class Race:
 
     def slows(self, e: Contender) -> dict[str, Interval]:
         """The categories of the workload e surely slows by the objective (tuned.slowed): its
-        interval there wholly below 1.00x on two requests or more; on one, that request's
+        interval there wholly below 1.00x on MIN_REQUESTS requests or more; on fewer, its
         figure under 1 by the margin. One request of a category is all a provisional tune may
         have of it: a draft measured 0.78x on the one document question a 240 s tune had room
         for was picked for all traffic (tests/test_objective.py), where its interval, no wider
@@ -440,8 +623,8 @@ class Race:
                                   poolable=(e.poolable, lead.poolable), objective=self.objective)
 
     def hopeless(self, e: Contender, lead: Contender) -> bool:
-        """e cannot beat the leader by the margin (by 95% intervals on two requests of each
-        category at least: one request's interval has no width; a configuration that drafted
+        """e cannot beat the leader by the margin (by 95% intervals on MIN_SIFT requests of
+        each category at least: one request's has no width; a configuration that drafted
         nothing: at once), and is not ahead of it either: one ahead within the margin stays
         for the final pick (an edit tune dropped n-gram at 1.99x [1.98-2.01] behind the
         chain's 1.93x)."""
@@ -449,27 +632,49 @@ class Race:
             return True
         if e.blocks >= MIN_BLOCKS and e.drafted == 0:
             return True
-        if not self.judged(e):
+        if not self.sifted(e):
             return False
         rel = self.versus(e, lead)
         if (rel.point if rel is not None else e.interval.point / max(_point(lead), 1e-9)) > 1:
             return False
         return self.within(e, lead, rel)
 
+    def _hopeless(self, e: Contender, lead: Contender) -> str:
+        """Why e left the race, its interval said only from MIN_REQUESTS requests a kind."""
+        if not e.drafted:
+            return "cannot win: it drafted nothing (the baseline and noise)"
+        need = _point(lead) * (1 + self.margin)
+        if not self.judged(e):
+            return (f"cannot win: on {min(self.per_category(e).values())} requests of each "
+                    f"kind it reads {_point(e):.2f}x, far from the {need:.2f}x it needs (no "
+                    "interval: dropped to measure the others)")
+        return (f"cannot win: its {intervals.CONFIDENCE:.0%} interval reaches {_top(e):.2f}x, "
+                f"it needs over {need:.2f}x")
+
     def within(self, e: Contender, lead: Contender, rel: Interval | None = None) -> bool:
-        """e's interval (two requests of each category at least) cannot beat the leader by
+        """e's interval (MIN_SIFT requests of each category at least) cannot beat the leader by
         the margin: the leader's precision settles the race with e still in it. `rel`: e's
         interval against the leader, where the caller has it."""
-        if e.interval is None or not self.judged(e):
+        if e.interval is None or not self.sifted(e):
             return False
         rel = rel or self.versus(e, lead)
         return e.interval.high <= _point(lead) * (1 + self.margin) or (
             rel is not None and rel.high <= 1 + self.margin)
 
     def judged(self, e: Contender) -> bool:
-        """Whether e's interval has width: two requests of each category at least (one
-        request's bootstrap interval is its point)."""
-        return min(self.per_category(e).values(), default=0) >= 2
+        """Whether e has an interval to decide by: MIN_REQUESTS requests of each category at
+        least (one request's bootstrap interval is its point; two's, one of three values)."""
+        return min(self.per_category(e).values(), default=0) >= MIN_REQUESTS
+
+    def sifted(self, e: Contender) -> bool:
+        """Whether e may leave the race as unable to win: MIN_SIFT requests of each category
+        (dropping one only stops measuring it; nothing is said or saved of its interval)."""
+        return min(self.per_category(e).values(), default=0) >= MIN_SIFT
+
+    def requests(self, e: Contender) -> int:
+        """e's paired requests on the category it has fewest of, among those it was measured
+        on (0: none): its figure's interval needs MIN_REQUESTS (estimate.backed)."""
+        return min((n for n in self.per_category(e).values() if n), default=0)
 
     def per_category(self, e: Contender) -> dict[str, int]:
         """How many pairs e has in each category of the traffic."""
