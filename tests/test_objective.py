@@ -71,12 +71,16 @@ def test_long_prompts_short_answers_latency_drops_the_draft_decode_keeps_it(
     a category: one of them led with draft k=8, which the law has 0.94x in decode on chat and
     measured 0.90x on its one chat request, with nothing else measured on every category in
     the budget: "off", not a draft that slows chat; the other's lead was not served then
-    either)."""
+    either). Picks, not served ones: since a figure needs three paired requests of each kind
+    for its interval (issue 59), these 2000-token prompts under bursts leave most of the six
+    tunes provisional in 240 s (2 of 6 served, each a draft), and an unsure pick is saved and
+    not served."""
     law = long_prompts(where)
     if where == "ttft":
         decode = [tuned(plan, law, seed, "decode") for seed in SEEDS]
-        assert sum(r.method == "draft" and r.serves for r in decode) >= 4, [
-            r.summary for r in decode]
+        assert sum(r.method == "draft" for r in decode) >= 4, [r.summary for r in decode]
+        assert all(r.method == "draft" for r in decode if r.serves), [r.summary for r in decode]
+        assert all(r.low is not None for r in decode if r.serves), [r.summary for r in decode]
     latency = [tuned(plan, law, seed, "latency") for seed in SEEDS]
     # end to end nothing pays its way here: no draft (or n-gram, which prefills nothing)
     assert all(not (r.method == "draft" and r.serves) for r in latency), [

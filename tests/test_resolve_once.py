@@ -156,8 +156,11 @@ def test_up_resolves_once_and_serves_that_plan_unamended(counts: Counts, profile
 
 @pytest.mark.parametrize("command", [["bench", "--prompts", "1"], ["tune", "--prompts", "1"]])
 def test_bench_and_tune_resolve_once(counts: Counts, profile: Path, command: list[str]) -> None:
+    """tune also looks up the saved tune once, itself: its pick is the incumbent that leads
+    the race (issue 59); bench reads none."""
     with pytest.raises(Launched):
         CliRunner().invoke(cli, [*command, "-p", str(profile)], catch_exceptions=False)
+    assert counts.calls.pop("saved tune", 0) == (command[0] == "tune")
     counts.once()
     assert counts.spawned  # it got as far as starting a server of the resolved plan
 

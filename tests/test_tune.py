@@ -364,14 +364,21 @@ def test_where_n_gram_wins_the_race_finds_it_within_the_default_budget(plan: Pla
 
     The race before this one screened every candidate with 16-24 token requests: on these laws
     it picked n-gram in 3 of 20 quiet tunes, the rest at 73-93% of its speed, as on cpu-demo
-    (edit: draft k=8 1.61x picked where n-gram gives 1.80x)."""
+    (edit: draft k=8 1.61x picked where n-gram gives 1.80x).
+
+    Since a figure needs three paired requests of each kind for its interval (issue 59), a tune
+    under these bursts that has n-gram in the lead with two (a disturbed pair on a prompt with a
+    calm one does not count) saves it provisional and serves no draft until a tune settles it:
+    13 of 20 serve n-gram near its best in 240 s, the other 7 lead with it unserved, and say
+    so; never a slower pick served."""
     draft = plan.draft.ref if plan.draft else ""
     for noise in (0.0, 0.3):
-        found, near, times = [], [], []
+        found, near, times, results = [], [], [], []
         for n, law in enumerate(copying_laws(20, plan, ramp=64, opening=0.15)):
             lab = SimLab(law, plan, seed=n, noise=noise)
             result = tune(plan, lab, max_k=8, methods=LLAMACPP, chains=True)
             found.append(result.method == "ngram")
+            results.append(result)
             best = law.true_speedup(plan.but(method="ngram", draft=None, k=8, p_min=None),
                                     draft)
             got = law.true_speedup(picked(plan, result), draft) if result.serves else 1.0
@@ -379,9 +386,11 @@ def test_where_n_gram_wins_the_race_finds_it_within_the_default_budget(plan: Pla
             times.append(lab.now)
             assert result.state in ("settled", "provisional")
         if noise == 0.0:
-            assert all(found), found
+            assert all(found) and all(near), (found, near)
         else:
-            assert sum(found) >= 19 and sum(near) >= 19, (found, near)
+            assert sum(found) >= 19 and sum(near) >= 12, (found, near)
+            assert all(n or (not r.serves and r.low is None and r.state == "provisional")
+                       for n, r in zip(near, results, strict=True)), [r.summary for r in results]
         assert max(times) <= 240 * 1.1, times
 
 

@@ -263,11 +263,16 @@ def _model(lab: Lab, race: Race, entries: Sequence[Contender], cost: float,
     if not drafts or not mine:
         return None
     target = quantile([intervals.step_time(t) for t in mine], LOW_Q)
+    base = {(t.block, t.prompt): intervals.step_time(t) for t in mine}
     verify = {}
-    for e in drafts:
-        step = quantile([intervals.step_time(t) for t in race.samples if t.label == e.label],
-                        LOW_Q)
-        verify[e.config[1].k] = round(max(0.5, step / target - e.config[1].k * cost), 4)
+    for e in drafts:  # each step over the baseline's on the same request's round: few of a
+        # candidate's (one block) against many of the baseline's, their low quantiles differ
+        theirs = [t for t in race.samples if t.label == e.label]
+        ratios = [intervals.step_time(t) / base[t.block, t.prompt] for t in theirs
+                  if (t.block, t.prompt) in base]
+        step = quantile(ratios, LOW_Q) if ratios else quantile(
+            [intervals.step_time(t) for t in theirs], LOW_Q) / target
+        verify[e.config[1].k] = round(max(0.5, step - e.config[1].k * cost), 4)
     longest = max(drafts, key=lambda e: e.config[1].k)
     k = longest.config[1].k
     accept = _acceptance(race.samples, longest.label, k)
