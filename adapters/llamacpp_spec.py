@@ -10,7 +10,7 @@ n-gram methods, each with its own k). Per type, what k means and which knobs go 
 - ngram (ngram-simple), ngram-map-k, ngram-map-k4v: lookup n-gram `size-n` (the profile's
   `speculative.ngram_max`), draft `size-m` = k, `min-hits`.
 - ngram-mod: `--spec-ngram-mod-n-max` k, `-n-min` (fewest tokens worth a draft), `-n-match`
-  (the lookup length).
+  (the lookup length); at k 64 or more, the build's own `--spec-default` knobs (ngram_mod_knobs).
 - ngram-cache: no knobs (it drafts up to 8).
 """
 
@@ -96,22 +96,39 @@ def speculative(a: Argv, plan: Plan, opts: SpecKnobs, dialect: str,
             if opts.ngram_min_hits is not None:
                 a.add(f"--spec-ngram-{kind}-min-hits", opts.ngram_min_hits)
         elif method == "ngram-mod":
+            n_min, n_match = ngram_mod_knobs(k, opts)
             a.add("--spec-ngram-mod-n-max", k)
-            a.add("--spec-ngram-mod-n-min", min(k, opts.ngram_mod_n_min
-                                                if opts.ngram_mod_n_min is not None
-                                                else NGRAM_MOD_N_MIN))
-            a.add("--spec-ngram-mod-n-match", opts.ngram_mod_n_match
-                  if opts.ngram_mod_n_match is not None else NGRAM_MOD_N_MATCH)
+            a.add("--spec-ngram-mod-n-min", n_min)
+            a.add("--spec-ngram-mod-n-match", n_match)
 
 
-# The build's own default n-min (48) drafts only when 48 tokens are found: for the short outputs
-# of a chat turn a few tokens are already worth verifying.
+# Short drafts (k under the build's own n-max): the build's own default n-min (48) drafts only
+# when 48 tokens are found; for the short outputs of a chat turn a few tokens are already worth
+# verifying.
 NGRAM_MOD_N_MIN = 4
 # The build's lookup length (24) needs 24 tokens copied before it drafts again after each change:
 # an edit of a short function changes a line every 20-40 tokens. Measured here on the edit suite
 # (cpu-demo, 256 tokens, quiet machine): n-match 8 gave 1.52x the baseline, 24 gave 1.33x, 12
 # gave 1.42x, 4 gave 1.20x (drafting on every short coincidence).
 NGRAM_MOD_N_MATCH = 8
+# Long drafts (k at the build's own n-max or more): the build's own `--spec-default` knobs
+# (n-match 24, n-min 48, n-max 64), which copy whole files back: 2.20x end to end over no
+# draft on whole-file edits (cpu-demo, 256 tokens, as issue 60 measured it), where k=16 with
+# the short knobs drafts a line at a time.
+NGRAM_MOD_LONG = 64
+NGRAM_MOD_LONG_N_MIN = 48
+NGRAM_MOD_LONG_N_MATCH = 24
+
+
+def ngram_mod_knobs(k: int, opts: SpecKnobs) -> tuple[int, int]:
+    """ngram-mod's (n-min, n-match) for a draft of up to k tokens: the profile's where it sets
+    them, else the short or the long defaults above by k; n-min never above k."""
+    long = k >= NGRAM_MOD_LONG
+    n_min = opts.ngram_mod_n_min if opts.ngram_mod_n_min is not None else (
+        NGRAM_MOD_LONG_N_MIN if long else NGRAM_MOD_N_MIN)
+    n_match = opts.ngram_mod_n_match if opts.ngram_mod_n_match is not None else (
+        NGRAM_MOD_LONG_N_MATCH if long else NGRAM_MOD_N_MATCH)
+    return min(k, n_min), n_match
 
 
 def _draft_model(a: Argv, plan: Plan, opts: SpecKnobs, names: dict[str, str], model: Any,

@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specctl.orchestrator.contract.plan import Plan
+from specctl.orchestrator.contract.plan import NGRAMS, Plan
 from specctl.orchestrator.contract.stats import SpecStats
 from specctl.orchestrator.measure.lab.servers import Config, Timed
 from specctl.orchestrator.measure.prompts.workload import Prompt, Timing, Workload, throughput_ratio
@@ -75,6 +75,9 @@ class Law:
     base_tps: float = 20.0
     ngram_gain: Sequence[float] = (1.0,) * 6  # n-gram's speedup per prompt
     ngram_drafts: bool = True  # False: n-gram finds nothing to draft (its speed is noise)
+    # the other draftless methods' (ngram-mod, ...) speedup per prompt: by default they find
+    # nothing these laws' replies copy (a step yields a token, as the baseline's)
+    lookup_gain: Sequence[float] = (1.0,) * 6
     mix: dict[str, float] = field(default_factory=dict)
     # the length law (0: none): a reply of fewer tokens than `ramp` starts as replies do, the
     # draft guessing its opening well (its acceptance up to `opening` higher) and n-gram
@@ -112,6 +115,8 @@ class Law:
             return (t0 * self.cost if plan.target.ref == draft_ref else t0), 1.0, 0
         if plan.method == "ngram":
             return copying(t0, self.gain(i, tokens), plan.k)
+        if plan.method in NGRAMS:  # drafts that cost nothing to make, as n-gram's
+            return copying(t0, self.lookup_gain[i], plan.k)
         e = costmodel.tokens_per_step(self.alpha(i, tokens), plan.k)
         drafted = min(float(plan.k), e) if plan.p_min is not None else float(plan.k)
         return t0 * (drafted * self.cost + self.verify(drafted)) / e, e, drafted

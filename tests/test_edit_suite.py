@@ -53,6 +53,9 @@ def test_bench_also_measures_other_methods_in_the_same_run() -> None:
     at = bench.configs_for(plan, [8], None, ["ngram:8", "draft+ngram-mod:12"])
     assert [c.label for c in at[2:]] == ["ngram k=8", "draft k=8 + ngram-mod k=12"]
     assert (at[2].plan.method, at[2].plan.k, at[2].plan.draft) == ("ngram", 8, None)
+    # ngram-mod at the engine's own copying length, as tune races it (issue 60)
+    assert [c.label for c in bench.configs_for(plan, [4], None, ["ngram-mod:64"])[2:]] == [
+        "ngram-mod k=64"]
     # the setting tune saved, asked again by --also: one server, not two under one label
     # (whose samples would pool as one configuration's, each prompt asked twice)
     ngram = at[2].plan
@@ -64,7 +67,7 @@ def test_bench_also_measures_other_methods_in_the_same_run() -> None:
     assert (one[3].plan.k, one[3].plan.p_min, one[4].plan.p_min) == (3, 0.5, None)
     assert bench.asks_for_draft(["draft:3@0.5"]) and not bench.asks_for_draft(["ngram:8"])
     for bad in ("ngram-mod+draft", "warp", "draft+", "ngram:0", "ngram:x", "ngram@0.5",
-                "ngram:33", "ngram:\u00b2", "ngram:-1", "draft@1.5", "draft@x", "draft@nan",
+                "ngram:129", "ngram:\u00b2", "ngram:-1", "draft@1.5", "draft@x", "draft@nan",
                 "draft@\u00bd", "draft:3@"):
         with pytest.raises(ProfileError, match="--also"):
             bench.configs_for(plan, [4], None, [bad])

@@ -59,6 +59,22 @@ def test_each_ngram_method_alone(installed: Installed, method: str) -> None:
         assert (f"--spec-ngram-{kind}-size-m", "12") in got
 
 
+def test_ngram_mod_at_the_builds_own_length_takes_its_own_knobs(installed: Installed) -> None:
+    """k=64 is llama-server's `--spec-default` (n-match 24, n-min 48, n-max 64): whole files
+    copied back; a profile's knobs still win."""
+    got = pairs(LlamaCpp().launch(plans.plan(method="ngram-mod", draft=None, k=64),
+                                  installed).argv)
+    assert {("--spec-ngram-mod-n-max", "64"), ("--spec-ngram-mod-n-min", "48"),
+            ("--spec-ngram-mod-n-match", "24")} <= got
+    chained = pairs(LlamaCpp().launch(plans.plan(k=3, chain=(Step("ngram-mod", 96),)),
+                                      installed).argv)
+    assert {("--spec-ngram-mod-n-max", "96"), ("--spec-ngram-mod-n-min", "48")} <= chained
+    opts = LlamaCppOptions(ngram_mod_n_match=12)
+    mine = pairs(LlamaCpp().launch(plans.plan(method="ngram-mod", draft=None, k=64,
+                                              options=opts), installed).argv)
+    assert {("--spec-ngram-mod-n-match", "12"), ("--spec-ngram-mod-n-min", "48")} <= mine
+
+
 def test_each_type_has_its_own_knobs(installed: Installed) -> None:
     opts = LlamaCppOptions(ngram_mod_n_match=16, ngram_mod_n_min=2, ngram_min_hits=2)
     mod = pairs(LlamaCpp().launch(plans.plan(method="ngram-mod", draft=None, k=8,

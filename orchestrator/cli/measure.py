@@ -23,10 +23,11 @@ if TYPE_CHECKING:
 
 SUITES = "code,multiturn,docqa,article,math"  # bench's default suites: traffic's kinds
 # tune's: one of each shape that fits its 4 minutes on cpu-demo (short prompt and long answer, a
-# conversation, a long document and a short answer; with five, under a core of outside load, a
-# real tune's first block there was expected to take 1449 s with 130 s left); its first prompts
-# of each (7-12 stay unseen)
-TUNE_SUITES = "code,multiturn,docqa"
+# conversation, a long document and a short answer, and an edit whose answer copies its prompt:
+# coding agents' traffic, where n-gram methods pay most, issue 60; with five suites of long
+# prompts, under a core of outside load, a real tune's first block there was expected to take
+# 1449 s with 130 s left; edit's prompts are short); its first prompts of each (7-12 stay unseen)
+TUNE_SUITES = "code,multiturn,docqa,edit"
 
 
 class _Finite(click.FloatRange):

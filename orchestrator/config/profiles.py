@@ -61,6 +61,7 @@ NgramMethod = Literal["ngram", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngr
 NGRAM_METHODS: tuple[str, ...] = typing.get_args(NgramMethod)
 DRAFTLESS = (*NGRAM_METHODS, "none")
 MAX_K = 32
+MAX_COPY_K = 128  # a saved setting's longest: n-gram methods copy long (llama.cpp's ngram-mod 64)
 MAX_GPUS = 64  # per machine (a node); 8 or 16 in the largest today
 MAX_NODES = 1024  # machines in a cluster, all node kinds together
 MAX_CLUSTER_GPUS = 16384  # GPUs in a cluster (the largest today have a few thousand)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specctl.orchestrator.config.profiles import MAX_K
+from specctl.orchestrator.config.profiles import MAX_COPY_K
 from specctl.orchestrator.contract.adapter import Adapter
 from specctl.orchestrator.contract.launch import Installed
 from specctl.orchestrator.contract.plan import NGRAMS, Plan, Step
@@ -171,8 +171,9 @@ def _step(item: str, part: str, known: Mapping[str, int]) -> tuple[str, int]:
     """`METHOD` or `METHOD:K` of an --also item (K 0: the method's usual k)."""
     method, _, k = part.partition(":")
     number = k.isascii() and k.isdigit()  # not "²", which isdigit() lets through to int()
-    if method not in {*known, "draft"} or (k and not (number and 1 <= int(k) <= MAX_K)):
-        raise ProfileError(f"--also {item!r}: {part!r} is not METHOD or METHOD:K (K 1-{MAX_K}); "
+    if method not in {*known, "draft"} or (k and not (number and 1 <= int(k) <= MAX_COPY_K)):
+        raise ProfileError(f"--also {item!r}: {part!r} is not METHOD or METHOD:K "
+                           f"(K 1-{MAX_COPY_K}); "
                            f"methods: draft, {', '.join(sorted(known))}")
     return method, int(k or 0)
 

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from specctl.orchestrator.config.profiles import MAX_K, PMin
+from specctl.orchestrator.config.profiles import MAX_COPY_K, PMin
 from specctl.orchestrator.contract.plan import NGRAMS, Method, Plan, Step
 from specctl.orchestrator.files import (
     inside,
@@ -72,7 +72,7 @@ class Measured(Record):
     label: str = Field(max_length=200)
     method: Method
     chain: list[Chained] = Field(default_factory=list, max_length=4)
-    k: int = Field(ge=0, le=MAX_K)  # 0: the baseline
+    k: int = Field(ge=0, le=MAX_COPY_K)  # 0: the baseline
     p_min: PMin | None
     speedup: Ratio
     tps: Ratio
@@ -126,7 +126,7 @@ class Winner(Record):
     category: str = Field(max_length=64)
     label: str = Field(max_length=200)
     method: Method
-    k: int = Field(ge=0, le=MAX_K)
+    k: int = Field(ge=0, le=MAX_COPY_K)
     p_min: PMin | None
     chain: list[Chained] = Field(default_factory=list, max_length=4)
     speedup: Ratio
@@ -204,7 +204,7 @@ class Timing(Record):
 
     label: str = Field(max_length=200)
     method: Method
-    k: int = Field(ge=0, le=MAX_K)
+    k: int = Field(ge=0, le=MAX_COPY_K)
     p_min: PMin | None
     chain: list[Chained] = Field(default_factory=list, max_length=4)
     prefill: PerToken | None = None
@@ -226,7 +226,7 @@ class Shape(Record):
 class Result(Record):
     profile: str = Field(max_length=64)
     method: Method  # "none" = speculation off
-    k: int = Field(ge=0, le=MAX_K)  # 1-32, as in a profile; 0 when off
+    k: int = Field(ge=0, le=MAX_COPY_K)  # as in a profile (n-gram methods longer); 0: off
     chain: list[Chained] = Field(default_factory=list, max_length=4)  # methods after `method`
     p_min: PMin | None
     speedup: Ratio
@@ -246,7 +246,7 @@ class Result(Record):
     concurrency: int = Field(1, ge=1, le=256)  # concurrent requests tuned for
     # k by batch size ((first, last, k), inclusive from 1), for backends that switch k per batch
     k_by_batch: list[tuple[Annotated[int, Field(ge=1, le=4096)], Annotated[int, Field(
-        ge=1, le=4096)], Annotated[int, Field(ge=0, le=MAX_K)]]] = Field(
+        ge=1, le=4096)], Annotated[int, Field(ge=0, le=MAX_COPY_K)]]] = Field(
         default_factory=list, max_length=64)
     schedule_notes: list[str] = Field(default_factory=list, max_length=64)
     quality: str = Field("", max_length=2000)  # tune's sampling check before it saved
@@ -289,7 +289,7 @@ class Result(Record):
         if self.method == "none" and self.k != 0:
             raise ValueError(f"k is {self.k} with speculation off")
         if self.method != "none" and self.k < 1:
-            raise ValueError(f"k must be 1..{MAX_K} for {self.method}")
+            raise ValueError(f"k must be 1..{MAX_COPY_K} for {self.method}")
         if self.chain and (self.method == "none" or any(
                 c.method not in NGRAMS or c.method == self.method for c in self.chain)):
             raise ValueError("a chain adds n-gram methods to another method")

@@ -10,8 +10,9 @@ one paired race, within the budget, and always leave a decision.
    is said and has no winner: it is served as before (no draft), never by a pick measured on
    another kind (the result's `unmeasured`).
 3. The race (race.py), every candidate in the first block where it fits (the others wait for
-   the next): the draft at the cost model's k, n-gram and where the build has them the draft
-   chained with ngram-mod, the draft at 2 and max-k (the step times at both ends), ngram-mod
+   the next): the draft at the cost model's k, n-gram and where the build has them ngram-mod
+   at the engine's own copying length (NGRAM_MOD_COPY_K) and the draft chained with
+   ngram-mod, the draft at 2 and max-k (the step times at both ends), ngram-mod's short drafts
    alone, and a p-min at the cost model's k. Every request is full length (a short reply's
    speedup is not a long one's); each block asks as many prompts as fit in part of the time
    left (race.SHARE), one of each category or more; losers leave by paired intervals against
@@ -81,6 +82,9 @@ FIXED_REQUESTS = 2  # short requests of the draft alone (and the baseline) at le
 # prompt and round: c is a low quantile of them (a decode cost: the same on every kind)
 NGRAM_K = 8  # n-gram's draft length: its drafts cost nothing to make
 NGRAM_MOD_K = 16  # ngram-mod's longest draft: a found n-gram continues for many tokens
+NGRAM_MOD_COPY_K = 64  # ngram-mod at the engine's own lengths (llama-server --spec-default:
+# n-max 64, drafting only where 48 tokens are found): whole files copied back, as coding agents
+# ask (issue 60: 2.20x end to end over no draft on whole-file edits, where k=16 drafts a line)
 
 
 def _label(plan: Plan) -> str:
@@ -125,13 +129,17 @@ def _candidates(plan: Plan, k0: int, max_k: int, methods: frozenset[str],
                 chains: bool) -> list[Contender]:
     """Every configuration the build has, the cost model's pick first (it leads until beaten),
     the methods next (they differ most between workloads): n-gram and, where the build has
-    them, the draft at k0 chained with ngram-mod; then the draft at 2 and at max-k, ngram-mod
-    alone, a p-min at k0 (the last wait for a later block where the first is full)."""
+    them, ngram-mod at the engine's own copying length and the draft at k0 chained with
+    ngram-mod; then the draft at 2 and at max-k, ngram-mod's short drafts alone, a p-min at k0
+    (the last wait for a later block where the first is full)."""
     pick = plan.but(k=k0, p_min=None)
     mod = Step("ngram-mod", NGRAM_MOD_K)
     has_mod = "ngram-mod" in methods
     plans = [pick, plan.but(method="ngram", draft=None, k=min(NGRAM_K, max(max_k, 1)),
                             p_min=None, chain=())]
+    if has_mod:
+        plans.append(plan.but(method="ngram-mod", draft=None, k=NGRAM_MOD_COPY_K, p_min=None,
+                              chain=()))
     if has_mod and chains:
         plans.append(pick.but(chain=(mod,)))
     plans += [plan.but(k=k, p_min=None) for k in dict.fromkeys((min(SHORT_K, max_k), max_k))
