@@ -82,13 +82,15 @@ def ready_of(app: App, resolved: Resolved, ref: str = "",
 
 def routed(resolved: Resolved) -> bool:
     """Whether `up` serves the profile through the router (the gateway's, for it alone): it
-    speculates with k = "auto" (the choice is left to specctl), its engine's servers share the
-    weights (a second server costs its KV, not a second copy: llama.cpp on the CPU and Metal)
-    and its [gateway] route is on. Elsewhere one server serves the plan, its setting (tuned:
-    the one best for the whole mix) for every request."""
+    speculates, or a saved tune left it without a draft (not surely faster for the whole mix:
+    its figures per kind are still the router's start, as the gateway's), with k = "auto"
+    (the choice is left to specctl), its engine's servers share the weights (a second server
+    costs its KV, not a second copy: llama.cpp on the CPU and Metal) and its [gateway] route is
+    on. Elsewhere one server serves the plan, its setting (tuned: the one best for the whole
+    mix) for every request."""
     plan, profile = resolved.plan, resolved.profile
-    return (plan.speculative and profile.k == "auto" and profile.gateway.route
-            and resolved.backend.shares_weights(plan))
+    return ((plan.speculative or plan.k_source == "tuned") and profile.k == "auto"
+            and profile.gateway.route and resolved.backend.shares_weights(plan))
 
 
 ROUTER_KEEP_ALIVE = {"SPECCTL_GATEWAY__KEEP_ALIVE": "-1"}  # its servers stay up, as `up`'s does

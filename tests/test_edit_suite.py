@@ -3,9 +3,14 @@ its source text, and `bench --suite edit` / `tune --mix edit=...,code=...` take 
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
+
+import pytest
 
 from specctl.orchestrator.cli.measure import _workload
+from specctl.orchestrator.errors import ProfileError
 from specctl.orchestrator.measure.bench import flow as bench
 from specctl.orchestrator.measure.prompts import suites
 
@@ -34,12 +39,22 @@ def test_bench_suite_and_tune_mix_take_edit() -> None:
     assert mixed.categories == ["edit", "code"]
     assert mixed.weights() == {"edit": 0.5, "code": 0.5}
     assert mixed.describe() == "edit 50%, code 50%"
+    # edits are asked at their own length (the whole text copied back), the others at the run's
+    assert {p.max_tokens for p in mixed.prompts if p.category == "edit"} == {256}
+    assert {p.max_tokens for p in mixed.prompts if p.category == "code"} == {None}
+    assert "edit" in _workload("code,multiturn,docqa,edit", "2", None).categories  # tune's
+
+
+def test_a_suite_whose_length_is_not_a_count_is_said(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    (tmp_path / "edit.json").write_text(json.dumps({"name": "edit", "max_tokens": "256",
+                                                    "prompts": ["x"]}))
+    monkeypatch.setattr(suites, "_FOLDER", tmp_path)
+    with pytest.raises(ProfileError, match="max_tokens is a whole number"):
+        suites.load_suite("edit")
 
 
 def test_bench_also_measures_other_methods_in_the_same_run() -> None:
-    import pytest
-
-    from specctl.orchestrator.errors import ProfileError
     from tests import plans
 
     plan = plans.plan(k=4)

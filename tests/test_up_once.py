@@ -151,3 +151,29 @@ def test_up_of_a_profile_for_another_backend_builds_nothing(
     assert set(calls.probes) == {"vllm"}  # llama.cpp is neither probed nor built
     (ready,) = calls.served
     assert ready.plan["backend"] == "vllm"
+
+
+def test_up_serves_through_the_router_after_a_tune_that_left_it_without_a_draft() -> None:
+    """A saved tune not surely faster for the whole mix leaves the plan without a draft, but
+    its figures per kind still start the router (edits to n-gram, 1.69x the engine's defaults
+    on whole files where one plain server gave 0.88x): `up` with k = "auto" routes, as the
+    gateway does. A k of the profile's own, or an engine whose servers copy the weights, does
+    not."""
+    from specctl.adapters.llamacpp import LlamaCpp
+    from specctl.orchestrator.app import Resolved
+    from tests import plans
+    from tests.conftest import recorded
+
+    auto = profiles.parse('target = "testbed:qwen-1.5b-f16"\n', "p", "test")
+    fixed = profiles.parse('target = "testbed:qwen-1.5b-f16"\nk = 3\n', "p", "test")
+    tuned_off = plans.plan().baseline().but(k_source="tuned")
+    untuned_off = plans.plan().baseline()
+    engine = LlamaCpp()
+
+    def routes(profile: profiles.Profile, plan: Any) -> bool:
+        return runs.routed(Resolved(profile, plan, engine.assumed(), engine))
+
+    assert routes(auto, tuned_off) and routes(auto, plans.plan())
+    assert not routes(auto, untuned_off)  # nothing to route among
+    assert not routes(fixed, tuned_off)
+    assert not routes(auto, tuned_off.but(hardware=recorded("linux_1x_rtx3090_24g")))

@@ -5,6 +5,7 @@ held-out prompts)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from importlib import resources
 
 from specctl.orchestrator.errors import ProfileError
@@ -19,12 +20,19 @@ SUITES = tuple(name for name in ("chat", "code", "summarize", "edit", "docqa", "
 def load_suite(name: str) -> list[Prompt]:
     """A shipped suite's prompts (measure/prompts/NAME.json, its "prompts"): each a string (one
     user message) or a conversation, {"turns": [...], "system": "..."} (the user's turns in
-    order; the system message optional), of category NAME."""
+    order; the system message optional), of category NAME. A suite's "max_tokens" is its
+    answers' own length, over the run's (edit: the whole function copied back, where ngram-mod
+    at the engine's own lengths drafts only after 48 tokens found: at 64 tokens an answer
+    has barely begun to copy)."""
     path = _FOLDER / f"{name}.json"
     if name not in SUITES:
         raise ProfileError(f"no prompt suite '{name}'; choose from {', '.join(SUITES)}")
-    return [_entry(name, n, item) for n, item in
-            enumerate(json.loads(path.read_text())["prompts"], 1)]
+    data = json.loads(path.read_text())
+    length = data.get("max_tokens")
+    if length is not None and (type(length) is not int or not 1 <= length <= 32768):
+        raise ProfileError(f"prompt suite '{name}': max_tokens is a whole number of tokens")
+    return [replace(_entry(name, n, item), max_tokens=length) for n, item in
+            enumerate(data["prompts"], 1)]
 
 
 def suite_texts(name: str) -> list[str]:
