@@ -86,6 +86,10 @@ def test_exploring_stays_within_its_share_and_stops_once_measured() -> None:
     explored = learned.explored[("code", "1")]
     assert 0 < explored <= EXPLORE * 200 and explored <= MIN
     assert picks[:FIRST] == [DRAFT] * FIRST and picks[FIRST] == OFF  # one early exploring
+    # then one in 1 / EXPLORE: the second after that many more (it came at once before: eight
+    # whole-file edits through the gateway had two of their eight at no draft's speed)
+    second = picks.index(OFF, FIRST + 1)
+    assert second == FIRST + round(1 / EXPLORE), picks[:20]
     assert picks[-1] == DRAFT  # measured, and surely faster
     for _ in range(50):  # under load nothing is explored
         assert learned.choose(CODE, 3).setting == OFF

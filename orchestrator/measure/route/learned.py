@@ -203,8 +203,8 @@ class Learned:
         MIN live measurements on its kind (alone, within EXPLORE of the kind's requests)."""
         kind, key = facts.kind, (facts.kind, b)
         if not self.explore or b != "1" or self.seen[key] <= FIRST or \
-                self.explored[key] >= 1 + EXPLORE * (self.seen[key] - FIRST - 1):
-            return None
+                self.explored[key] >= 1 + math.floor(EXPLORE * (self.seen[key] - FIRST - 1)):
+            return None  # (whole explorations: unfloored, the second came on the next request)
         prior = self.priors.get(kind)
         candidate = prior.setting if prior is not None and prior.setting != OFF else self.main
         if candidate == OFF or candidate not in self.settings:
