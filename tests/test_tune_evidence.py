@@ -52,6 +52,9 @@ def _check(result: Result) -> int:
                 assert w.low is None and not SPAN.search(w.text()), w
         for c, s in r.spans.items():
             assert (s.low is None) == (s.requests < MIN_REQUESTS), (c, s)
+        if any(x.speedup.low is None for x in r.refused):  # "surely" rests on an interval
+            assert "surely slows" not in r.summary, r.summary
+            assert "was measured slower on a category" in r.summary, r.summary
     text = _printed(result)
     if result.requests is not None and result.requests < MIN_REQUESTS:
         assert not SPAN.search(text.split("result (")[1]), text  # the headline and the pick

@@ -505,7 +505,9 @@ def _how_sure(race: Race, top: Contender, refused: list[Refused], entries: Seque
     (with what to do to settle it); a precision only where the pick has an interval."""
     out = ""
     if refused:
-        out += "; refused, as each surely slows a category: " + _slowing(race, entries, refused)
+        sure = all(r.speedup.low is not None for r in refused)  # no "surely" from one request
+        out += (f"; refused, as each {'surely slows' if sure else 'was measured slower on'} a "
+                "category: ") + _slowing(race, entries, refused)
     n = race.requests(top)
     width = (f"±{top.interval.half_width:.0%}" if top.interval is not None and backed(n)
              else no_interval(n))
