@@ -114,7 +114,6 @@ class Race:
     # mean of the blocks' so far and the start's (`paced`)
     paces: list[float] = field(default_factory=list)
     broad: list[int] = field(default_factory=list)  # breadth's prompts, its block the first
-    broad_block: int = 0  # breadth's block: a screen on its prompts pairs with its baseline
     extend: bool = False  # the next block goes on with breadth's (`admit`)
     unseen: float = UNSEEN  # this block's: 1 where the first block's rival fits only so
     objective: intervals.Objective = "latency"  # what a configuration's speedup is of
@@ -170,7 +169,7 @@ class Race:
         asked = self.order() if prompts is None else list(prompts)
         began, spent = self.lab.clock(), [0.0]
         extend, self.extend = self.extend, False
-        block = self.broad_block if extend else self.block  # breadth's, its baseline paired
+        block = self.block - 1 if extend else self.block  # breadth's, its baseline paired
         if extend and self.sequential:
             configs = configs[1:]
 
@@ -280,7 +279,7 @@ class Race:
             self.stopped = "budget"
             return
         expected, began = self.cost([lead], self.kinds), self.lab.clock()
-        self.broad, self.broad_block = self.prompts(self.kinds), self.block
+        self.broad = self.prompts(self.kinds)
         self.measure([lead], self.broad)
         if expected > 0:
             self.paced((self.lab.clock() - began) / expected)
@@ -446,7 +445,8 @@ class Race:
                       reverse=True)
         self.unseen = UNSEEN
         if new and out[0].blocks and not self.missing(out[0]):  # a screen of the new ones
-            screen = self.screen(new, out[0], left, extend=bool(self.broad))
+            screen = self.screen(new, out[0], left, extend=not seen and self.block == 1
+                                 and bool(self.broad))
             if screen:
                 return screen, (self.broad if self.extend else self.prompts(cats))
             new = []  # confirming the leader is all that fits: no more exploring
@@ -506,29 +506,21 @@ class Race:
     def screen(self, new: Sequence[Contender], lead: Contender, left: float,
                extend: bool) -> list[Contender]:
         """The challengers not measured yet that a screen block has room for (`admit`), one
-        prompt of each kind, and the reserve for whoever leads after it (where the leader's
-        own still fits). `extend`: a screen goes on with breadth's block, on its prompts,
-        paired with its baseline (the baseline not asked again: at 4.5 tok/s, after breadth, a
-        round of n-gram with the baseline no longer fit in a 180 s tune, n-gram's three
-        requests alone did)."""
+        prompt of each kind, and the reserve for whoever leads after it. `extend`: the first
+        screen goes on with breadth's block, on its prompts, paired with its baseline (the
+        baseline not asked again: at 4.5 tok/s, after breadth, a round of n-gram with the
+        baseline no longer fit in a 180 s tune, n-gram's three requests alone did)."""
         cats = self.kinds
         out: list[Contender] = []
         pays = _point(lead) > 1 + self.margin
-        # a confirmation that no longer fits even at the median pace (top_up's) keeps nothing:
-        # a default tune of four kinds on cpu-demo left 48-58 s unused, six challengers not
-        # measured
-        keep = self.reserve(lead) / self.pace <= left
-
-        def kept(block: Sequence[Contender], unseen: float | None = None) -> float:
-            return self.reserve(lead, block, unseen) if keep else 0.0
-
         for e in new:
-            if (self.cost([*out, e], cats, extend=extend) + kept([*out, e])) \
+            if (self.cost([*out, e], cats, extend=extend) + self.reserve(lead, [*out, e])) \
                     * self.headroom <= left \
                     or (not out and not pays and self.cost([e], cats, extend=extend) <= left):
                 out.append(e)  # (a leader that does not pay has nothing to confirm: a first
                 # rival is worth more than its interval)
-            elif not out and self.cost([e], cats, 1.0, extend=extend) + kept([e], 1.0) <= left:
+            elif not out and self.cost([e], cats, 1.0, extend=extend) \
+                    + self.reserve(lead, [e], 1.0) <= left:
                 self.unseen = 1.0  # the block's narrowing expects as much
                 out.append(e)
             elif self.cost([e], cats, extend=extend) > left:
