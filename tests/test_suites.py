@@ -42,7 +42,8 @@ def suite_files() -> list[str]:
 
 def suite(name: str) -> list[Any]:
     data = json.loads((PROMPTS / f"{name}.json").read_text(encoding="utf-8"))
-    assert set(data) == {"name", "prompts"} and data["name"] == name
+    assert set(data) <= {"name", "prompts", "max_tokens"} and data["name"] == name
+    assert type(data.get("max_tokens", 1)) is int  # the answers' own length (edit: 256)
     prompts: list[Any] = data["prompts"]
     return prompts
 
