@@ -75,7 +75,9 @@ def ready_of(app: App, resolved: Resolved, ref: str = "",
     if routed(resolved):
         launch = router_launch(resolved, ref or plan.profile, flags or Flags())
         spec = (f"{spec} or no draft, per request: the router learns which from what it "
-                "serves")
+                "serves") if plan.speculative else (
+            "per request from the saved tune's figures per kind (no draft for the whole mix): "
+            "the router learns from what it serves")
         data["served_by"] = list(launch.argv)  # the router, which runs the plan's servers
     return handoff.Ready.of(plan.profile, plan.host, plan.port, spec, launch, files, data)
 
