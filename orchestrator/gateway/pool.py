@@ -24,6 +24,7 @@ from typing import Any
 from specctl.orchestrator.app import Resolved
 from specctl.orchestrator.config.profiles import Profile
 from specctl.orchestrator.errors import ServerError, SpecctlError
+from specctl.orchestrator.gateway.busy import Recent
 from specctl.orchestrator.gateway.engines import Engine, Runner, Slot, State, engine_for
 from specctl.orchestrator.gateway.metrics import Metrics
 from specctl.orchestrator.gateway.plans import Plans, Routing, Served, tuned_signature
@@ -71,6 +72,7 @@ class Pool:
         self.engines: list[Engine] = []  # every engine not yet retired
         self.room = Room(self, sleep)
         self.last_request = clock()
+        self.recent = Recent(clock)  # the load a routed request is decided at
         self.closing = threading.Event()
         self._locks: dict[Slot, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()

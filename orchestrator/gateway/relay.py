@@ -70,7 +70,8 @@ class Relay:
         if self.tuner is not None:
             await anyio.to_thread.run_sync(self.tuner.traffic)
         facts = classify.facts(data, api.format)  # kind, prompt characters, max_tokens: route
-        load = self.pool.load(model) + 1  # the model's requests at once, this one among them
+        # the model's requests at once, this one among them, or the most of a moment ago
+        load = self.pool.recent.load(model, self.pool.load(model) + 1)
         try:
             engine = await self.bounds.within(lambda: self.pool.acquire(model, facts, load),
                                               None)
