@@ -147,10 +147,14 @@ def _incumbent(app: App, resolved: Resolved) -> Plan | None:
     found = tuned_mod.load(app.dirs.tuned, app.tuned_key(resolved.plan, resolved.installed))
     if found is None or found.method == "none":
         return None
-    plan = resolved.plan
-    return plan.but(method=found.method, k=found.k, p_min=found.p_min,
-                    draft=plan.draft if found.method == "draft" else None,
-                    chain=tuned_mod.steps_of(found.chain))
+    return _setting(resolved.plan, found, found.p_min)
+
+
+def _setting(plan: Plan, result: tuned_mod.Result, p_min: float | None) -> Plan:
+    """`plan` serving `result`'s setting (its draft model only for a draft), at `p_min`."""
+    return plan.but(method=result.method, k=result.k, p_min=p_min,
+                    draft=plan.draft if result.method == "draft" else None,
+                    chain=tuned_mod.steps_of(result.chain))
 
 
 def _scheduled(resolved: Resolved, result: tuned_mod.Result, runner: Sweep,
@@ -168,10 +172,7 @@ def _gate(app: App, resolved: Resolved, result: tuned_mod.Result, ask: Ask,
     """The sampling check of the choice (lossless.gate), at the profile's sampling (0.8 when
     the profile samples greedily: the check is about sampling)."""
     plan = resolved.plan
-    p_min = result.p_min if result.p_min is not None else plan.p_min
-    chosen = plan.but(method=result.method, k=result.k, p_min=p_min,
-                      draft=plan.draft if result.method == "draft" else None,
-                      chain=tuned_mod.steps_of(result.chain))
+    chosen = _setting(plan, result, result.p_min if result.p_min is not None else plan.p_min)
     sampling = resolved.profile.sampling
     how = lossless.short(sampling.temperature or 0.8, sampling.top_p)
     return lossless.gate(chosen, resolved.backend, resolved.installed, ask.work.by_category(),
